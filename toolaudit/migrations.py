@@ -104,11 +104,11 @@ CREATE TABLE schema_issues (
     message VARCHAR NOT NULL
 );
 
-CREATE MACRO wilson_low(k, n) AS CASE WHEN n = 0 THEN 0.0 ELSE greatest(0.0,
+CREATE MACRO wilson_low(k, n) AS CASE WHEN n = 0 OR k = 0 THEN 0.0 ELSE greatest(0.0,
     ((k / n) + 1.959963984540054 ^ 2 / (2 * n)
      - 1.959963984540054 * sqrt((k / n) * (1 - k / n) / n + 1.959963984540054 ^ 2 / (4 * n * n)))
     / (1 + 1.959963984540054 ^ 2 / n)) END;
-CREATE MACRO wilson_high(k, n) AS CASE WHEN n = 0 THEN 1.0 ELSE least(1.0,
+CREATE MACRO wilson_high(k, n) AS CASE WHEN n = 0 OR k = n THEN 1.0 ELSE least(1.0,
     ((k / n) + 1.959963984540054 ^ 2 / (2 * n)
      + 1.959963984540054 * sqrt((k / n) * (1 - k / n) / n + 1.959963984540054 ^ 2 / (4 * n * n)))
     / (1 + 1.959963984540054 ^ 2 / n)) END;

@@ -35,7 +35,9 @@ def wilson(k: int, n: int, z: float = Z95) -> Rate:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Rate(k, n, max(0.0, centre - half), min(1.0, centre + half))
+    low = 0.0 if k == 0 else max(0.0, centre - half)  # exact ends: no 1e-18 from rounding
+    high = 1.0 if k == n else min(1.0, centre + half)
+    return Rate(k, n, low, high)
 
 
 def compounded(probabilities: Iterable[float]) -> float:

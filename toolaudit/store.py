@@ -102,6 +102,19 @@ def _open_error(path: str, exc: Exception) -> StoreError:
     return StoreError(f"{path}: cannot open database: {text}")
 
 
+def _check_header(path: str) -> None:
+    """Refuse files that are not DuckDB before DuckDB tries to interpret (or extend) them."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(16)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read database file: {exc.strerror or exc}") from None
+    if head and head[8:12] != b"DUCK":
+        raise StoreError(f"{path}: not a DuckDB database file; pass a new --db path or remove the file")
+
+
 class Store:
     """One DuckDB file. Opening it for writing applies pending migrations."""
 
@@ -109,8 +122,11 @@ class Store:
         self.path = str(path)
         if read_only and not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
+        _check_header(self.path)
         try:
-            self.con = duckdb.connect(self.path, read_only=read_only)
+            # No extension auto-install: it would reach out to the network on some inputs.
+            self.con = duckdb.connect(self.path, read_only=read_only, config={
+                "autoinstall_known_extensions": False, "autoload_known_extensions": False})
         except duckdb.Error as exc:
             raise _open_error(self.path, exc) from None
         if not read_only:

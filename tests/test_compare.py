@@ -1,0 +1,153 @@
+"""End-to-end compare of two real JSONL logs into a real DuckDB file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO, line, tool_call, write_jsonl
+
+from toolaudit.compare import CompareOptions, compare_logs
+from toolaudit.store import Store
+
+
+def run_compare(tmp_path, db_path, baseline, candidate, **opts):
+    b = write_jsonl(tmp_path / "b.jsonl", baseline)
+    c = write_jsonl(tmp_path / "c.jsonl", candidate)
+    store = Store(db_path)
+    run_id, counts = compare_logs(store, b, c, CompareOptions(schema_dir=None, **opts))
+    return store, run_id, counts
+
+
+def calls_by_key(store, run_id):
+    rows = store.rows("SELECT * FROM calls WHERE run_id = ? ORDER BY session_id, call_index", [run_id])
+    return {(r["session_id"], r["call_index"]): r for r in rows}
+
+
+def test_reformatting_is_not_drift(tmp_path, db_path):
+    args = {"query": "open", "limit": 50, "filters": {"status": ["open", "pending"]}}
+    baseline = [line(calls=[tool_call("search_tickets", json.dumps(args), "a")])]
+    reformatted = '{ "filters" : {"status": ["open","pending"]},\n "limit": 50, "query": "open" }'
+    candidate = [line(calls=[tool_call("search_tickets", reformatted, "zzz")])]
+    store, run_id, counts = run_compare(tmp_path, db_path, baseline, candidate)
+    row = calls_by_key(store, run_id)[("s1", 0)]
+    assert row["drift_kind"] == "identical" and row["drifted"] is False
+    assert row["exact_text_match"] is False  # the raw text did differ
+    assert row["baseline_valid"] is True and row["candidate_valid"] is True
+    assert store.query("SELECT count(*) FROM arg_diffs")[1][0][0] == 0
+
+
+def test_each_drift_kind_and_argument_paths(tmp_path, db_path):
+    base_args = {"query": "open", "limit": 50, "filters": {"status": ["open", "pending"]}}
+    pairs = [
+        ({"query": "open", "limit": 500, "filters": {"status": ["open", "pending"]}}, "arguments_changed"),
+        ({"query": "open", "limit": 50, "filters": {"status": ["closed", "pending"]}}, "arguments_changed"),
+        ({"query": "open", "limit": "50", "filters": {"status": ["open", "pending"]}}, "schema_broken"),
+        ({"limit": 50, "filters": {"status": ["open", "pending"]}}, "schema_broken"),
+    ]
+    baseline, candidate = [], []
+    for i, (cand_args, _) in enumerate(pairs):
+        baseline.append(line(session=f"s{i}", calls=[tool_call("search_tickets", base_args)]))
+        candidate.append(line(session=f"s{i}", calls=[tool_call("search_tickets", cand_args)]))
+    # tool name changed, call count changed, unparseable, text only
+    baseline.append(line(session="t", calls=[tool_call("search_tickets", base_args)]))
+    candidate.append(line(session="t", calls=[tool_call("close_ticket", {"ticket_id": 4})]))
+    baseline.append(line(session="u", calls=[tool_call("close_ticket", {"ticket_id": 4})]))
+    candidate.append(line(session="u", calls=[tool_call("close_ticket", {"ticket_id": 4}),
+                                              tool_call("close_ticket", {"ticket_id": 5}, "c2")]))
+    baseline.append(line(session="v", calls=[tool_call("close_ticket", {"ticket_id": 4})]))
+    candidate.append(line(session="v", content='<tool_call>{"name": "close_ticket", "arguments": {"ticket_'))
+    baseline.append(line(session="w", content="Sure.", calls=[tool_call("close_ticket", {"ticket_id": 4})]))
+    candidate.append(line(session="w", content="Certainly.", calls=[tool_call("close_ticket", {"ticket_id": 4})]))
+
+    store, run_id, counts = run_compare(tmp_path, db_path, baseline, candidate)
+    rows = calls_by_key(store, run_id)
+    for i, (_, kind) in enumerate(pairs):
+        assert rows[(f"s{i}", 0)]["drift_kind"] == kind, i
+    assert rows[("t", 0)]["drift_kind"] == "tool_name_changed"
+    assert rows[("u", 0)]["drift_kind"] == "call_count_changed"
+    assert rows[("v", 0)]["drift_kind"] == "unparseable"
+    assert rows[("w", 0)]["drift_kind"] == "text_only" and rows[("w", 0)]["drifted"] is False
+    diffs = store.rows("SELECT session_id, arg_path, diff_kind, baseline_value, candidate_value FROM arg_diffs "
+                       "WHERE run_id = ? ORDER BY session_id", [run_id])
+    by_session = {(d["session_id"], d["arg_path"]): d for d in diffs}
+    assert by_session[("s0", "limit")]["diff_kind"] == "value_changed"
+    assert (by_session[("s0", "limit")]["baseline_value"], by_session[("s0", "limit")]["candidate_value"]) \
+        == ("50", "500")
+    assert by_session[("s1", "filters.status[0]")]["diff_kind"] == "value_changed"
+    assert by_session[("s2", "limit")]["diff_kind"] == "type_changed"
+    assert by_session[("s3", "query")]["diff_kind"] == "missing"
+    assert counts.drifted == 7 and counts.matched == 8
+
+
+def test_parallel_calls_matched_by_name_when_order_differs(tmp_path, db_path):
+    a = tool_call("search_tickets", {"query": "x"}, "1")
+    b = tool_call("close_ticket", {"ticket_id": 3}, "2")
+    b2 = tool_call("close_ticket", {"ticket_id": 30}, "2")
+    store, run_id, _ = run_compare(tmp_path, db_path, [line(calls=[a, b]), line(session="s2", calls=[a, b])],
+                                   [line(calls=[b, a]), line(session="s2", calls=[b2, a])])
+    rows = calls_by_key(store, run_id)
+    assert rows[("s1", 0)]["drift_kind"] == "identical"
+    assert rows[("s2", 0)]["drift_kind"] == "arguments_changed"
+    diff = store.rows("SELECT * FROM arg_diffs WHERE session_id = 's2'")
+    assert [(d["tool_name"], d["arg_path"], d["call_position"]) for d in diff] == [("close_ticket", "ticket_id", 1)]
+
+
+def test_sessions_and_statistics(tmp_path, db_path):
+    baseline, candidate = [], []
+    # 10 sessions of 5 calls for two customers; session 0 of acme has one drifted call
+    for s in range(10):
+        customer = "acme" if s < 5 else "globex"
+        for i in range(5):
+            args = {"query": f"q{i}", "limit": 10}
+            baseline.append(line(session=f"s{s}", customer=customer, calls=[tool_call("search_tickets", args)]))
+            if s == 0 and i == 2:
+                args = {"query": f"q{i}", "limit": 100}
+            candidate.append(line(session=f"s{s}", customer=customer, calls=[tool_call("search_tickets", args)]))
+    store, run_id, _ = run_compare(tmp_path, db_path, baseline, candidate)
+    cust = {r["customer"]: r for r in store.rows("SELECT * FROM customer_drift WHERE run_id = ?", [run_id])}
+    assert cust["acme"]["drifted_calls"] == 1 and cust["acme"]["calls"] == 25
+    assert cust["acme"]["sessions_with_drift"] == 1 and cust["acme"]["sessions"] == 5
+    assert cust["globex"]["drifted_calls"] == 0
+    assert cust["acme"]["ci_low"] < 0.04 < cust["acme"]["ci_high"]
+    sess = store.rows("SELECT * FROM session_drift WHERE run_id = ? ORDER BY session_id", [run_id])
+    # per-tool rate is 1/50 -> compounded over 5 calls = 1 - 0.98^5
+    assert sess[0]["compounded_p"] == pytest.approx(1 - 0.98 ** 5)
+    assert sess[0]["any_drift"] is True and sess[1]["any_drift"] is False
+
+
+def test_unmatched_sessions_are_counted_not_drift(tmp_path, db_path):
+    baseline = [line(session="both", calls=[tool_call("close_ticket", {"ticket_id": 1})]),
+                line(session="only_b", calls=[tool_call("close_ticket", {"ticket_id": 1})])]
+    candidate = [line(session="both", calls=[tool_call("close_ticket", {"ticket_id": 1})]),
+                 line(session="only_c", calls=[tool_call("close_ticket", {"ticket_id": 2})])]
+    store, run_id, counts = run_compare(tmp_path, db_path, baseline, candidate)
+    assert (counts.matched, counts.baseline_only, counts.candidate_only, counts.drifted) == (1, 1, 1, 0)
+    statuses = dict(store.query("SELECT session_id, match_status FROM calls")[1])
+    assert statuses == {"both": "matched", "only_b": "baseline_only", "only_c": "candidate_only"}
+
+
+def test_example_logs_report_exactly_the_injected_drifts(tmp_path, db_path):
+    expected_file = REPO / "traces" / "example_expected.json"
+    if not expected_file.exists():
+        pytest.skip("example traces not generated")
+    expected = json.loads(expected_file.read_text())
+    store = Store(db_path)
+    run_id, counts = compare_logs(store, REPO / "traces/example_baseline.jsonl",
+                                  REPO / "traces/example_candidate.jsonl", CompareOptions(schema_dir=None))
+    drifted = {(r["session_id"], r["call_index"]): r["drift_kind"] for r in store.rows(
+        "SELECT session_id, call_index, drift_kind FROM calls WHERE run_id = ? AND drifted", [run_id])}
+    want = {(d["session_id"], int(d["call_index"])): d["kind"] for d in expected["drifts"]}
+    assert drifted == want
+    paths = {(r["session_id"], r["call_index"], r["arg_path"]) for r in store.rows(
+        "SELECT session_id, call_index, arg_path FROM arg_diffs WHERE run_id = ?", [run_id])}
+    want_paths = {(d["session_id"], int(d["call_index"]), d["path"]) for d in expected["drifts"] if d.get("path")}
+    assert want_paths <= paths
+    unmatched = {(r["session_id"], r["match_status"]) for r in store.rows(
+        "SELECT DISTINCT session_id, match_status FROM calls WHERE run_id = ? AND match_status <> 'matched'",
+        [run_id])}
+    assert unmatched == {(s, "baseline_only") for s in expected["unmatched"]["baseline_only"]} | {
+        (s, "candidate_only") for s in expected["unmatched"]["candidate_only"]}
+    text_only = {(r["session_id"], r["call_index"]) for r in store.rows(
+        "SELECT session_id, call_index FROM calls WHERE run_id = ? AND drift_kind = 'text_only'", [run_id])}
+    assert text_only == {(t["session_id"], int(t["call_index"])) for t in expected["text_only"]}
