@@ -164,4 +164,21 @@ SELECT d.run_id, d.tool_name, d.arg_path, count(*) AS diffs,
 FROM arg_diffs d LEFT JOIN per_tool p ON p.run_id = d.run_id AND p.tool_name IS NOT DISTINCT FROM d.tool_name
 GROUP BY d.run_id, d.tool_name, d.arg_path, p.tool_calls;
 """),
+    (2, "decode evidence for replays", """
+ALTER TABLE outputs ADD COLUMN token_ids INTEGER[];
+ALTER TABLE outputs ADD COLUMN prompt_tokens INTEGER;
+ALTER TABLE outputs ADD COLUMN completion_tokens INTEGER;
+ALTER TABLE outputs ADD COLUMN latency_s DOUBLE;
+ALTER TABLE outputs ADD COLUMN ttft_s DOUBLE;
+ALTER TABLE outputs ADD COLUMN tokens_per_s DOUBLE;
+ALTER TABLE outputs ADD COLUMN drafted_tokens INTEGER;
+ALTER TABLE outputs ADD COLUMN accepted_tokens INTEGER;
+ALTER TABLE outputs ADD COLUMN forward_passes INTEGER;
+ALTER TABLE outputs ADD COLUMN error VARCHAR;
+ALTER TABLE calls ADD COLUMN first_divergence INTEGER;
+ALTER TABLE calls ADD COLUMN baseline_token VARCHAR;
+ALTER TABLE calls ADD COLUMN candidate_token VARCHAR;
+ALTER TABLE calls ADD COLUMN baseline_margin DOUBLE;
+ALTER TABLE calls ADD COLUMN candidate_margin DOUBLE;
+"""),
 ]

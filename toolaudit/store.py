@@ -27,12 +27,18 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "tool_name": pa.string(), "match_status": pa.string(), "drift_kind": pa.string(),
         "drifted": pa.bool_(), "exact_text_match": pa.bool_(), "baseline_valid": pa.bool_(),
         "candidate_valid": pa.bool_(), "arg_diff_count": pa.int32(), "detail": pa.string(),
+        "first_divergence": pa.int32(), "baseline_token": pa.string(), "candidate_token": pa.string(),
+        "baseline_margin": pa.float64(), "candidate_margin": pa.float64(),
     },
     "outputs": {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),
         "path_name": pa.string(), "source": pa.string(), "line": pa.int32(), "text": pa.string(),
         "tool_calls": pa.string(), "parse_status": pa.string(), "parse_format": pa.string(),
         "parse_error": pa.string(), "schema_errors": pa.string(), "system_fingerprint": pa.string(),
+        "token_ids": pa.list_(pa.int32()), "prompt_tokens": pa.int32(), "completion_tokens": pa.int32(),
+        "latency_s": pa.float64(), "ttft_s": pa.float64(), "tokens_per_s": pa.float64(),
+        "drafted_tokens": pa.int32(), "accepted_tokens": pa.int32(), "forward_passes": pa.int32(),
+        "error": pa.string(),
     },
     "arg_diffs": {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "call_position": pa.int32(),
