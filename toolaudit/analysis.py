@@ -52,6 +52,12 @@ def tool_calls_json(calls: tuple[ToolCall, ...]) -> str | None:
                           if c.arguments_error else {})} for c in calls])
 
 
+EVIDENCE_COLUMNS = ("token_ids", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "tokens_per_s",
+                    "drafted_tokens", "accepted_tokens", "forward_passes", "error")
+_NO_EVIDENCE = (None,) * len(EVIDENCE_COLUMNS)
+_NO_DIVERGENCE = (None,) * 5
+
+
 class Analyzer:
     """Holds the per-run caches (compiled schemas per tools list) and writes rows for each call pair."""
 
@@ -100,8 +106,12 @@ class Analyzer:
         self.pending_issues.clear()
 
     def pair(self, batch: RowBatch, session_id: str, call_index: int, customer: str | None, tools: list,
-             baseline: SideOutput, candidate: SideOutput) -> CallDiff:
-        """Diff one matched pair and append its calls, outputs and arg_diffs rows."""
+             baseline: SideOutput, candidate: SideOutput, divergence: tuple | None = None) -> CallDiff:
+        """Diff one matched pair and append its calls, outputs and arg_diffs rows.
+
+        `divergence` is (first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin)
+        when both paths returned token evidence.
+        """
         schemas = self.schemas_for(tools)
         errors_by_side: dict[int, list] = {}
 
@@ -123,11 +133,10 @@ class Analyzer:
             errors_by_side.setdefault(1, errors_by_side.get(0, []))
         tool_name = (baseline.parsed.calls[0].name if baseline.parsed.calls
                      else candidate.parsed.calls[0].name if candidate.parsed.calls else None)
-        batch.add("calls", run_id=self.run_id, session_id=session_id, call_index=call_index, customer=customer,
-                  tool_name=tool_name, match_status="matched", drift_kind=verdict.kind, drifted=verdict.drifted,
-                  exact_text_match=verdict.exact_text_match, baseline_valid=verdict.baseline_valid,
-                  candidate_valid=verdict.candidate_valid, arg_diff_count=len(verdict.arg_diffs),
-                  detail=verdict.detail)
+        div = divergence or _NO_DIVERGENCE
+        batch.add_tuple("calls", (self.run_id, session_id, call_index, customer, tool_name, "matched", verdict.kind,
+                                  verdict.drifted, verdict.exact_text_match, verdict.baseline_valid,
+                                  verdict.candidate_valid, len(verdict.arg_diffs), verdict.detail) + div)
         for side_no, (side_name, out) in enumerate((("baseline", baseline), ("candidate", candidate))):
             self.add_output(batch, session_id, call_index, side_name, out,
                             json_text(errors_by_side.get(side_no)) if errors_by_side.get(side_no) else None)
@@ -149,8 +158,11 @@ class Analyzer:
     def add_output(self, batch: RowBatch, session_id: str, call_index: int, side: str, out: SideOutput,
                    schema_errors: str | None) -> None:
         p = out.parsed
-        batch.add("outputs", run_id=self.run_id, session_id=session_id, call_index=call_index, side=side,
-                  path_name=out.path_name, source=out.source, line=out.line, text=out.raw,
-                  tool_calls=tool_calls_json(p.calls), parse_status=p.status, parse_format=p.format,
-                  parse_error=p.error, schema_errors=schema_errors, system_fingerprint=out.system_fingerprint,
-                  **out.extra)
+        row = (self.run_id, session_id, call_index, side, out.path_name, out.source, out.line, out.raw,
+               tool_calls_json(p.calls), p.status, p.format, p.error, schema_errors, out.system_fingerprint)
+        if out.extra:
+            ev = out.extra
+            row += tuple(ev.get(name) for name in EVIDENCE_COLUMNS)
+        else:
+            row += _NO_EVIDENCE
+        batch.add_tuple("outputs", row)

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from jsonschema import Draft202012Validator
+from jsonschema import Draft6Validator, Draft7Validator, Draft201909Validator, Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from toolaudit.errors import TraceError
+from toolaudit.fastcheck import compile_fast
 
 # BFCL and Python-flavoured type names -> JSON Schema. Looked up after lower-casing ("String" -> "string").
 _TYPE_ALIASES = {
@@ -123,6 +124,9 @@ def _error_path(path: Any) -> str:
     return out
 
 
+_FAST_DIALECTS = (Draft202012Validator, Draft201909Validator, Draft7Validator, Draft6Validator)
+
+
 @dataclass
 class CompiledSchema:
     """A normalised schema with its validator. `invalid_reason` set means validity cannot be judged."""
@@ -134,6 +138,7 @@ class CompiledSchema:
     invalid_reason: str | None = None
     _validator: Any = field(default=None, repr=False, compare=False)
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
+    _fast: Any = field(default=None, repr=False, compare=False)  # fastcheck: True means valid, else ask jsonschema
 
     def errors(self, arguments: Any) -> list[str] | None:
         """None when the schema is invalid, [] when the arguments are valid, else one message per error.
@@ -143,6 +148,13 @@ class CompiledSchema:
         """
         if self._validator is None:
             return None
+        fast = self._fast
+        if fast is not None:
+            try:
+                if fast(arguments):
+                    return []
+            except Exception:  # noqa: BLE001 -- anything odd: let jsonschema decide
+                pass
         try:
             key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):  # big ints, non-str keys...
@@ -180,6 +192,8 @@ def compile_schema(tool_name: str, schema: Any, source: str) -> CompiledSchema:
         )
         cls.check_schema(normalised)
         compiled._validator = cls(normalised)
+        if cls in _FAST_DIALECTS:  # draft 4 and older type 1.0 as not an integer: no fast path there
+            compiled._fast = compile_fast(normalised)
     except SchemaError as exc:
         where = _error_path(exc.absolute_path)
         compiled.invalid_reason = f"{where}: {exc.message}" if where else exc.message

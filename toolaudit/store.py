@@ -6,7 +6,6 @@ import datetime as dt
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,26 +55,33 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
 }
 
 
-@dataclass
 class RowBatch:
-    """Rows for several tables, column by column, written together in one transaction."""
+    """Rows for several tables, kept as tuples and turned into Arrow columns once, at write time.
 
-    columns: dict[str, dict[str, list]] = field(default_factory=lambda: {
-        table: {name: [] for name in cols} for table, cols in TABLE_COLUMNS.items()})
+    Tuples in column order are the cheapest thing to append per call; the transpose happens in bulk.
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple]] = {table: [] for table in TABLE_COLUMNS}
+        self._order = {table: tuple(cols) for table, cols in TABLE_COLUMNS.items()}
 
     def add(self, table: str, **row: Any) -> None:
-        cols = self.columns[table]
-        for name, values in cols.items():
-            values.append(row.get(name))
+        self.rows[table].append(tuple(row.get(name) for name in self._order[table]))
+
+    def add_tuple(self, table: str, row: tuple) -> None:
+        """A row already in TABLE_COLUMNS order (hot paths)."""
+        self.rows[table].append(row)
 
     def __len__(self) -> int:
-        return len(self.columns["calls"]["run_id"]) + len(self.columns["trace_errors"]["run_id"])
+        return len(self.rows["calls"]) + len(self.rows["trace_errors"])
 
     def tables(self) -> Iterable[tuple[str, pa.Table]]:
-        for table, cols in self.columns.items():
-            if cols["run_id"]:
-                schema = pa.schema(list(TABLE_COLUMNS[table].items()))
-                yield table, pa.Table.from_pydict(cols, schema=schema)
+        for table, rows in self.rows.items():
+            if rows:
+                types = TABLE_COLUMNS[table]
+                columns = list(zip(*rows))
+                arrays = [pa.array(col, type=typ) for col, typ in zip(columns, types.values())]
+                yield table, pa.Table.from_arrays(arrays, names=list(types))
 
 
 def resolve_db(path: str | None) -> str:

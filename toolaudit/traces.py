@@ -7,6 +7,7 @@ accounted for, either as a call or as an error row.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from toolaudit.errors import TraceError
 DEFAULT_SESSION_KEY = "request.metadata.session_id"
 DEFAULT_CUSTOMER_KEY = "request.metadata.customer"
 CALL_INDEX_KEY = "request.metadata.call_index"
+_CALL_INDEX_PARTS = tuple(CALL_INDEX_KEY.split("."))
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 EXCERPT_CHARS = 200
 
@@ -80,13 +82,18 @@ class TraceStats:
     errors: int = 0
 
 
-def get_dotted(obj: Any, dotted: str) -> Any:
-    """Follow `a.b.c` through nested dicts; None when any step is missing."""
-    for part in dotted.split("."):
+def get_dotted(obj: Any, dotted: str | tuple[str, ...]) -> Any:
+    """Follow `a.b.c` (or its pre-split parts) through nested dicts; None when any step is missing."""
+    for part in dotted.split(".") if isinstance(dotted, str) else dotted:
         if not isinstance(obj, dict):
             return None
         obj = obj.get(part)
     return obj
+
+
+@functools.lru_cache(maxsize=64)
+def _split(dotted: str) -> tuple[str, ...]:
+    return tuple(dotted.split("."))
 
 
 def _reject_constant(name: str) -> float:
@@ -212,13 +219,13 @@ def _parse_line(raw: bytes, source: str, line_no: int, session_key: str, custome
     if require_response and response is None:
         return error("response", "missing: comparing recorded logs needs the recorded response")
 
-    session_id = _as_key(get_dotted(record, session_key))
+    session_id = _as_key(get_dotted(record, _split(session_key)))
     if session_id is None:
         return error(session_key, "missing or not a string: cannot tell which session this call belongs to "
                                   "(use --session-key to name another field)")
-    customer = _as_key(get_dotted(record, customer_key))
+    customer = _as_key(get_dotted(record, _split(customer_key)))
 
-    explicit = get_dotted(record, CALL_INDEX_KEY)
+    explicit = get_dotted(record, _CALL_INDEX_PARTS)
     if explicit is not None:
         call_index = _as_index(explicit)
         if call_index is None:
