@@ -181,4 +181,29 @@ ALTER TABLE calls ADD COLUMN candidate_token VARCHAR;
 ALTER TABLE calls ADD COLUMN baseline_margin DOUBLE;
 ALTER TABLE calls ADD COLUMN candidate_margin DOUBLE;
 """),
+    (3, "per-batch replay timings", """
+CREATE TABLE replay_batches (
+    run_id BIGINT NOT NULL,
+    batch_no INTEGER NOT NULL,
+    side VARCHAR NOT NULL,
+    path_name VARCHAR,
+    calls INTEGER NOT NULL,
+    wall_s DOUBLE NOT NULL,
+    completion_tokens BIGINT,
+    drafted_tokens BIGINT,
+    accepted_tokens BIGINT,
+    forward_passes BIGINT,
+    errors INTEGER
+);
+
+CREATE VIEW path_performance AS
+SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum(wall_s) AS wall_s,
+       sum(completion_tokens) AS completion_tokens,
+       sum(completion_tokens) / nullif(sum(wall_s), 0) AS tokens_per_s,
+       sum(drafted_tokens) AS drafted_tokens, sum(accepted_tokens) AS accepted_tokens,
+       sum(accepted_tokens) / nullif(sum(drafted_tokens), 0) AS acceptance_rate,
+       sum(completion_tokens) / nullif(sum(forward_passes), 0) AS tokens_per_forward_pass,
+       sum(errors) AS errors
+FROM replay_batches GROUP BY run_id, side;
+"""),
 ]

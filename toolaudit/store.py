@@ -48,6 +48,11 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "run_id": pa.int64(), "side": pa.string(), "source": pa.string(), "line": pa.int32(),
         "field": pa.string(), "message": pa.string(), "excerpt": pa.string(),
     },
+    "replay_batches": {
+        "run_id": pa.int64(), "batch_no": pa.int32(), "side": pa.string(), "path_name": pa.string(),
+        "calls": pa.int32(), "wall_s": pa.float64(), "completion_tokens": pa.int64(), "drafted_tokens": pa.int64(),
+        "accepted_tokens": pa.int64(), "forward_passes": pa.int64(), "errors": pa.int32(),
+    },
     "schema_issues": {
         "run_id": pa.int64(), "tool_name": pa.string(), "schema_source": pa.string(),
         "severity": pa.string(), "message": pa.string(),

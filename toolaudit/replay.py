@@ -1,0 +1,283 @@
+"""Teacher-forced replay: each recorded call, with its recorded context, through two decode paths.
+
+Resumable by construction: every batch of calls is written (calls, both outputs, argument diffs, timings) in
+one transaction, and a resumed run skips the calls already stored. A kill at any point loses at most the batch
+in flight, which the resume redoes; nothing is stored twice. Calls whose engine failed are stored as error
+rows and retried on resume.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from toolaudit.analysis import Analyzer, SideOutput, message_raw_text
+from toolaudit.engines import Engine, EngineRequest, EngineResult, make_engine
+from toolaudit.errors import ConfigError, StoreError
+from toolaudit.fingerprint import fingerprint
+from toolaudit.paths import PathConfig, load_paths
+from toolaudit.schemas import SchemaRegistry
+from toolaudit.store import RowBatch, Store
+from toolaudit.toolcalls import parse_message, parse_text
+from toolaudit.traces import (DEFAULT_CUSTOMER_KEY, DEFAULT_SESSION_KEY, TraceCall, TraceLineError, TraceStats,
+                              read_trace)
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class ReplayOptions:
+    traces: list[str]
+    baseline: str = "target"
+    candidate: str = "spec-ngram"
+    paths_file: str | None = None
+    limit: int | None = None
+    run_name: str | None = None
+    session_key: str = DEFAULT_SESSION_KEY
+    customer_key: str = DEFAULT_CUSTOMER_KEY
+    schema_dir: str | None = "schemas"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class ReplayCounts:
+    traces: dict[str, dict] = field(default_factory=dict)
+    calls: int = 0  # usable calls selected (after --limit)
+    replayed: int = 0  # done in this invocation
+    skipped: int = 0  # already stored by an earlier invocation (resume)
+    errors: int = 0  # calls whose engine failed on either path
+
+
+def load_calls(options: ReplayOptions) -> tuple[list[TraceCall], list[TraceLineError], dict[str, dict]]:
+    """All usable calls of the trace files (first `limit`), the bad lines, and per-file accounting."""
+    calls: list[TraceCall] = []
+    errors: list[TraceLineError] = []
+    stats: dict[str, dict] = {}
+    for path in options.traces:
+        st = TraceStats()
+        for item in read_trace(path, options.session_key, options.customer_key, require_response=False, stats=st):
+            (errors if isinstance(item, TraceLineError) else calls).append(item)
+        stats[str(path)] = st.__dict__
+    if options.limit is not None:
+        calls = calls[: options.limit]
+    return calls, errors, stats
+
+
+def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, PathConfig]:
+    paths = load_paths(options.paths_file)
+    for name in (options.baseline, options.candidate):
+        if name not in paths:
+            where = options.paths_file or "the built-in paths"
+            raise ConfigError(f"unknown decode path {name!r} (known in {where}: {', '.join(sorted(paths))})")
+    return paths[options.baseline], paths[options.candidate]
+
+
+def side_output(result: EngineResult, path: PathConfig, wall_share: float) -> SideOutput:
+    """An engine result as the analysis sees it, with its decode evidence for the outputs table."""
+    if result.message is not None:
+        parsed, raw = parse_message(result.message), message_raw_text(result.message)
+    else:
+        parsed, raw = parse_text(result.text), result.text
+    evidence = {
+        "token_ids": result.token_ids or None, "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens, "latency_s": result.latency_s, "ttft_s": result.ttft_s,
+        "tokens_per_s": result.completion_tokens / wall_share if wall_share > 0 else None,
+        "drafted_tokens": result.drafted_tokens, "accepted_tokens": result.accepted_tokens,
+        "forward_passes": result.forward_passes, "error": result.error,
+    }
+    return SideOutput(parsed, raw, path.name, system_fingerprint=result.system_fingerprint, extra=evidence)
+
+
+def first_divergence(base: EngineResult, cand: EngineResult,
+                     decode: Callable[[list[int]], str] | None) -> tuple | None:
+    """(position, baseline token, candidate token, baseline margin, candidate margin) of the first differing
+    generated token, or None when the token streams agree or either side has no token evidence."""
+    a, b = base.token_ids, cand.token_ids
+    if not a or not b or a == b:
+        return None
+    n = min(len(a), len(b))
+    pos = next((i for i in range(n) if a[i] != b[i]), n)
+
+    def token(ids: list[int]) -> str | None:
+        if pos >= len(ids):
+            return None
+        return decode([ids[pos]]) if decode else str(ids[pos])
+
+    def margin(result: EngineResult) -> float | None:
+        return float(result.margins[pos]) if pos < len(result.margins) else None
+
+    return (pos, token(a), token(b), margin(base), margin(cand))
+
+
+class Replayer:
+    """Drives one replay run into the store; `run()` is safe to call again on the same run id."""
+
+    def __init__(self, store: Store, options: ReplayOptions,
+                 engine_factory: Callable[[PathConfig], Engine] = make_engine):
+        self.store, self.options = store, options
+        self.baseline_path, self.candidate_path = resolve_paths(options)
+        self.engine_factory = engine_factory
+        self._engines: dict[str, Engine] = {}
+
+    def engine(self, path: PathConfig) -> Engine:
+        if path.name not in self._engines:
+            self._engines[path.name] = self.engine_factory(path)
+        return self._engines[path.name]
+
+    def create_run(self) -> int:
+        components = {side: self.engine(p).fingerprint_components()
+                      for side, p in (("baseline", self.baseline_path), ("candidate", self.candidate_path))}
+        options = self.options.as_dict() | {
+            "baseline_config": self.baseline_path.config_dict(),
+            "candidate_config": self.candidate_path.config_dict(),
+            "baseline_fingerprint_components": components["baseline"],
+            "candidate_fingerprint_components": components["candidate"],
+            "noise_floor": self.baseline_path.config_dict() == self.candidate_path.config_dict(),
+        }
+        return self.store.create_run(
+            "replay", self.options.run_name, self.baseline_path.name, self.candidate_path.name,
+            _describe(self.baseline_path), _describe(self.candidate_path), options,
+            fingerprint(components["baseline"]), fingerprint(components["candidate"]))
+
+    def run(self, run_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None
+            ) -> ReplayCounts:
+        calls, bad_lines, stats = load_calls(self.options)
+        counts = ReplayCounts(traces=stats, calls=len(calls))
+        self._write_trace_errors(run_id, bad_lines)
+        done = self._done_keys(run_id)
+        todo = [c for c in calls if c.key not in done]
+        counts.skipped = len(calls) - len(todo)
+        if on_total:
+            on_total(len(todo))
+        analyzer = Analyzer(run_id, SchemaRegistry(self.options.schema_dir))
+        size = max(self.baseline_path.batch_size, self.candidate_path.batch_size)
+        batch_no = self._next_batch_no(run_id)
+        self.store.set_status(run_id, "running")
+        try:
+            for start in range(0, len(todo), size):
+                chunk = todo[start:start + size]
+                counts.errors += self._replay_chunk(run_id, batch_no, chunk, analyzer)
+                counts.replayed += len(chunk)
+                batch_no += 1
+                if progress:
+                    progress(len(chunk))
+        except BaseException:
+            self.store.set_status(run_id, "interrupted")
+            raise
+        self.store.finish_run(run_id, {"replay": counts.__dict__, "baseline": _sum_stats(stats),
+                                       "candidate": _sum_stats(stats)})
+        return counts
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _replay_chunk(self, run_id: int, batch_no: int, chunk: list[TraceCall], analyzer: Analyzer) -> int:
+        requests = [EngineRequest(f"{c.session_id}\x1f{c.call_index}", c.request.get("messages") or [],
+                                  c.tools) for c in chunk]
+        batch = RowBatch()
+        results: dict[str, list[EngineResult]] = {}
+        walls: dict[str, float] = {}
+        for side, path in (("baseline", self.baseline_path), ("candidate", self.candidate_path)):
+            t0 = time.perf_counter()
+            out = self.engine(path).generate(requests)
+            wall = walls[side] = time.perf_counter() - t0
+            if len(out) != len(requests):
+                raise StoreError(f"engine for path {path.name!r} returned {len(out)} results for "
+                                 f"{len(requests)} requests")
+            results[side] = out
+            batch.add("replay_batches", run_id=run_id, batch_no=batch_no, side=side, path_name=path.name,
+                      calls=len(out), wall_s=wall, completion_tokens=sum(r.completion_tokens for r in out),
+                      drafted_tokens=sum(r.drafted_tokens for r in out),
+                      accepted_tokens=sum(r.accepted_tokens for r in out),
+                      forward_passes=sum(r.forward_passes for r in out),
+                      errors=sum(1 for r in out if r.error))
+        errors = 0
+        decode = getattr(self.engine(self.baseline_path), "tokenizer_decode", None)
+        for i, call in enumerate(chunk):
+            b_res, c_res = results["baseline"][i], results["candidate"][i]
+            # a call's share of its batch's wall time: batched decoding has no per-request wall time
+            b_out = side_output(b_res, self.baseline_path, walls["baseline"] / len(chunk))
+            c_out = side_output(c_res, self.candidate_path, walls["candidate"] / len(chunk))
+            if b_res.error or c_res.error:
+                errors += 1
+                message = "; ".join(f"{side}: {r.error}" for side, r in (("baseline", b_res), ("candidate", c_res))
+                                    if r.error)
+                batch.add("calls", run_id=run_id, session_id=call.session_id, call_index=call.call_index,
+                          customer=call.customer, match_status="error", detail=message)
+                analyzer.add_output(batch, call.session_id, call.call_index, "baseline", b_out, None)
+                analyzer.add_output(batch, call.session_id, call.call_index, "candidate", c_out, None)
+                continue
+            divergence = first_divergence(b_res, c_res, decode)
+            analyzer.pair(batch, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
+                          divergence)
+        analyzer.flush_issues(batch)
+        self.store.write_batch(batch)
+        return errors
+
+    def _write_trace_errors(self, run_id: int, bad_lines: list[TraceLineError]) -> None:
+        """Idempotent: a resumed run rewrites the same error rows instead of adding copies."""
+        self.store.con.execute("DELETE FROM trace_errors WHERE run_id = ?", [run_id])
+        batch = RowBatch()
+        for err in bad_lines:
+            batch.add("trace_errors", run_id=run_id, side="input", source=err.source, line=err.line,
+                      field=err.field, message=err.message, excerpt=err.excerpt)
+        self.store.write_batch(batch)
+
+    def _done_keys(self, run_id: int) -> set[tuple[str, int]]:
+        """Calls already stored; failed calls are removed so that they are retried."""
+        con = self.store.con
+        con.execute("BEGIN TRANSACTION")
+        con.execute("DELETE FROM outputs WHERE run_id = ? AND (session_id, call_index) IN "
+                    "(SELECT session_id, call_index FROM calls WHERE run_id = ? AND match_status = 'error')",
+                    [run_id, run_id])
+        con.execute("DELETE FROM calls WHERE run_id = ? AND match_status = 'error'", [run_id])
+        con.execute("COMMIT")
+        rows = con.execute("SELECT session_id, call_index FROM calls WHERE run_id = ?", [run_id]).fetchall()
+        return {(s, i) for s, i in rows}
+
+    def _next_batch_no(self, run_id: int) -> int:
+        return self.store.con.execute("SELECT coalesce(max(batch_no) + 1, 0) FROM replay_batches WHERE run_id = ?",
+                                      [run_id]).fetchone()[0]
+
+
+def options_for_resume(store: Store, run_id: int) -> ReplayOptions:
+    """The options a replay run was started with, from its run row."""
+    run = store.run_row(run_id)
+    if run["kind"] != "replay":
+        raise StoreError(f"run {run_id} is a {run['kind']} run; only replay runs can be resumed")
+    saved = orjson.loads(run["options"])
+    fields = ReplayOptions.__dataclass_fields__
+    return ReplayOptions(**{k: v for k, v in saved.items() if k in fields})
+
+
+def _describe(path: PathConfig) -> str:
+    spec = path.speculative
+    what = f"{path.engine}:{path.model} {path.dtype} batch {path.batch_size}"
+    return what + (f" spec {spec.method} k={spec.num_speculative_tokens}" if spec else " target-only")
+
+
+def _sum_stats(stats: dict[str, dict]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for st in stats.values():
+        for k, v in st.items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def replay_traces(store: Store, options: ReplayOptions, progress: Progress | None = None,
+                  resume: int | None = None, engine_factory: Callable[[PathConfig], Engine] = make_engine,
+                  on_total: Callable[[int], None] | None = None) -> tuple[int, ReplayCounts]:
+    """Start (or resume) a replay run; returns (run_id, counts)."""
+    if resume is not None:
+        options = options_for_resume(store, resume)
+    for path in options.traces:
+        if not Path(path).exists():
+            raise ConfigError(f"{path}: trace file not found")
+    replayer = Replayer(store, options, engine_factory)
+    run_id = resume if resume is not None else replayer.create_run()
+    return run_id, replayer.run(run_id, progress, on_total)
