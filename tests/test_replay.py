@@ -1,0 +1,186 @@
+"""Replay through the real torch engine on a tiny random-weight Llama with SmolLM2's real tokenizer.
+
+The tiny model keeps these tests in seconds; the real SmolLM2 runs in test_engine_real.py. Interrupting a
+replay (Ctrl-C in process, SIGKILL from outside) and resuming must give the same calls as an uninterrupted run,
+none lost and none twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import REPO
+
+from toolaudit.cli import cli
+from toolaudit.engines import make_engine
+from toolaudit.replay import ReplayOptions, replay_traces
+from toolaudit.store import Store
+
+DEMO = REPO / "traces" / "demo.jsonl"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A 2-layer random Llama over SmolLM2's vocabulary, saved as a Hugging Face model directory."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from toolaudit.engines.models import converted_dir, resolve
+
+    tokenizer = AutoTokenizer.from_pretrained(converted_dir(resolve("smollm2-135m")))
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    model = LlamaForCausalLM(config)
+    out = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture
+def paths_file(tmp_path, tiny_model_dir) -> Path:
+    text = f"""
+[paths.tiny]
+engine = "torch"
+model = "{tiny_model_dir}"
+dtype = "float32"
+batch_size = 4
+max_tokens = 12
+
+[paths.tiny-spec]
+engine = "torch"
+model = "{tiny_model_dir}"
+dtype = "float32"
+batch_size = 4
+max_tokens = 12
+speculative = {{ method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 1, prompt_lookup_max = 3 }}
+"""
+    path = tmp_path / "paths.toml"
+    path.write_text(text)
+    return path
+
+
+def options(paths_file: Path, limit: int = 24, **kw) -> ReplayOptions:
+    return ReplayOptions(traces=[str(DEMO)], baseline="tiny", candidate="tiny-spec", paths_file=str(paths_file),
+                         limit=limit, schema_dir=str(REPO / "schemas"), **kw)
+
+
+def stored_calls(store: Store, run_id: int) -> list[tuple]:
+    return store.query("""SELECT session_id, call_index, match_status, drift_kind, first_divergence
+                          FROM calls WHERE run_id = ? ORDER BY session_id, call_index""", [run_id])[1]
+
+
+def test_replay_stores_both_paths_with_evidence(tmp_path, paths_file):
+    with Store(tmp_path / "r.duckdb") as store:
+        run_id, counts = replay_traces(store, options(paths_file, limit=8))
+        assert counts.calls == 8 and counts.replayed == 8 and counts.errors == 0
+        outs = store.rows("SELECT * FROM outputs WHERE run_id = ? ORDER BY session_id, call_index, side", [run_id])
+        assert len(outs) == 16
+        for out in outs:
+            assert out["token_ids"] and out["completion_tokens"] == len(out["token_ids"])
+            assert out["prompt_tokens"] > 50 and out["tokens_per_s"] > 0
+        spec = [o for o in outs if o["side"] == "candidate"]
+        # random weights rarely repeat prompt n-grams, so proposals may be few; the counters are still recorded
+        assert all(o["drafted_tokens"] is not None and o["forward_passes"] > 0 for o in spec)
+        perf = {r["side"]: r for r in store.rows("SELECT * FROM path_performance WHERE run_id = ?", [run_id])}
+        assert perf["baseline"]["calls"] == 8 and perf["baseline"]["drafted_tokens"] == 0
+        run = store.run_row(run_id)
+        assert run["kind"] == "replay" and run["status"] == "complete"
+        assert run["baseline_fingerprint"].startswith("fp-")
+        assert run["baseline_fingerprint"] != run["candidate_fingerprint"]  # spec config differs
+        # every drifted call with tokens on both sides has its divergence evidence
+        for row in store.rows("SELECT * FROM calls WHERE run_id = ? AND drifted", [run_id]):
+            assert row["first_divergence"] is not None and row["baseline_margin"] is not None
+
+
+class _Interrupting:
+    """Engine factory whose candidate engine raises KeyboardInterrupt on its Nth generate call."""
+
+    def __init__(self, after: int):
+        self.after, self.calls = after, 0
+
+    def __call__(self, path):
+        engine = make_engine(path)
+        if "spec" not in path.name:
+            return engine
+        outer = self
+
+        class Wrapped:
+            def generate(self, requests):
+                outer.calls += 1
+                if outer.calls == outer.after:
+                    raise KeyboardInterrupt
+                return engine.generate(requests)
+
+            def fingerprint_components(self):
+                return engine.fingerprint_components()
+
+            def tokenizer_decode(self, ids):
+                return engine.tokenizer_decode(ids)
+
+        return Wrapped()
+
+
+def test_interrupted_replay_resumes_to_the_same_calls(tmp_path, paths_file):
+    with Store(tmp_path / "full.duckdb") as store:
+        full_id, _ = replay_traces(store, options(paths_file))
+        full = stored_calls(store, full_id)
+    with Store(tmp_path / "cut.duckdb") as store:
+        with pytest.raises(KeyboardInterrupt):
+            replay_traces(store, options(paths_file), engine_factory=_Interrupting(after=3))
+        assert store.run_row(1)["status"] == "interrupted"
+        partial = stored_calls(store, 1)
+        assert len(partial) == 8  # two whole batches of 4, the third rolled back
+        run_id, counts = replay_traces(store, options(paths_file), resume=1)
+        assert run_id == 1 and counts.skipped == 8 and counts.replayed == 16
+        assert stored_calls(store, 1) == full
+        assert store.query("SELECT count(*) FROM outputs WHERE run_id = 1")[1][0][0] == 2 * len(full)
+        assert store.run_row(1)["status"] == "complete"
+
+
+def test_killed_replay_process_resumes_without_loss_or_duplicates(tmp_path, paths_file):
+    db = tmp_path / "kill.duckdb"
+    args = [sys.executable, "-m", "toolaudit", "replay", str(DEMO), "--paths", str(paths_file), "--baseline",
+            "tiny", "--candidate", "tiny-spec", "--limit", "40", "--db", str(db), "--schemas", str(REPO / "schemas")]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    started = time.monotonic()
+    reference = subprocess.run([*args[:-4], "--db", str(tmp_path / "ref.duckdb"), "--schemas",
+                                str(REPO / "schemas")], env=env, capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr
+    duration = time.monotonic() - started
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(duration * 0.6)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with Store(db) as store:
+        before = store.query("SELECT count(*) FROM calls")[1][0][0]
+        status = store.run_row(1)["status"]
+    assert status != "complete" or before == 40  # killed mid-run (or, on a slow start, after it finished)
+    result = CliRunner().invoke(cli, ["replay", "--resume", "1", "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["calls"] == 40 and summary["status"] == "complete"
+    with Store(db, read_only=True) as cut, Store(tmp_path / "ref.duckdb", read_only=True) as ref:
+        assert stored_calls(cut, 1) == stored_calls(ref, 1)
+        n, distinct = cut.query("SELECT count(*), count(DISTINCT (session_id, call_index, side)) FROM outputs")[1][0]
+        assert n == distinct == 80
+
+
+def test_replay_cli_errors(tmp_path, paths_file):
+    runner = CliRunner()
+    result = runner.invoke(cli, ["replay", "--db", str(tmp_path / "x.duckdb")])
+    assert result.exit_code == 2 and "give trace files" in result.output
+    result = runner.invoke(cli, ["replay", str(DEMO), "--candidate", "nope", "--db", str(tmp_path / "x.duckdb")])
+    assert result.exit_code == 1 and "unknown decode path 'nope'" in result.output
+    result = runner.invoke(cli, ["replay", str(tmp_path / "missing.jsonl"), "--db", str(tmp_path / "x.duckdb")])
+    assert result.exit_code == 1 and "trace file not found" in result.output

@@ -1,0 +1,190 @@
+"""Small inline SVG charts for reports: no JavaScript, no external assets, every label escaped.
+
+Each function returns one `<svg>` element sized by its viewBox (it scales to the page width) with a
+`<title>` for screen readers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+
+INK = "#1f2937"
+MUTED = "#6b7280"
+GRID = "#e5e7eb"
+BLUE = "#2563eb"
+BAND = "#bfdbfe"
+AMBER = "#d97706"
+SLATE = "#94a3b8"
+FONT = "font-family=\"system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif\""
+
+
+def nice_max(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 times a power of ten that is >= value (axis tops)."""
+    if value <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if step * power >= value * (1 - 1e-9):
+            return step * power
+    return 10 * power  # pragma: no cover
+
+
+def percent_label(value: float) -> str:
+    return f"{100 * value:.3g}%"  # axis ticks are round numbers: 0.25%, 1.25%, 12.5%, 100%
+
+
+def _svg(width: int, height: int, title: str, body: list[str]) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" role="img" '
+            f'class="chart" {FONT} font-size="12">'
+            f"<title>{escape(title)}</title>" + "".join(body) + "</svg>")
+
+
+def _text(x: float, y: float, text: str, anchor: str = "middle", fill: str = MUTED, extra: str = "") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{fill}"{extra}>'
+            f"{escape(text)}</text>")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Plot area inside the SVG, with the margins that hold the axis labels."""
+
+    width: int = 720
+    height: int = 280
+    left: int = 64
+    right: int = 20
+    top: int = 20
+    bottom: int = 48
+
+    @property
+    def plot_w(self) -> float:
+        return self.width - self.left - self.right
+
+    @property
+    def plot_h(self) -> float:
+        return self.height - self.top - self.bottom
+
+    def y_axis(self, top_value: float, label: Callable[[float], str], ticks: int = 4) -> list[str]:
+        parts = []
+        for i in range(ticks + 1):
+            value = top_value * i / ticks
+            y = self.top + self.plot_h * (1 - i / ticks)
+            parts.append(f'<line x1="{self.left}" x2="{self.left + self.plot_w:.1f}" y1="{y:.1f}" '
+                         f'y2="{y:.1f}" stroke="{GRID}"/>')
+            parts.append(_text(self.left - 8, y + 4, label(value), "end"))
+        return parts
+
+    def axis_titles(self, x_title: str, y_title: str) -> list[str]:
+        cy = self.top + self.plot_h / 2
+        return [_text(self.left + self.plot_w / 2, self.height - 8, x_title, fill=INK),
+                _text(14, cy, y_title, fill=INK, extra=f' transform="rotate(-90 14 {cy:.1f})"')]
+
+
+def session_drift_chart(rows: Sequence[tuple[int, float, float, float]], observed: tuple[float, float] | None,
+                        title: str) -> str:
+    """Expected share of sessions with drift vs session length: (calls, p, low, high) rows, a 95% band,
+    and optionally the observed (mean calls per session, observed share) point."""
+    f = Frame(height=300, top=40)
+    peak = max([r[3] for r in rows] + ([observed[1]] if observed else []) + [1e-6])
+    top = nice_max(peak)
+    n_max = max(r[0] for r in rows)
+
+    def x(n: float) -> float:
+        return f.left + f.plot_w * (n - 1) / max(n_max - 1, 1)
+
+    def y(v: float) -> float:
+        return f.top + f.plot_h * (1 - min(v, top) / top)
+
+    body = f.y_axis(top, percent_label)
+    band = [f"{x(n):.1f},{y(hi):.1f}" for n, _, _, hi in rows] + [
+        f"{x(n):.1f},{y(lo):.1f}" for n, _, lo, _ in reversed(rows)]
+    body.append(f'<polygon points="{" ".join(band)}" fill="{BAND}" fill-opacity="0.6" stroke="none"/>')
+    line = " ".join(f"{x(n):.1f},{y(p):.1f}" for n, p, _, _ in rows)
+    body.append(f'<polyline points="{line}" fill="none" stroke="{BLUE}" stroke-width="2.5"/>')
+    for n, p, _, _ in rows:
+        body.append(f'<circle cx="{x(n):.1f}" cy="{y(p):.1f}" r="3" fill="{BLUE}"/>')
+        body.append(_text(x(n), f.top + f.plot_h + 18, str(n)))
+    if observed is not None and 1 <= observed[0] <= n_max:
+        ox, oy = x(observed[0]), y(observed[1])
+        body.append(f'<rect x="{ox - 5:.1f}" y="{oy - 5:.1f}" width="10" height="10" fill="{AMBER}" '
+                    f'transform="rotate(45 {ox:.1f} {oy:.1f})"/>')
+    legend_y = 8
+    body += [f'<rect x="{f.left + 12}" y="{legend_y}" width="14" height="10" fill="{BAND}"/>',
+             (f'<line x1="{f.left + 12}" x2="{f.left + 26}" y1="{legend_y + 5}" y2="{legend_y + 5}" '
+             f'stroke="{BLUE}" stroke-width="2.5"/>'),
+             _text(f.left + 32, legend_y + 9, "expected (95% CI band)", "start", INK)]
+    if observed is not None:
+        body += [(f'<rect x="{f.left + 200}" y="{legend_y}" width="9" height="9" fill="{AMBER}" '
+                 f'transform="rotate(45 {f.left + 204.5} {legend_y + 4.5})"/>'),
+                 _text(f.left + 216, legend_y + 9, "observed (mean session length)", "start", INK)]
+    body += f.axis_titles("calls per session", "sessions with any drift")
+    return _svg(f.width, f.height, title, body)
+
+
+def histogram(bins: Sequence[tuple[str, int, bool]], title: str, x_title: str,
+              highlight_label: str, other_label: str) -> str:
+    """Bars of (label, count, highlighted); highlighted bars in grey-blue, the others in amber."""
+    f = Frame(height=300, top=40, bottom=56)
+    top = nice_max(max([b[1] for b in bins] + [1]))
+    if top < 4:
+        top = 4.0
+    slot = f.plot_w / max(len(bins), 1)
+
+    def count_label(v: float) -> str:
+        return f"{v:g}"
+
+    body = f.y_axis(top, count_label)
+    for i, (label, count, highlighted) in enumerate(bins):
+        h = f.plot_h * count / top
+        x0 = f.left + i * slot + slot * 0.12
+        fill = SLATE if highlighted else AMBER
+        body.append(f'<rect x="{x0:.1f}" y="{f.top + f.plot_h - h:.1f}" width="{slot * 0.76:.1f}" '
+                    f'height="{h:.1f}" fill="{fill}" rx="2"/>')
+        if count:
+            body.append(_text(x0 + slot * 0.38, f.top + f.plot_h - h - 5, str(count), fill=INK))
+        body.append(_text(f.left + (i + 0.5) * slot, f.top + f.plot_h + 18, label))
+    ly = 8
+    body += [f'<rect x="{f.left + f.plot_w - 300}" y="{ly}" width="12" height="10" fill="{SLATE}"/>',
+             _text(f.left + f.plot_w - 283, ly + 9, highlight_label, "start", INK),
+             f'<rect x="{f.left + f.plot_w - 150}" y="{ly}" width="12" height="10" fill="{AMBER}"/>',
+             _text(f.left + f.plot_w - 133, ly + 9, other_label, "start", INK)]
+    body += f.axis_titles(x_title, "drifted calls")
+    return _svg(f.width, f.height, title, body)
+
+
+def interval_chart(rows: Sequence[tuple[str, float, float, float]], title: str,
+                   budget: float | None = None) -> str:
+    """One row per label: point estimate with its 95% interval as a whisker; optional budget line."""
+    row_h = 28
+    f = Frame(width=720, height=12 + 40 + row_h * max(len(rows), 1), left=180, top=12, bottom=40)
+    top = nice_max(max([r[3] for r in rows] + ([budget] if budget else []) + [1e-6]))
+
+    def x(v: float) -> float:
+        return f.left + f.plot_w * min(v, top) / top
+
+    body = []
+    for i in range(5):
+        gx = f.left + f.plot_w * i / 4
+        body.append(f'<line x1="{gx:.1f}" x2="{gx:.1f}" y1="{f.top}" y2="{f.top + f.plot_h:.1f}" '
+                    f'stroke="{GRID}"/>')
+        body.append(_text(gx, f.top + f.plot_h + 16, percent_label(top * i / 4)))
+    for i, (label, p, low, high) in enumerate(rows):
+        cy = f.top + row_h * (i + 0.5)
+        shown = label if len(label) <= 26 else label[:25] + "…"
+        body.append(_text(f.left - 10, cy + 4, shown, "end", INK))
+        body.append(f'<line x1="{x(low):.1f}" x2="{x(high):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" '
+                    f'stroke="{BLUE}" stroke-width="2"/>')
+        for end in (low, high):
+            body.append(f'<line x1="{x(end):.1f}" x2="{x(end):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}" '
+                        f'stroke="{BLUE}" stroke-width="2"/>')
+        body.append(f'<circle cx="{x(p):.1f}" cy="{cy:.1f}" r="4.5" fill="{BLUE}"/>')
+    if budget is not None:
+        bx = x(budget)
+        body.append(f'<line x1="{bx:.1f}" x2="{bx:.1f}" y1="{f.top - 4}" y2="{f.top + f.plot_h:.1f}" '
+                    f'stroke="{AMBER}" stroke-width="2" stroke-dasharray="5 4"/>')
+        body.append(_text(bx + 4, f.top + 8, f"budget {percent_label(budget)}", "start", AMBER))
+    body.append(_text(f.left + f.plot_w / 2, f.height - 6, "drifted calls (dot) with 95% Wilson interval",
+                      fill=INK))
+    return _svg(f.width, f.height, title, body)
