@@ -180,11 +180,147 @@ def show_summary(s: dict, fmt: str) -> None:
         "",
     ]
     click.echo("\n".join(lines))
+    if s.get("paths"):
+        click.echo(format_table(
+            ["side", "path", "calls", "tokens/s", "acceptance", "tokens/pass", "errors"],
+            [[p["side"], p["path_name"], p["calls"], f"{p['tokens_per_s']:.1f}" if p["tokens_per_s"] else "-",
+              pct(p["acceptance_rate"]) if p["acceptance_rate"] is not None else "-",
+              f"{p['tokens_per_forward_pass']:.2f}" if p["tokens_per_forward_pass"] else "-", p["errors"]]
+             for p in s["paths"]]))
+        if s.get("speedup"):
+            click.echo(f"  speedup (candidate vs baseline tokens/s): {s['speedup']:.2f}x")
+        if s.get("drifted_with_token_evidence"):
+            click.echo(f"  drifted calls with token evidence: {s['drifted_with_token_evidence']}, median "
+                       f"top-2 margin at first divergence {s['median_drift_margin']:.3f} logits")
+        click.echo("")
     cols = ["customer", "calls", "drifted", "drift", "95% CI", "sessions", "observed", "compounded"]
     rows = [[c["customer"], c["calls"], c["drifted_calls"], pct(c["drift_rate"]),
              f"{pct(c['ci_low'])}-{pct(c['ci_high'])}", c["sessions"], pct(c["observed_session_drift"]),
              pct(c["compounded_session_drift"])] for c in s["customers"]]
     click.echo(format_table(cols, rows))
+    worst = s.get("worst_example")
+    if worst:
+        click.echo(f"\nworst example: session {worst['session_id']} call {worst['call_index']} "
+                   f"({worst['customer']}, {worst['tool_name']}): {worst['drift_kind']}: {worst['detail']}")
+        if worst.get("first_divergence") is not None:
+            margin = worst["baseline_margin"]
+            click.echo(f"  first divergent token #{worst['first_divergence']}: {worst['baseline_token']!r} -> "
+                       f"{worst['candidate_token']!r} (baseline top-2 margin "
+                       f"{'n/a' if margin is None else f'{margin:.3f}'})")
+        for d in worst["arg_diffs"][:5]:
+            click.echo(f"  {d['arg_path']}: {d['baseline_value']} -> {d['candidate_value']} ({d['diff_kind']})")
+        if not worst["arg_diffs"]:
+            click.echo(f"  baseline:  {(worst['baseline_text'] or '')[:160]!r}")
+            click.echo(f"  candidate: {(worst['candidate_text'] or '')[:160]!r}")
+
+
+# ---- report and check: per-customer reports and the CI gate (logic in report.py and gate.py) ----
+
+class _Proportion(click.ParamType):
+    """`0.015` or `1.5%` (with points=True also `0.5pp`), as a fraction."""
+
+    name = "P"
+
+    def __init__(self, points: bool = False):
+        self.points = points
+        self.name = "PP" if points else "P"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from toolaudit.gate import parse_proportion
+
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_proportion(value, points=self.points)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _CannotCheck(click.ClickException):
+    """The gate could not be evaluated (no database, no such run, nothing measured): exit 2, not 1."""
+
+    exit_code = 2
+
+
+@cli.command()
+@db_option
+@click.option("--run", "run_id", type=int, help="Run id (default: the latest run).")
+@click.option("--customer", "customers", multiple=True, help="Customer to report on (repeatable).")
+@click.option("--all-customers", is_flag=True, help="One report per customer of the run.")
+@click.option("--format", "formats", multiple=True, metavar="html|md|json",
+              help="Output formats, repeatable or comma-separated (default: all three).")
+@click.option("-o", "--output", "out_dir", default="reports", show_default=True,
+              type=click.Path(file_okay=False), help="Folder; files go to <folder>/run-<id>/<customer>.<ext>")
+@click.option("--near-tie-margin", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Baseline logit margin below which a divergence counts as a near-tie (numerics).")
+@click.option("--max-call-drift", type=_Proportion(),
+              help="Call drift budget for routing advice (0.015 or 1.5%).")
+@click.option("--max-session-drift", type=_Proportion(), help="Session drift budget for routing advice.")
+@click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for the session budget "
+              "(default: the customer's mean).")
+@friendly_errors
+def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customers: bool,
+           formats: tuple[str, ...], out_dir: str, near_tie_margin: float, max_call_drift: float | None,
+           max_session_drift: float | None, session_calls: float | None) -> None:
+    """Write per-customer drift reports (HTML, Markdown, JSON) for a run."""
+    from toolaudit.report import ReportOptions, parse_formats, write_reports
+    from toolaudit.store import Store
+
+    if bool(customers) == all_customers:
+        raise click.UsageError("pass --customer C (repeatable) or --all-customers")
+    if session_calls is not None and max_session_drift is None:
+        raise click.UsageError("--session-calls needs --max-session-drift")
+    wanted = parse_formats(formats)
+    options = ReportOptions(near_tie_margin=near_tie_margin, max_call_drift=max_call_drift,
+                            max_session_drift=max_session_drift, session_calls=session_calls)
+    with Store(db, read_only=True) as store:
+        written = write_reports(store, run_id, None if all_customers else customers, wanted, out_dir, options)
+    for path in written:
+        click.echo(str(path))
+
+
+@cli.command()
+@db_option
+@click.option("--run", "run_id", type=int, help="Run id (default: the latest run).")
+@click.option("--max-call-drift", type=_Proportion(),
+              help="Largest allowed share of drifted calls (0.015 or 1.5%).")
+@click.option("--max-session-drift", type=_Proportion(),
+              help="Largest allowed share of sessions with any drifted call.")
+@click.option("--against", type=int, metavar="RUN", help="Earlier run to compare call drift with.")
+@click.option("--max-increase", type=_Proportion(points=True),
+              help="Largest allowed rise in call drift vs --against (0.005, 0.5pp or 0.5%).")
+@click.option("--expect-fingerprint", metavar="FP",
+              help="Fail unless the candidate path has this fingerprint (or an 8+ character prefix).")
+@click.option("--use-upper-bound", is_flag=True,
+              help="Compare the 95% Wilson upper bound (sessions: 1-(1-upper)^mean calls) instead of the "
+                   "point estimates.")
+def check(db: str, run_id: int | None, max_call_drift: float | None, max_session_drift: float | None,
+          against: int | None, max_increase: float | None, expect_fingerprint: str | None,
+          use_upper_bound: bool) -> None:
+    """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors."""
+    from toolaudit.errors import ToolauditError
+    from toolaudit.gate import Bounds, GateUsageError, evaluate
+    from toolaudit.store import Store
+
+    bounds = Bounds(max_call_drift, max_session_drift, against, max_increase, expect_fingerprint,
+                    use_upper_bound)
+    try:
+        bounds.validate()
+        with Store(db, read_only=True) as store:
+            result = evaluate(store, run_id, bounds)
+    except GateUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    except ToolauditError as exc:
+        raise _CannotCheck(str(exc)) from None
+    if result.ok:
+        click.echo(result.ok_line())
+        return
+    for violation in result.violations:
+        click.echo(violation.message)
+    sys.exit(1)
+
+
+import toolaudit.cli_engine  # noqa: E402,F401  (registers replay, demo, fingerprint)
 
 
 def main() -> None:  # pragma: no cover
