@@ -168,7 +168,7 @@ def test_killed_replay_process_resumes_without_loss_or_duplicates(tmp_path, path
     assert status != "complete" or before == 40  # killed mid-run (or, on a slow start, after it finished)
     result = CliRunner().invoke(cli, ["replay", "--resume", "1", "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert summary["calls"] == 40 and summary["status"] == "complete"
     with Store(db, read_only=True) as cut, Store(tmp_path / "ref.duckdb", read_only=True) as ref:
         assert stored_calls(cut, 1) == stored_calls(ref, 1)
