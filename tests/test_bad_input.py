@@ -224,10 +224,10 @@ def test_failure_mid_run_leaves_database_consistent(tmp_path, db_path, monkeypat
     b = write_jsonl(tmp_path / "b.jsonl", recs)
     store = Store(db_path)
     first_run, _ = compare_logs(store, b, b, CompareOptions(schema_dir=None))
-    import toolaudit.analysis as analysis
+    import toolaudit.compare as compare
 
     calls = {"n": 0}
-    original = analysis.Analyzer.pair
+    original = compare._Comparison._candidate
 
     def exploding(self, *args, **kwargs):
         calls["n"] += 1
@@ -235,7 +235,7 @@ def test_failure_mid_run_leaves_database_consistent(tmp_path, db_path, monkeypat
             raise KeyboardInterrupt
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(analysis.Analyzer, "pair", exploding)
+    monkeypatch.setattr(compare._Comparison, "_candidate", exploding)
     with pytest.raises(KeyboardInterrupt):
         compare_logs(store, b, b, CompareOptions(schema_dir=None, batch_rows=10))
     statuses = dict(store.query("SELECT run_id, status FROM runs")[1])

@@ -151,3 +151,27 @@ def test_example_logs_report_exactly_the_injected_drifts(tmp_path, db_path):
     text_only = {(r["session_id"], r["call_index"]) for r in store.rows(
         "SELECT session_id, call_index FROM calls WHERE run_id = ? AND drift_kind = 'text_only'", [run_id])}
     assert text_only == {(t["session_id"], int(t["call_index"])) for t in expected["text_only"]}
+
+
+def test_worker_processes_give_exactly_the_sequential_result(tmp_path):
+    base_lines = (REPO / "traces/example_baseline.jsonl").read_bytes().splitlines()
+    cand_lines = (REPO / "traces/example_candidate.jsonl").read_bytes().splitlines()
+    broken_at = len(cand_lines) // 2
+    cand_lines.insert(broken_at, b"{broken")  # an error row deep inside a later chunk
+    cand_lines.append(cand_lines[10])  # a duplicate call index, found across chunks
+    b = tmp_path / "b.jsonl"
+    c = tmp_path / "c.jsonl"
+    b.write_bytes(b"\n".join(base_lines * 2) + b"\n")  # repeated lines are duplicates too
+    c.write_bytes(b"\n".join(cand_lines) + b"\n")
+    tables = {}
+    for workers in (1, 3):
+        with Store(tmp_path / f"w{workers}.duckdb") as store:
+            run_id, counts = compare_logs(store, b, c, CompareOptions(schema_dir=None, workers=workers))
+            tables[workers] = {
+                name: store.query(f"SELECT * EXCLUDE (run_id) FROM {name} ORDER BY ALL")[1]
+                for name in ("calls", "outputs", "arg_diffs", "trace_errors", "schema_issues")}
+            tables[workers]["counts"] = counts.as_dict()
+    assert tables[1] == tables[3]
+    errors = tables[3]["trace_errors"]
+    assert any(e[2] == broken_at + 1 and "not valid JSON" in e[4] for e in errors)
+    assert sum("duplicate call index" in e[4] for e in errors) == len(base_lines) + 1

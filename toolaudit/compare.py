@@ -1,24 +1,31 @@
 """Compare two recorded logs of the same requests (e.g. the nightly canary: target-only vs speculative).
 
-The baseline log is read into a compact index (parsed outputs, not requests), then the candidate log is
-streamed against it, so memory grows with the number of calls, not with the size of the prompts.
-Calls are matched by (session, call index); a call in one log only is counted as unmatched, never as drift.
+Both logs are scanned in chunks (by worker processes for big logs) into compact digests; the baseline's
+digests form an index that the candidate's stream is joined against, so memory grows with the number of calls,
+not with the size of the prompts. Pairs whose canonical tool calls agree (~99%) are stored straight from their
+digests; the rest are re-read and diffed argument by argument. Calls are matched by (session, call index); a
+call in one log only is counted as unmatched, never as drift.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-import orjson
-
-from toolaudit.analysis import Analyzer, SideOutput, message_raw_text
+from toolaudit.analysis import _NO_DIVERGENCE, _NO_EVIDENCE, Analyzer, SideOutput, message_raw_text
+from toolaudit.errors import TraceError
+from toolaudit.records import DRIFTED_KINDS
+from toolaudit.scan import ChunkResult, Digest, scan_task, split_file
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.store import RowBatch, Store
 from toolaudit.toolcalls import parse_message
-from toolaudit.traces import (DEFAULT_CUSTOMER_KEY, DEFAULT_SESSION_KEY, TraceCall, TraceLineError, TraceStats,
-                              read_trace)
+from toolaudit.traces import (CALL_INDEX_KEY, DEFAULT_CUSTOMER_KEY, DEFAULT_SESSION_KEY, CallIndexer, RawCall,
+                              TraceCall, TraceLineError, TraceStats, line_error, open_trace, parse_line)
 
 Progress = Callable[[int], None]  # called with the number of bytes just consumed
 
@@ -32,6 +39,7 @@ class CompareOptions:
     baseline_name: str = "baseline"
     candidate_name: str = "candidate"
     batch_rows: int = 20_000
+    workers: int | None = None  # None: one per core for big logs, in-process for small ones
 
 
 @dataclass
@@ -50,15 +58,6 @@ class RunCounts:
         return asdict(self)
 
 
-@dataclass
-class _Indexed:
-    """What the baseline index keeps per call: enough to diff, not the prompt."""
-
-    customer: str | None
-    tools_key: int
-    output: SideOutput
-
-
 def side_output(call: TraceCall, path_name: str) -> SideOutput:
     message = call.response_message
     return SideOutput(parsed=parse_message(message), raw=message_raw_text(message), path_name=path_name,
@@ -66,28 +65,26 @@ def side_output(call: TraceCall, path_name: str) -> SideOutput:
                       system_fingerprint=(call.response or {}).get("system_fingerprint"))
 
 
-class _ErrorSink:
-    """Streams bad lines into trace_errors rows."""
-
-    def __init__(self, run_id: int, side: str):
-        self.run_id, self.side = run_id, side
-
-    def add(self, batch: RowBatch, err: TraceLineError) -> None:
-        batch.add("trace_errors", run_id=self.run_id, side=self.side, source=err.source, line=err.line,
-                  field=err.field, message=err.message, excerpt=err.excerpt)
+def default_workers(paths: list[Path]) -> int:
+    """Worker processes: one per core for big logs; in-process for small ones (no fork cost)."""
+    total = sum(p.stat().st_size for p in paths if p.exists())
+    return 1 if total < 64 * (1 << 20) else max(1, min(os.cpu_count() or 1, 8))
 
 
 def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | Path,
                  options: CompareOptions | None = None, progress: Progress | None = None) -> tuple[int, RunCounts]:
     """Run a full comparison into `store`; returns (run_id, counts). Bad lines become error rows."""
     options = options or CompareOptions()
+    paths = [Path(baseline_path), Path(candidate_path)]
+    for path in paths:  # fail before a run row exists for a file that cannot be read at all
+        open_trace(path).close()
     run_id = store.create_run("compare", options.run_name, options.baseline_name, options.candidate_name,
                               str(baseline_path), str(candidate_path),
                               {"session_key": options.session_key, "customer_key": options.customer_key,
                                "schema_dir": options.schema_dir})
     counts = RunCounts()
     try:
-        _compare(store, run_id, Path(baseline_path), Path(candidate_path), options, counts, progress)
+        _Comparison(store, run_id, paths, options, counts, progress).run()
     except BaseException:
         store.set_status(run_id, "interrupted")
         raise
@@ -95,64 +92,153 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
     return run_id, counts
 
 
-def _compare(store: Store, run_id: int, baseline_path: Path, candidate_path: Path, options: CompareOptions,
-             counts: RunCounts, progress: Progress | None) -> None:
-    registry = SchemaRegistry(options.schema_dir)
-    analyzer = Analyzer(run_id, registry)
-    batch = RowBatch()
-    tools_lists: dict[bytes, list] = {}  # interned tools lists: requests repeat the same few
-    tools_by_id: list[list] = []
+class _Comparison:
+    """Streams chunk digests (baseline first, then candidate) into a join and writes rows in batches."""
 
-    def flush(force: bool = False) -> None:
-        nonlocal batch
-        if force or len(batch) >= options.batch_rows:
-            analyzer.flush_issues(batch)
-            store.write_batch(batch)
-            batch = RowBatch()
+    def __init__(self, store: Store, run_id: int, paths: list[Path], options: CompareOptions, counts: RunCounts,
+                 progress: Progress | None):
+        self.store, self.run_id, self.paths, self.options = store, run_id, paths, options
+        self.counts, self.progress = counts, progress
+        self.analyzer = Analyzer(run_id, SchemaRegistry(options.schema_dir))
+        self.batch = RowBatch()
+        self.issues_seen: set[tuple] = set()
+        self.index: dict[tuple[str, int], Digest] = {}
+        self.handles: dict[int, Any] = {}
 
-    def intern_tools(call: TraceCall) -> int:
-        tools = call.tools
-        key = orjson.dumps(tools) if tools else b""
-        idx = tools_lists.get(key)
-        if idx is None:
-            idx = tools_lists[key] = len(tools_by_id)
-            tools_by_id.append(tools)
-        return idx
+    def run(self) -> None:
+        workers = self.options.workers or default_workers(self.paths)
+        tasks, sides = [], []
+        for side, path in enumerate(self.paths):
+            for start, end in split_file(str(path), workers * 4 if workers > 1 else 1):
+                tasks.append((str(path), start, end, self.options.session_key, self.options.customer_key,
+                              self.options.schema_dir))
+                sides.append(side)
+        line_base = [0, 0]
+        indexers = [CallIndexer(), CallIndexer()]
+        try:
+            with _results(tasks, workers) as results:
+                for side, chunk in zip(sides, results):
+                    self._absorb(side, chunk, line_base[side], indexers[side])
+                    line_base[side] += chunk.lines
+            for side, path in enumerate(self.paths):
+                stats = self.counts.baseline if side == 0 else self.counts.candidate
+                if stats.lines == stats.blank:
+                    raise TraceError(str(path), None, None, "file is empty: expected one JSON object per line")
+            for (session_id, call_index), base in self.index.items():
+                self.counts.baseline_only += 1
+                self._unmatched(session_id, call_index, base, "baseline")
+                self._flush()
+            self._flush(force=True)
+        finally:
+            for handle in self.handles.values():
+                handle.close()
 
-    index: dict[tuple[str, int], _Indexed] = {}
-    errors = _ErrorSink(run_id, "baseline")
-    for item in read_trace(baseline_path, options.session_key, options.customer_key, stats=counts.baseline):
-        if isinstance(item, TraceLineError):
-            errors.add(batch, item)
-            flush()
-            continue
-        index[item.key] = _Indexed(item.customer, intern_tools(item), side_output(item, options.baseline_name))
-        if progress:
-            progress(1)
+    # -- per chunk --------------------------------------------------------------------------------------------
+    def _absorb(self, side: int, chunk: ChunkResult, base: int, indexer: CallIndexer) -> None:
+        stats = self.counts.baseline if side == 0 else self.counts.candidate
+        stats.lines += chunk.stats.lines
+        stats.blank += chunk.stats.blank
+        for issue in chunk.schema_issues:
+            self._issue(issue)
+        for err in chunk.errors:
+            stats.errors += 1
+            self._error(side, replace(err, line=err.line + base))
+        for d in chunk.digests:
+            line = d.line + base
+            index = indexer.assign(d.session_id, d.explicit_index, line)
+            if isinstance(index, str):
+                stats.errors += 1
+                raw = self._reread(side, d.offset)
+                self._error(side, line_error(raw, str(self.paths[side]), line, CALL_INDEX_KEY, index))
+                continue
+            stats.calls += 1
+            d = d._replace(line=line)
+            if side == 0:
+                self.index[(d.session_id, index)] = d
+            else:
+                self._candidate(d, index)
+            if self.progress:
+                self.progress(1)
+            self._flush()
 
-    errors = _ErrorSink(run_id, "candidate")
-    for item in read_trace(candidate_path, options.session_key, options.customer_key, stats=counts.candidate):
-        if progress:
-            progress(1)
-        if isinstance(item, TraceLineError):
-            errors.add(batch, item)
-            flush()
-            continue
-        base = index.pop(item.key, None)
-        candidate = side_output(item, options.candidate_name)
+    def _candidate(self, cand: Digest, call_index: int) -> None:
+        base = self.index.pop((cand.session_id, call_index), None)
         if base is None:
-            counts.candidate_only += 1
-            analyzer.unmatched(batch, item.session_id, item.call_index, item.customer, "candidate", candidate)
-        else:
-            verdict = analyzer.pair(batch, item.session_id, item.call_index, base.customer or item.customer,
-                                    tools_by_id[base.tools_key] or item.tools, base.output, candidate)
-            counts.matched += 1
-            counts.drifted += verdict.drifted
-            counts.kinds[verdict.kind] = counts.kinds.get(verdict.kind, 0) + 1
-        flush()
+            self.counts.candidate_only += 1
+            self._unmatched(cand.session_id, call_index, cand, "candidate")
+            return
+        customer = base.customer or cand.customer
+        if base.simple and cand.simple and base.status == cand.status and base.signature == cand.signature:
+            kind = "identical" if base.text == cand.text else "text_only"
+            self.batch.add_tuple("calls", (
+                self.run_id, cand.session_id, call_index, customer, base.tool_name or cand.tool_name, "matched",
+                kind, False, base.raw == cand.raw, base.valid, cand.valid, 0, None) + _NO_DIVERGENCE)
+            self._output(cand.session_id, call_index, "baseline", base)
+            self._output(cand.session_id, call_index, "candidate", cand)
+        else:  # the rare pair that differs: re-read both lines and diff in full
+            b_call, c_call = self._call(0, base, call_index), self._call(1, cand, call_index)
+            kind = self.analyzer.pair(self.batch, cand.session_id, call_index, customer, b_call.tools,
+                                      side_output(b_call, self.options.baseline_name),
+                                      side_output(c_call, self.options.candidate_name)).kind
+            for issue in self.analyzer.pending_issues:
+                self._issue(issue)
+            self.analyzer.pending_issues.clear()
+        self.counts.matched += 1
+        self.counts.drifted += kind in DRIFTED_KINDS
+        self.counts.kinds[kind] = self.counts.kinds.get(kind, 0) + 1
 
-    for (session_id, call_index), base in index.items():
-        counts.baseline_only += 1
-        analyzer.unmatched(batch, session_id, call_index, base.customer, "baseline", base.output)
-        flush()
-    flush(force=True)
+    # -- rows -------------------------------------------------------------------------------------------------
+    def _output(self, session_id: str, call_index: int, side: str, d: Digest) -> None:
+        name = self.options.baseline_name if side == "baseline" else self.options.candidate_name
+        path = self.paths[0 if side == "baseline" else 1]
+        self.batch.add_tuple("outputs", (
+            self.run_id, session_id, call_index, side, name, str(path), d.line, d.raw, d.tool_calls, d.status,
+            d.fmt, d.error, d.schema_errors, d.system_fingerprint) + _NO_EVIDENCE)
+
+    def _unmatched(self, session_id: str, call_index: int, d: Digest, side: str) -> None:
+        self.batch.add("calls", run_id=self.run_id, session_id=session_id, call_index=call_index,
+                       customer=d.customer, tool_name=d.tool_name, match_status=f"{side}_only",
+                       detail=f"present in the {side} log only")
+        self._output(session_id, call_index, side, d)
+
+    def _issue(self, issue: dict) -> None:
+        """Schema issues arrive from every chunk: store each once per run."""
+        key = tuple(issue.values())
+        if key not in self.issues_seen:
+            self.issues_seen.add(key)
+            self.batch.add("schema_issues", run_id=self.run_id, **issue)
+
+    def _error(self, side: int, err: TraceLineError) -> None:
+        self.batch.add("trace_errors", run_id=self.run_id, side="baseline" if side == 0 else "candidate",
+                       source=err.source, line=err.line, field=err.field, message=err.message, excerpt=err.excerpt)
+
+    def _flush(self, force: bool = False) -> None:
+        if force or len(self.batch) >= self.options.batch_rows:
+            self.store.write_batch(self.batch)
+            self.batch = RowBatch()
+
+    # -- re-reading -------------------------------------------------------------------------------------------
+    def _reread(self, side: int, offset: int) -> bytes:
+        handle = self.handles.get(side)
+        if handle is None:
+            handle = self.handles[side] = open(self.paths[side], "rb")
+        handle.seek(offset)
+        return handle.readline()
+
+    def _call(self, side: int, d: Digest, call_index: int) -> TraceCall:
+        item = parse_line(self._reread(side, d.offset), str(self.paths[side]), d.line, self.options.session_key,
+                          self.options.customer_key, True)
+        assert isinstance(item, RawCall), "a line that digested cleanly parses again"
+        return TraceCall(str(self.paths[side]), d.line, item.session_id, call_index, item.customer, item.request,
+                         item.response)
+
+
+@contextmanager
+def _results(tasks: list[tuple], workers: int) -> Iterator[Iterator[ChunkResult]]:
+    """Chunk results in task order: from a process pool, or computed in-process for one worker."""
+    if workers <= 1 or len(tasks) <= 2:
+        yield (scan_task(t) for t in tasks)
+        return
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ctx.Pool(workers) as pool:
+        yield pool.imap(scan_task, tasks)

@@ -155,6 +155,51 @@ def _as_index(value: Any) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class RawCall:
+    """A structurally valid line before its call index is known (that needs the lines before it)."""
+
+    line: int
+    session_id: str
+    explicit_index: int | None
+    customer: str | None
+    request: dict
+    response: dict | None
+
+
+class CallIndexer:
+    """Assigns call indices in line order (or takes `call_index`) and refuses duplicates.
+
+    Kept apart from line parsing so that a file can be parsed in chunks by several processes and indexed
+    afterwards, in line order, with exactly the result of a sequential read.
+    """
+
+    def __init__(self) -> None:
+        self.next_index: dict[str, int] = {}
+        self.seen: dict[tuple[str, int], int] = {}
+
+    def assign(self, session_id: str, explicit: int | None, line: int) -> int | str:
+        """The call index, or an error message for a duplicate."""
+        if explicit is not None:
+            index = explicit
+            self.next_index[session_id] = max(self.next_index.get(session_id, 0), index + 1)
+        else:
+            index = self.next_index.get(session_id, 0)
+            self.next_index[session_id] = index + 1
+        first = self.seen.get((session_id, index))
+        if first is not None:
+            return f"duplicate call index {index} for session {session_id!r} (first seen at line {first})"
+        self.seen[(session_id, index)] = line
+        return index
+
+
+def open_trace(path: str | Path):
+    try:
+        return Path(path).open("rb")
+    except OSError as exc:
+        raise TraceError(str(path), None, None, f"cannot open trace file: {exc.strerror or exc}") from None
+
+
 def read_trace(
     path: str | Path,
     session_key: str = DEFAULT_SESSION_KEY,
@@ -168,23 +213,18 @@ def read_trace(
     with the same (session, call index) is an error row: replays must not count a call twice.
     Raises TraceError only for problems with the file as a whole (missing, unreadable, empty).
     """
-    path = Path(path)
     source = str(path)
     stats = stats if stats is not None else TraceStats()
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise TraceError(source, None, None, f"cannot open trace file: {exc.strerror or exc}") from None
-    next_index: dict[str, int] = {}
-    seen: dict[tuple[str, int], int] = {}
-    with handle:
+    indexer = CallIndexer()
+    with open_trace(path) as handle:
         for line_no, raw in enumerate(handle, start=1):
             stats.lines += 1
             if not raw.strip():
                 stats.blank += 1
                 continue
-            item = _parse_line(raw, source, line_no, session_key, customer_key, require_response,
-                               next_index, seen)
+            item = parse_line(raw, source, line_no, session_key, customer_key, require_response)
+            if isinstance(item, RawCall):
+                item = index_call(item, raw, source, indexer)
             if isinstance(item, TraceLineError):
                 stats.errors += 1
             else:
@@ -194,49 +234,52 @@ def read_trace(
         raise TraceError(source, None, None, "file is empty: expected one JSON object per line")
 
 
-def _parse_line(raw: bytes, source: str, line_no: int, session_key: str, customer_key: str,
-                require_response: bool, next_index: dict[str, int],
-                seen: dict[tuple[str, int], int]) -> TraceCall | TraceLineError:
-    def error(field: str | None, message: str) -> TraceLineError:
-        excerpt = raw[:EXCERPT_CHARS].decode("utf-8", errors="replace").rstrip()
-        return TraceLineError(source, line_no, field, message, excerpt)
+def index_call(item: RawCall, raw: bytes, source: str, indexer: CallIndexer) -> TraceCall | TraceLineError:
+    index = indexer.assign(item.session_id, item.explicit_index, item.line)
+    if isinstance(index, str):
+        return line_error(raw, source, item.line, CALL_INDEX_KEY, index)
+    return TraceCall(source, item.line, item.session_id, index, item.customer, item.request, item.response)
 
+
+def line_error(raw: bytes, source: str, line_no: int, field: str | None, message: str) -> TraceLineError:
+    excerpt = raw[:EXCERPT_CHARS].decode("utf-8", errors="replace").rstrip()
+    return TraceLineError(source, line_no, field, message, excerpt)
+
+
+def parse_line(raw: bytes, source: str, line_no: int, session_key: str, customer_key: str,
+               require_response: bool) -> RawCall | TraceLineError:
+    """Everything about one line that does not depend on other lines."""
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return error(*_json_error(raw))
+        return line_error(raw, source, line_no, *_json_error(raw))
     if not isinstance(record, dict):
-        return error(None, f"line must be a JSON object, got {type(record).__name__}")
+        return line_error(raw, source, line_no, None, f"line must be a JSON object, got {type(record).__name__}")
     if "request" not in record:
-        return error("request", "missing (each line is {\"request\": ..., \"response\": ...})")
+        return line_error(raw, source, line_no, "request",
+                          "missing (each line is {\"request\": ..., \"response\": ...})")
     problem = _check_request(record["request"])
     if problem:
-        return error(*problem)
+        return line_error(raw, source, line_no, *problem)
     request = record["request"]
     response = record.get("response")
     if response is not None and not isinstance(response, dict):
-        return error("response", f"must be an object, got {type(response).__name__}")
+        return line_error(raw, source, line_no, "response", f"must be an object, got {type(response).__name__}")
     if require_response and response is None:
-        return error("response", "missing: comparing recorded logs needs the recorded response")
+        return line_error(raw, source, line_no, "response",
+                          "missing: comparing recorded logs needs the recorded response")
 
     session_id = _as_key(get_dotted(record, _split(session_key)))
     if session_id is None:
-        return error(session_key, "missing or not a string: cannot tell which session this call belongs to "
-                                  "(use --session-key to name another field)")
+        return line_error(raw, source, line_no, session_key,
+                          "missing or not a string: cannot tell which session this call belongs to "
+                          "(use --session-key to name another field)")
     customer = _as_key(get_dotted(record, _split(customer_key)))
-
     explicit = get_dotted(record, _CALL_INDEX_PARTS)
+    index = None
     if explicit is not None:
-        call_index = _as_index(explicit)
-        if call_index is None:
-            return error(CALL_INDEX_KEY, f"must be a non-negative integer, got {explicit!r}")
-        next_index[session_id] = max(next_index.get(session_id, 0), call_index + 1)
-    else:
-        call_index = next_index.get(session_id, 0)
-        next_index[session_id] = call_index + 1
-    first = seen.get((session_id, call_index))
-    if first is not None:
-        return error(CALL_INDEX_KEY, f"duplicate call index {call_index} for session {session_id!r} "
-                                     f"(first seen at line {first})")
-    seen[(session_id, call_index)] = line_no
-    return TraceCall(source, line_no, session_id, call_index, customer, request, response)
+        index = _as_index(explicit)
+        if index is None:
+            return line_error(raw, source, line_no, CALL_INDEX_KEY,
+                              f"must be a non-negative integer, got {explicit!r}")
+    return RawCall(line_no, session_id, index, customer, request, response)

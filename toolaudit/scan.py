@@ -1,0 +1,147 @@
+"""Scan a byte range of a recorded log into compact per-call digests, in a worker process or in-process.
+
+A digest holds what the comparison needs for the common case (the two answers agree): a canonical signature
+of the tool calls, schema validity, and the row values to store. The rare pairs whose signatures differ are
+re-read from the file by byte offset and diffed in full. Chunks carry line numbers relative to their start;
+the caller adds the lines of the chunks before, so results equal a sequential read exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import orjson
+
+from toolaudit.analysis import Analyzer, message_raw_text, tool_calls_json
+from toolaudit.diff import call_signature
+from toolaudit.records import ToolCall
+from toolaudit.schemas import SchemaRegistry
+from toolaudit.toolcalls import parse_message
+from toolaudit.traces import RawCall, TraceLineError, TraceStats, parse_line
+
+
+class Digest(NamedTuple):
+    """One usable line of a log, reduced to what comparing and storing it needs."""
+
+    line: int
+    offset: int  # byte offset of the line, to re-read it when the pair needs a full diff
+    session_id: str
+    explicit_index: int | None
+    customer: str | None
+    signature: bytes  # canonical, order-independent encoding of all tool calls; b"" when none
+    simple: bool  # parsed cleanly (no unparseable output, no broken arguments): the fast path applies
+    text: str  # assistant text outside tool calls, stripped
+    status: str
+    fmt: str
+    error: str | None
+    raw: str
+    tool_calls: str | None  # JSON for the outputs table
+    valid: bool | None
+    schema_errors: str | None
+    tool_name: str | None
+    system_fingerprint: str | None
+
+
+@dataclass
+class ChunkResult:
+    digests: list[Digest] = field(default_factory=list)
+    errors: list[TraceLineError] = field(default_factory=list)
+    stats: TraceStats = field(default_factory=TraceStats)
+    lines: int = 0
+    schema_issues: list[dict] = field(default_factory=list)
+
+
+def split_file(path: str, parts: int) -> list[tuple[int, int]]:
+    """Byte ranges that end on line boundaries."""
+    size = os.path.getsize(path)
+    if parts <= 1 or size < (1 << 20):
+        return [(0, size)]
+    bounds = [0]
+    with open(path, "rb") as handle:
+        for i in range(1, parts):
+            handle.seek(max(bounds[-1], size * i // parts))
+            handle.readline()
+            pos = handle.tell()
+            if pos < size and pos > bounds[-1]:
+                bounds.append(pos)
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
+
+
+def _validity(analyzer: Analyzer, tools: list, calls: tuple[ToolCall, ...]) -> tuple[bool | None, str | None]:
+    if not calls:
+        return None, None
+    schemas = analyzer.schemas_for(tools)
+    valid: bool | None = True
+    errors = []
+    for call in calls:
+        compiled = analyzer._schema(schemas, call.name)
+        errs = None if compiled is None or call.arguments_error else compiled.errors(call.arguments)
+        if errs is None:
+            valid = None if valid is not False else False
+        elif errs:
+            valid = False
+            errors.append({"tool": call.name, "errors": errs})
+    return valid, (orjson.dumps(errors).decode() if errors else None)
+
+
+def digest(item: RawCall, offset: int, analyzer: Analyzer) -> Digest:
+    """Parse, sign and validate one call's recorded answer."""
+    response = item.response or {}
+    choices = response.get("choices")
+    message = None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message") if isinstance(choices[0].get("message"), dict) else None
+    parsed = parse_message(message)
+    calls = parsed.calls
+    simple = parsed.status != "unparseable" and not any(c.arguments_error for c in calls)
+    signature = orjson.dumps(sorted(call_signature(c) for c in calls), default=_bytes) if calls else b""
+    tools = item.request.get("tools")
+    valid, schema_errors = _validity(analyzer, tools if isinstance(tools, list) else [], calls)
+    return Digest(item.line, offset, item.session_id, item.explicit_index, item.customer, signature, simple,
+                  parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
+                  tool_calls_json(calls), valid, schema_errors, calls[0].name if calls else None,
+                  response.get("system_fingerprint"))
+
+
+def _bytes(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError
+
+
+def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: str,
+               schema_dir: str | None) -> ChunkResult:
+    """Digest every line in [start, end) of `path`. Line numbers are relative to the chunk (1-based)."""
+    result = ChunkResult()
+    analyzer = Analyzer(0, SchemaRegistry(schema_dir))
+    stats = result.stats
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        offset, line_no = start, 0
+        while offset < end:
+            raw = handle.readline()
+            if not raw:
+                break
+            line_no += 1
+            here, offset = offset, offset + len(raw)
+            stats.lines += 1
+            if not raw.strip():
+                stats.blank += 1
+                continue
+            item = parse_line(raw, path, line_no, session_key, customer_key, True)
+            if isinstance(item, TraceLineError):
+                stats.errors += 1
+                result.errors.append(item)
+            else:
+                result.digests.append(digest(item, here, analyzer))
+    result.lines = line_no
+    result.schema_issues = analyzer.pending_issues
+    return result
+
+
+def scan_task(args: tuple) -> ChunkResult:
+    """Pool entry point."""
+    return scan_chunk(*args)
