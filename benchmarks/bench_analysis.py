@@ -111,7 +111,7 @@ def generate(n: int, out_dir: Path, drift_rate: float = 0.01, seed: int = 1) -> 
                 "metadata": {"session_id": session, "customer": f"cust-{(i // 5) % 7}", "call_index": str(index)},
             }
 
-            def record(name: str, arguments: dict, pretty: bool) -> bytes:
+            def record(name: str, arguments: dict, pretty: bool, i: int = i, request: dict = request) -> bytes:
                 text = json.dumps(arguments, indent=1, sort_keys=True) if pretty else json.dumps(arguments)
                 message = {"role": "assistant", "content": None, "tool_calls": [
                     {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": text}}]}

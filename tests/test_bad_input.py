@@ -17,7 +17,7 @@ from conftest import CLOSE_TOOL, line, tool_call, write_jsonl
 
 from toolaudit.cli import cli
 from toolaudit.compare import CompareOptions, compare_logs
-from toolaudit.errors import StoreError, TraceError
+from toolaudit.errors import StoreError
 from toolaudit.store import Store
 
 GOOD = line(session="good", calls=[tool_call("close_ticket", {"ticket_id": 1})])

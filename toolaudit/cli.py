@@ -171,7 +171,7 @@ def show_summary(s: dict, fmt: str) -> None:
         f"  drifted calls         {s['drifted_calls']} ({pct(s['drift_rate'])}, 95% CI "
         f"{pct(s['ci_low'])}-{pct(s['ci_high'])})",
         f"  exact text matches    {s['exact_text_matches']}",
-        f"  drift kinds           " + ", ".join(f"{k}={v}" for k, v in s["drift_kinds"].items()),
+        "  drift kinds           " + ", ".join(f"{k}={v}" for k, v in s["drift_kinds"].items()),
         f"  sessions              {s['sessions']} (mean {s['mean_calls_per_session']:.1f} calls)",
         f"  session drift         observed {pct(s['observed_session_drift'])}, "
         f"compounded {pct(s['compounded_session_drift'])}",

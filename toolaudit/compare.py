@@ -24,8 +24,19 @@ from toolaudit.scan import ChunkResult, Digest, scan_task, split_file
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.store import RowBatch, Store
 from toolaudit.toolcalls import parse_message
-from toolaudit.traces import (CALL_INDEX_KEY, DEFAULT_CUSTOMER_KEY, DEFAULT_SESSION_KEY, CallIndexer, RawCall,
-                              TraceCall, TraceLineError, TraceStats, line_error, open_trace, parse_line)
+from toolaudit.traces import (
+    CALL_INDEX_KEY,
+    DEFAULT_CUSTOMER_KEY,
+    DEFAULT_SESSION_KEY,
+    CallIndexer,
+    RawCall,
+    TraceCall,
+    TraceLineError,
+    TraceStats,
+    line_error,
+    open_trace,
+    parse_line,
+)
 
 Progress = Callable[[int], None]  # called with the number of bytes just consumed
 

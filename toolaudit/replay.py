@@ -24,8 +24,14 @@ from toolaudit.paths import PathConfig, load_paths
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.store import RowBatch, Store
 from toolaudit.toolcalls import parse_message, parse_text
-from toolaudit.traces import (DEFAULT_CUSTOMER_KEY, DEFAULT_SESSION_KEY, TraceCall, TraceLineError, TraceStats,
-                              read_trace)
+from toolaudit.traces import (
+    DEFAULT_CUSTOMER_KEY,
+    DEFAULT_SESSION_KEY,
+    TraceCall,
+    TraceLineError,
+    TraceStats,
+    read_trace,
+)
 
 Progress = Callable[[int], None]
 
@@ -98,17 +104,26 @@ def side_output(result: EngineResult, path: PathConfig, wall_share: float) -> Si
 def first_divergence(base: EngineResult, cand: EngineResult,
                      decode: Callable[[list[int]], str] | None) -> tuple | None:
     """(position, baseline token, candidate token, baseline margin, candidate margin) of the first differing
-    generated token, or None when the token streams agree or either side has no token evidence."""
-    a, b = base.token_ids, cand.token_ids
+    generated token, or None when the token streams agree or either side has no token evidence.
+
+    Token ids are compared when both sides have them; otherwise the token strings (`EngineResult.tokens`, e.g.
+    from an HTTP endpoint's logprobs) when both sides have those."""
+    a: list = base.token_ids
+    b: list = cand.token_ids
+    by_text = not a or not b
+    if by_text:
+        a, b = base.tokens, cand.tokens
     if not a or not b or a == b:
         return None
     n = min(len(a), len(b))
     pos = next((i for i in range(n) if a[i] != b[i]), n)
 
-    def token(ids: list[int]) -> str | None:
-        if pos >= len(ids):
+    def token(seq: list) -> str | None:
+        if pos >= len(seq):
             return None
-        return decode([ids[pos]]) if decode else str(ids[pos])
+        if by_text:
+            return seq[pos]
+        return decode([seq[pos]]) if decode else str(seq[pos])
 
     def margin(result: EngineResult) -> float | None:
         return float(result.margins[pos]) if pos < len(result.margins) else None
