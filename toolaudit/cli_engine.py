@@ -132,3 +132,4 @@ def fingerprint_cmd(path_name: str, paths_file: str | None, as_json: bool) -> No
         click.echo(fp)
 
 
+import toolaudit.cli_serve  # noqa: E402,F401  (registers serve)
