@@ -87,10 +87,12 @@ def cli() -> None:
               type=click.Path(file_okay=False), help="Folder of <tool>.json schemas that override the request's.")
 @click.option("--baseline-name", default="baseline", show_default=True, help="Label of the baseline path.")
 @click.option("--candidate-name", default="candidate", show_default=True, help="Label of the candidate path.")
+@click.option("--workers", type=click.IntRange(1, 64), help="Processes that parse the logs (default: one per core "
+              "for logs over 64 MB, else 1).")
 @output_options
 @friendly_errors
 def compare(baseline: str, candidate: str, db: str, run_name: str | None, session_key: str, customer_key: str,
-            schema_dir: str, baseline_name: str, candidate_name: str, fmt: str) -> None:
+            schema_dir: str, baseline_name: str, candidate_name: str, workers: int | None, fmt: str) -> None:
     """Compare two recorded logs of the same requests, call by call and argument by argument."""
     from toolaudit.compare import CompareOptions, compare_logs
     from toolaudit.store import Store
@@ -98,7 +100,7 @@ def compare(baseline: str, candidate: str, db: str, run_name: str | None, sessio
 
     options = CompareOptions(session_key=session_key, customer_key=customer_key,
                              schema_dir=schema_dir if os.path.isdir(schema_dir) else None, run_name=run_name,
-                             baseline_name=baseline_name, candidate_name=candidate_name)
+                             baseline_name=baseline_name, candidate_name=candidate_name, workers=workers)
     with Store(db) as store:
         with Progress("comparing", _count_lines([baseline, candidate]) if sys.stderr.isatty() else 0) as tick:
             run_id, _ = compare_logs(store, baseline, candidate, options, progress=tick)
