@@ -1,0 +1,261 @@
+"""Benchmark the embedded engine against Hugging Face `generate()` on the same prompts, model and dtype.
+
+    .venv/bin/python benchmarks/bench_engine.py --prompts 24 [--dtype bfloat16] [--json out.json]
+
+Everything timed runs side by side in ONE process (the machine is shared, so figures from separate runs do not
+compare), configuration after configuration, `--rounds` times in rotating order; each configuration reports its
+fastest round. Peak memory is measured separately: one subprocess per configuration, the peak RSS while running
+it (VmHWM, reset after the models loaded) minus the RSS right after loading (tracemalloc does not see torch's
+allocations). `--no-memory` skips that.
+
+Prompts: the first N calls of traces/demo.jsonl (whole sessions, as a replay sees them; `--sample spread` takes
+every 10th call instead), rendered as the engine renders them. Configurations:
+  hf-greedy        model.generate() greedy, one prompt at a time (transformers' stock sdpa attention)
+  hf-lookup        model.generate(prompt_lookup_num_tokens=5), one prompt at a time
+  target-b1        toolaudit target path, batch 1
+  spec-ngram-b1    toolaudit spec-ngram path (k=5, lookup 1..4), batch 1
+  target-b8        toolaudit target path, 8 requests decoding together (continuous batching)
+  spec-ngram-b8    toolaudit spec-ngram path, batch 8
+  replay-b16       both built-in paths one after the other with batch 16 and a shared prefix cache: what a
+                   replay (`make demo`) costs per call
+Our paths start each configuration with an empty prefix cache; within a run, calls of one session share their
+earlier context and calls of one application their system prompt and tools. That reuse is part of the engine
+(as vLLM's automatic prefix caching) and the table's "prompt reuse" column says how much of the prompt tokens it
+served; generate() has no equivalent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CONFIGS = ("hf-greedy", "hf-lookup", "target-b1", "spec-ngram-b1", "target-b8", "spec-ngram-b8", "replay-b16")
+GOALS = {"target-b1": ("hf-greedy", 1.2), "spec-ngram-b1": ("hf-lookup", 1.5), "target-b8": ("hf-greedy", 4.0)}
+
+
+def load_requests(n: int, sample: str):
+    """The first n calls (whole sessions, as a replay sees them) or every 10th call (little shared context)."""
+    from toolaudit.engines.base import EngineRequest
+
+    rows = [json.loads(line) for line in (ROOT / "traces" / "demo.jsonl").read_text().splitlines() if line.strip()]
+    rows = rows[::10][:n] if sample == "spread" else rows[:n]
+    return [EngineRequest(key=f"demo-{i}", messages=r["request"]["messages"], tools=r["request"].get("tools", []))
+            for i, r in enumerate(rows)]
+
+
+class Bench:
+    """Models, prompts and one runner per configuration."""
+
+    def __init__(self, n: int, dtype: str, max_tokens: int, sample: str = "sessions"):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from toolaudit.engines import models
+        from toolaudit.paths import builtin_paths
+        from toolaudit.prompting import render
+
+        torch.set_num_threads(os.cpu_count() or 1)
+        self.torch = torch
+        self.dtype, self.max_tokens = dtype, max_tokens
+        self.paths = {k: replace(v, dtype=dtype, max_tokens=max_tokens) for k, v in builtin_paths().items()}
+        self.requests = load_requests(n, sample)
+        self.model, self.tokenizer = models.load_model("smollm2-135m", dtype)
+        directory = models.converted_dir(models.resolve("smollm2-135m"))
+        # A separate copy with transformers' default attention: generate() runs exactly as shipped.
+        self.hf = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype)).eval()
+        prompt = self.paths["target"].prompt
+        self.prompts = [self.tokenizer(render(self.tokenizer, r.messages, r.tools, prompt).text,
+                                       add_special_tokens=False)["input_ids"] for r in self.requests]
+        self.eos = self.tokenizer.eos_token_id
+
+    def warm_up(self) -> None:
+        """First calls pay one-time costs (kernel selection, allocator growth): pay them before timing."""
+        prompts, requests = self.prompts, self.requests
+        self.prompts, self.requests = prompts[:2], requests[:2]
+        try:
+            self.run("hf-greedy")
+            self.run("spec-ngram-b1")
+        finally:
+            self.prompts, self.requests = prompts, requests
+
+    def run(self, name: str) -> dict:
+        """Run one configuration; return its figures and its outputs (token ids per prompt)."""
+        start = time.perf_counter()
+        if name.startswith("hf-"):
+            outputs, drafted, accepted = self._hf(lookup=name == "hf-lookup"), 0, 0
+        else:
+            outputs, drafted, accepted = self._ours(name)
+        seconds = time.perf_counter() - start
+        cache = getattr(self, "last_cache", None) if not name.startswith("hf-") else None
+        reused = cache.hit_tokens / max(1, cache.hit_tokens + cache.computed_tokens) if cache else None
+        tokens = sum(len(o) for o in outputs)
+        calls = len(self.prompts) * (2 if name == "replay-b16" else 1)
+        return {"seconds": seconds, "tokens": tokens, "tok_per_s": tokens / seconds, "s_per_call": seconds / calls,
+                "acceptance": accepted / drafted if drafted else None, "outputs": outputs, "prompt_reuse": reused}
+
+    def _hf(self, lookup: bool) -> list[list[int]]:
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        torch, tokenizer = self.torch, self.tokenizer
+
+        class StopAtToolCallEnd(StoppingCriteria):
+            """Like `stop_strings=["</tool_call>"]`, without its per-call vocabulary preprocessing (~1 s)."""
+
+            def __call__(self, input_ids, scores, **kwargs):
+                tail = tokenizer.decode(input_ids[0, -8:])
+                return torch.tensor([input_ids.shape[1] > start and "</tool_call>" in tail])
+
+        outputs = []
+        extra = {"prompt_lookup_num_tokens": 5} if lookup else {}
+        with torch.inference_mode():
+            for ids in self.prompts:
+                start = len(ids)
+                out = self.hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                       max_new_tokens=self.max_tokens, do_sample=False, eos_token_id=self.eos,
+                                       pad_token_id=self.eos, stopping_criteria=StoppingCriteriaList([StopAtToolCallEnd()]),
+                                       **extra)
+                outputs.append(out[0, len(ids):].tolist())
+        return outputs
+
+    def _ours(self, name: str):
+        from toolaudit.engines import torch_engine
+        from toolaudit.engines.decoding import PrefixCache
+
+        cache = torch_engine._prefix_caches[self.model] = PrefixCache(max_bytes=4 << 30)  # cold per configuration
+        self.last_cache = cache
+        if name == "replay-b16":
+            engines = [torch_engine.TorchEngine(replace(self.paths[p], batch_size=16))
+                       for p in ("target", "spec-ngram")]
+            results = [r for e in engines for r in e.generate(self.requests)]
+        else:
+            path, batch = name.rsplit("-b", 1)
+            engine = torch_engine.TorchEngine(replace(self.paths[path], batch_size=int(batch)))
+            results = engine.generate(self.requests)
+        errors = [r.error for r in results if r.error]
+        if errors:
+            raise RuntimeError(f"{name}: {errors[0]}")
+        return ([r.token_ids for r in results], sum(r.drafted_tokens for r in results),
+                sum(r.accepted_tokens for r in results))
+
+
+def measure_memory(name: str, args) -> float:
+    """Peak RSS growth (MiB) while running one configuration, in a fresh subprocess."""
+    cmd = [sys.executable, __file__, "--memory-probe", name, "--prompts", str(args.prompts), "--dtype", args.dtype,
+           "--max-tokens", str(args.max_tokens), "--sample", args.sample]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    return float(out)
+
+
+def memory_probe(name: str, args) -> None:
+    """Print the peak RSS growth (MiB) of running `name`, measured from right after the models loaded.
+
+    Loading peaks higher than what stays resident (the weights are converted to the target dtype), so the
+    kernel's high-water mark is reset first (`echo 5 > /proc/self/clear_refs`); where that is not allowed the
+    lifetime `ru_maxrss` is used and the figure is an upper bound.
+    """
+    import gc
+
+    bench = Bench(args.prompts, args.dtype, args.max_tokens, args.sample)
+    gc.collect()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        reset = True
+    except OSError:
+        reset = False
+    base = _status_kib("VmRSS")
+    bench.run(name)
+    peak = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(max(0.0, (peak - base) / 1024))
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prompts", type=int, default=24)
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--sample", default="sessions", choices=["sessions", "spread"],
+                        help="sessions: the first N calls of traces/demo.jsonl; spread: every 10th call")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_probe:
+        return memory_probe(args.memory_probe, args)
+
+    names = [c for c in args.configs.split(",") if c]
+    bench = Bench(args.prompts, args.dtype, args.max_tokens, args.sample)
+    bench.warm_up()
+    best: dict[str, dict] = {}
+    for round_ in range(args.rounds):
+        order = names[round_ % len(names):] + names[: round_ % len(names)]
+        for name in order:
+            result = bench.run(name)
+            print(f"  round {round_ + 1}: {name:14s} {result['seconds']:7.1f} s", file=sys.stderr)
+            if name not in best or result["seconds"] < best[name]["seconds"]:
+                best[name] = result
+    reference = best.get("hf-greedy", {}).get("outputs")
+    ours_target = best.get("target-b1", {}).get("outputs")
+    memory = {} if args.no_memory else {name: measure_memory(name, args) for name in names}
+
+    rows = []
+    for name in names:
+        r = best[name]
+        outputs = r["outputs"][: len(bench.prompts)]
+        goal = GOALS.get(name)
+        speedup = r["tok_per_s"] / best[goal[0]]["tok_per_s"] if goal and goal[0] in best else None
+        rows.append({
+            "config": name, "seconds": round(r["seconds"], 2), "tokens": r["tokens"],
+            "tok_per_s": round(r["tok_per_s"], 1), "s_per_call": round(r["s_per_call"], 3),
+            "speedup": None if speedup is None else round(speedup, 2),
+            "goal": None if goal is None else f">={goal[1]}x {goal[0]}",
+            "acceptance": None if r["acceptance"] is None else round(r["acceptance"], 3),
+            "differ_vs_hf_greedy": None if reference is None else sum(a != b for a, b in zip(outputs, reference)),
+            "differ_vs_target_b1": None if ours_target is None else sum(a != b for a, b in zip(outputs, ours_target)),
+            "peak_mem_mib": None if name not in memory else round(memory[name], 1),
+            "prompt_reuse": None if r["prompt_reuse"] is None else round(r["prompt_reuse"], 2),
+        })
+    print_table(rows, args, bench)
+    if args.json:
+        info = {"dtype": args.dtype, "prompts": len(bench.prompts), "max_tokens": args.max_tokens,
+                "rounds": args.rounds, "threads": bench.torch.get_num_threads(), "load_avg": os.getloadavg(),
+                "memory_method": "subprocess per config: VmHWM (reset via /proc/self/clear_refs after loading) minus VmRSS after loading"}
+        args.json.write_text(json.dumps({"setup": info, "results": rows}, indent=2))
+
+
+def print_table(rows: list[dict], args, bench: Bench) -> None:
+    print(f"\n{len(bench.prompts)} prompts ({args.sample}, mean {sum(map(len, bench.prompts)) / len(bench.prompts):.0f} tokens), "
+          f"{args.dtype}, max_tokens {args.max_tokens}, {bench.torch.get_num_threads()} threads, "
+          f"best of {args.rounds} round(s), load average {os.getloadavg()[0]:.1f}")
+    head = ["config", "tok/s", "s/call", "speedup", "goal", "accept", "≠hf-greedy", "≠target-b1", "peak MiB",
+            "prompt reuse"]
+    keys = ["config", "tok_per_s", "s_per_call", "speedup", "goal", "acceptance", "differ_vs_hf_greedy",
+            "differ_vs_target_b1", "peak_mem_mib", "prompt_reuse"]
+    table = [head] + [["-" if r[k] is None else str(r[k]) for k in keys] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for j, row in enumerate(table):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+if __name__ == "__main__":
+    main()
