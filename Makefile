@@ -19,7 +19,8 @@ $(STAMP):
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/toolaudit demo --db reports/demo.duckdb
+	$(BIN)/toolaudit demo
+	@echo "next: .venv/bin/toolaudit report --all-customers   (per-customer HTML/MD/JSON in reports/)"
 
 test: $(STAMP)
 	# Headless Chromium renders the HTML report in a test (Debian package; best effort, the test skips without it).
@@ -31,4 +32,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analysis.py
 
 clean:
-	rm -rf $(VENV) reports/*.duckdb
+	rm -rf $(VENV) toolaudit.duckdb reports/run-*

@@ -91,8 +91,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: s
 
 
 @cli.command()
-@click.option("--db", default="reports/demo.duckdb", show_default=True, type=click.Path(dir_okay=False),
-              help="DuckDB file for the demo run.")
+@db_option
 @click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls (quicker look).")
 @output_options
 @friendly_errors
@@ -100,7 +99,7 @@ def demo(db: str, limit: int | None, fmt: str) -> None:
     """Replay the bundled demo sessions through target vs spec-ngram (bf16) and print the drift."""
     from toolaudit.replay import ReplayOptions
 
-    Path(db).parent.mkdir(parents=True, exist_ok=True)
+    Path(db).resolve().parent.mkdir(parents=True, exist_ok=True)
     schemas = REPO_ROOT / "schemas"
     options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate="spec-ngram", limit=limit,
                             run_name="demo", schema_dir=str(schemas) if schemas.is_dir() else None)
