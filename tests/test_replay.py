@@ -184,3 +184,16 @@ def test_replay_cli_errors(tmp_path, paths_file):
     assert result.exit_code == 1 and "unknown decode path 'nope'" in result.output
     result = runner.invoke(cli, ["replay", str(tmp_path / "missing.jsonl"), "--db", str(tmp_path / "x.duckdb")])
     assert result.exit_code == 1 and "trace file not found" in result.output
+
+
+def test_same_path_with_another_batch_size_is_a_noise_floor_run(tmp_path, paths_file):
+    text = paths_file.read_text() + "\n[paths.tiny-b1]\n" + paths_file.read_text().split("[paths.tiny]")[1].split(
+        "[paths.tiny-spec]")[0].replace("batch_size = 4", "batch_size = 1")
+    paths_file.write_text(text)
+    with Store(tmp_path / "nf.duckdb") as store:
+        opts = ReplayOptions(traces=[str(DEMO)], baseline="tiny", candidate="tiny-b1", paths_file=str(paths_file),
+                             limit=4, schema_dir=str(REPO / "schemas"))
+        run_id, _ = replay_traces(store, opts)
+        assert json.loads(store.run_row(run_id)["options"])["noise_floor"] is True
+        run_id, _ = replay_traces(store, options(paths_file, limit=4))
+        assert json.loads(store.run_row(run_id)["options"])["noise_floor"] is False

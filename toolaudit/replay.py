@@ -154,7 +154,7 @@ class Replayer:
             "candidate_config": self.candidate_path.config_dict(),
             "baseline_fingerprint_components": components["baseline"],
             "candidate_fingerprint_components": components["candidate"],
-            "noise_floor": self.baseline_path.config_dict() == self.candidate_path.config_dict(),
+            "noise_floor": _same_decoding(self.baseline_path, self.candidate_path),
         }
         return self.store.create_run(
             "replay", self.options.run_name, self.baseline_path.name, self.candidate_path.name,
@@ -268,6 +268,15 @@ def options_for_resume(store: Store, run_id: int) -> ReplayOptions:
     saved = orjson.loads(run["options"])
     fields = ReplayOptions.__dataclass_fields__
     return ReplayOptions(**{k: v for k, v in saved.items() if k in fields})
+
+
+def _same_decoding(a: PathConfig, b: PathConfig) -> bool:
+    """A noise-floor run: the same path on both sides, batch size aside (batch shape is itself a source of
+    drift, which is what a batch-size noise floor measures)."""
+    first, second = a.config_dict(), b.config_dict()
+    first.pop("batch_size", None)
+    second.pop("batch_size", None)
+    return first == second
 
 
 def _describe(path: PathConfig) -> str:
