@@ -122,8 +122,8 @@ class Bench:
                 start = len(ids)
                 out = self.hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                        max_new_tokens=self.max_tokens, do_sample=False, eos_token_id=self.eos,
-                                       pad_token_id=self.eos, stopping_criteria=StoppingCriteriaList([StopAtToolCallEnd()]),
-                                       **extra)
+                                       pad_token_id=self.eos,
+                                       stopping_criteria=StoppingCriteriaList([StopAtToolCallEnd()]), **extra)
                 outputs.append(out[0, len(ids):].tolist())
         return outputs
 
@@ -237,12 +237,14 @@ def main() -> None:
     if args.json:
         info = {"dtype": args.dtype, "prompts": len(bench.prompts), "max_tokens": args.max_tokens,
                 "rounds": args.rounds, "threads": bench.torch.get_num_threads(), "load_avg": os.getloadavg(),
-                "memory_method": "subprocess per config: VmHWM (reset via /proc/self/clear_refs after loading) minus VmRSS after loading"}
+                "memory_method": "subprocess per config: VmHWM (reset via /proc/self/clear_refs after loading) "
+                                 "minus VmRSS after loading"}
         args.json.write_text(json.dumps({"setup": info, "results": rows}, indent=2))
 
 
 def print_table(rows: list[dict], args, bench: Bench) -> None:
-    print(f"\n{len(bench.prompts)} prompts ({args.sample}, mean {sum(map(len, bench.prompts)) / len(bench.prompts):.0f} tokens), "
+    mean = sum(map(len, bench.prompts)) / len(bench.prompts)
+    print(f"\n{len(bench.prompts)} prompts ({args.sample}, mean {mean:.0f} tokens), "
           f"{args.dtype}, max_tokens {args.max_tokens}, {bench.torch.get_num_threads()} threads, "
           f"best of {args.rounds} round(s), load average {os.getloadavg()[0]:.1f}")
     head = ["config", "tok/s", "s/call", "speedup", "goal", "accept", "≠hf-greedy", "≠target-b1", "peak MiB",

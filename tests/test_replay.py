@@ -72,7 +72,7 @@ speculative = {{ method = "ngram", num_speculative_tokens = 3, prompt_lookup_min
 
 def options(paths_file: Path, limit: int = 24, **kw) -> ReplayOptions:
     return ReplayOptions(traces=[str(DEMO)], baseline="tiny", candidate="tiny-spec", paths_file=str(paths_file),
-                         limit=limit, schema_dir=str(REPO / "schemas"), **kw)
+                         limit=limit, schema_dir=str(REPO / "schemas"), chunk=4, **kw)
 
 
 def stored_calls(store: Store, run_id: int) -> list[tuple]:
@@ -151,7 +151,8 @@ def test_interrupted_replay_resumes_to_the_same_calls(tmp_path, paths_file):
 def test_killed_replay_process_resumes_without_loss_or_duplicates(tmp_path, paths_file):
     db = tmp_path / "kill.duckdb"
     args = [sys.executable, "-m", "toolaudit", "replay", str(DEMO), "--paths", str(paths_file), "--baseline",
-            "tiny", "--candidate", "tiny-spec", "--limit", "40", "--db", str(db), "--schemas", str(REPO / "schemas")]
+            "tiny", "--candidate", "tiny-spec", "--limit", "40", "--chunk", "4", "--db", str(db), "--schemas",
+            str(REPO / "schemas")]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     started = time.monotonic()
     reference = subprocess.run([*args[:-4], "--db", str(tmp_path / "ref.duckdb"), "--schemas",

@@ -65,6 +65,8 @@ class _LazyBar:
 @db_option
 @click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls.")
 @click.option("--resume", type=int, metavar="RUN", help="Finish an interrupted replay run.")
+@click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
+              help="Calls per engine call and per transaction (a kill loses at most one chunk).")
 @click.option("--run-name", help="A name for this run.")
 @click.option("--session-key", default="request.metadata.session_id", show_default=True,
               help="Dotted path of the session id in each line.")
@@ -75,8 +77,8 @@ class _LazyBar:
 @output_options
 @friendly_errors
 def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: str | None, db: str,
-           limit: int | None, resume: int | None, run_name: str | None, session_key: str, customer_key: str,
-           schema_dir: str, fmt: str) -> None:
+           limit: int | None, resume: int | None, chunk: int, run_name: str | None, session_key: str,
+           customer_key: str, schema_dir: str, fmt: str) -> None:
     """Replay recorded calls through two decode paths and diff their tool calls."""
     from toolaudit.replay import ReplayOptions
 
@@ -85,7 +87,8 @@ def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: s
     if resume is not None and traces:
         raise click.UsageError("--resume takes its traces and paths from the run; do not pass trace files")
     options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidate,
-                            paths_file=paths_file, limit=limit, run_name=run_name, session_key=session_key,
+                            paths_file=paths_file, limit=limit, run_name=run_name, chunk=chunk,
+                            session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir if Path(schema_dir).is_dir() else None)
     _run_replay(db, options, resume, fmt)
 

@@ -8,12 +8,16 @@ and `spec-ngram`, differ only in speculative decoding; a `paths.toml` adds paths
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 SPEC_METHODS = ("ngram", "draft_model")
@@ -58,7 +62,7 @@ class PathConfig:
     model: str = DEFAULT_MODEL
     dtype: str = "bfloat16"
     device: str = "cpu"
-    batch_size: int = 8
+    batch_size: int = 16
     max_tokens: int = 96
     temperature: float = 0.0
     seed: int = 0
@@ -140,7 +144,7 @@ def parse_path(name: str, table: Any, source: str = "paths.toml") -> PathConfig:
     device = _get(table, "device", str, "cpu", fail)
     if not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
         raise fail("device", f"must be cpu, cuda or cuda:N (got {device!r})")
-    batch_size = _positive_int(table, "batch_size", 8, fail)
+    batch_size = _positive_int(table, "batch_size", 16, fail)
     max_tokens = _positive_int(table, "max_tokens", 96, fail)
     temperature = float(_get(table, "temperature", (int, float), 0.0, fail))
     if temperature < 0:

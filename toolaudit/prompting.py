@@ -7,8 +7,8 @@ Models whose chat template understands `tools` get it (`apply_chat_template(...,
 without tool support (SmolLM2's) get a compact Hermes-style system prompt that lists the tools as one-line
 JSON, previous tool calls as `<tool_call>` blocks and tool results as `<tool_response>` user turns. A 135M model
 only produces tool-call JSON when shown examples, so up to two short made-up exchanges (their functions listed
-with the request's) precede the conversation, and the assistant turn can be prefilled (default `<tool_call>\\n`). Prompts are kept compact
-because on CPU the prefill of the prompt is a large share of each replayed call's cost.
+with the request's) precede the conversation, and the assistant turn can be prefilled (default
+`<tool_call>\\n`). Prompts are kept compact because on CPU prefill is a large share of a replayed call's cost.
 """
 
 from __future__ import annotations

@@ -47,6 +47,9 @@ class ReplayOptions:
     session_key: str = DEFAULT_SESSION_KEY
     customer_key: str = DEFAULT_CUSTOMER_KEY
     schema_dir: str | None = "schemas"
+    # Calls handed to each engine per transaction. Larger than batch_size so continuous batching keeps its
+    # slots full; a kill loses at most one chunk, which resume redoes.
+    chunk: int = 64
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -172,7 +175,7 @@ class Replayer:
         if on_total:
             on_total(len(todo))
         analyzer = Analyzer(run_id, SchemaRegistry(self.options.schema_dir))
-        size = max(self.baseline_path.batch_size, self.candidate_path.batch_size)
+        size = max(self.options.chunk, self.baseline_path.batch_size, self.candidate_path.batch_size)
         batch_no = self._next_batch_no(run_id)
         self.store.set_status(run_id, "running")
         try:

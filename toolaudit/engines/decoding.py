@@ -450,8 +450,8 @@ class NgramProposer:
 
     Tool-call arguments mostly copy spans of the request (names, values, keys), which is why it pays off here.
     The most recent occurrence, not the first (Hugging Face's prompt lookup takes the first): the first is
-    usually inside the few-shot examples or the tool list, the latest in the conversation; on 24 demo prompts
-    that raises acceptance from 0.32 to 0.46.
+    usually inside the few-shot examples or the tool list, the latest in the conversation; on 24 demo calls
+    that raises acceptance from 0.35 to 0.44 (k=5, n=1..4).
     """
 
     def __init__(self, k: int, n_min: int = 1, n_max: int = 4):
@@ -515,7 +515,7 @@ class DraftModelProposer:
         dists: list[list[torch.Tensor]] = [[] for _ in range(rows)]
         arange = torch.arange(rows, device=self.kv.device)
         self.kv.mark()
-        for step in range(steps):
+        for _ in range(steps):
             logits = self.kv.extend(feed)
             if logits.shape[1] > 1:
                 logits = logits[arange, torch.tensor([len(f) - 1 for f in feed], device=logits.device)]

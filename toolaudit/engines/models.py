@@ -205,8 +205,10 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
     k+1 per verification pass): 2.5 ms per layer for 8 rows x 600 cached tokens, more than the layer's matmuls.
     Short queries here take two batched matmuls with the query heads of each key/value group stacked along the
     query axis (no repeat of the KV cache for grouped-query attention), softmax in float32 like HF's eager
-    attention. Long queries (prefill) go to sdpa, where its kernel is good. Masks are 4D booleans (True =
-    attend), as built by `KVBatch` or by transformers' sdpa mask function.
+    attention. With a `decoding.SplitLayer` cache the older columns sit in a separate base tensor: both parts
+    are scored and share one softmax, so no step copies the whole cache. Long queries (prefill) go to sdpa,
+    where its kernel is good. Masks are 4D booleans (True = attend), as built by `KVBatch` or by transformers'
+    sdpa mask function. In float64 this equals sdpa exactly (tests/test_decoding.py runs both).
     """
     import torch
 
