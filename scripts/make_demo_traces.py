@@ -31,7 +31,7 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 # ---------------------------------------------------------------- tools
 # name -> (description, {param: (type, description or None, strict constraints)}, required)
-S, I, N, B = "string", "integer", "number", "boolean"
+S, I, N, B = "string", "integer", "number", "boolean"  # noqa: E741 (short type aliases for the table below)
 FILE = {"pattern": "^[^/]+$", "minLength": 1, "maxLength": 64}
 AIRPORT = {"pattern": "^[A-Z]{3}$"}
 DATE = {"pattern": r"^\d{4}-\d{2}-\d{2}$", "format": "date"}
