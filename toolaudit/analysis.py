@@ -96,6 +96,16 @@ class Analyzer:
                 self._issue(found.tool_name, found.source, "invalid", found.invalid_reason)
         return found
 
+    def validate_call(self, schemas: dict[str, CompiledSchema | None], call: ToolCall, errors: list) -> bool | None:
+        """True/False when the call's schema can judge it (appending `{tool, errors}` when invalid), else None."""
+        compiled = self._schema(schemas, call.name)
+        if compiled is None or call.arguments_error is not None:
+            return None
+        errs = compiled.errors(call.arguments)
+        if errs:
+            errors.append({"tool": call.name, "errors": errs})
+        return None if errs is None else not errs
+
     def _issue(self, tool: str, source: str, severity: str, message: str) -> None:
         self.pending_issues.append({"tool_name": tool, "schema_source": source, "severity": severity,
                                     "message": message})
@@ -117,13 +127,7 @@ class Analyzer:
 
         def validator_for(side: int) -> Callable[[ToolCall], bool | None]:
             def validate(call: ToolCall) -> bool | None:
-                compiled = self._schema(schemas, call.name)
-                if compiled is None or call.arguments_error is not None:
-                    return None
-                errs = compiled.errors(call.arguments)
-                if errs:
-                    errors_by_side.setdefault(side, []).append({"tool": call.name, "errors": errs})
-                return None if errs is None else not errs
+                return self.validate_call(schemas, call, errors_by_side.setdefault(side, []))
             return validate
 
         # Identical pairs are validated once: the verdict is the same for both sides.

@@ -19,7 +19,7 @@ from toolaudit.diff import call_signature
 from toolaudit.records import ToolCall
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.toolcalls import parse_message
-from toolaudit.traces import RawCall, TraceLineError, TraceStats, parse_line
+from toolaudit.traces import RawCall, TraceLineError, TraceStats, first_message, parse_line
 
 
 class Digest(NamedTuple):
@@ -71,29 +71,20 @@ def split_file(path: str, parts: int) -> list[tuple[int, int]]:
 
 
 def _validity(analyzer: Analyzer, tools: list, calls: tuple[ToolCall, ...]) -> tuple[bool | None, str | None]:
+    """All calls valid -> True, any invalid -> False, else None; plus the error messages as JSON."""
     if not calls:
         return None, None
     schemas = analyzer.schemas_for(tools)
-    valid: bool | None = True
-    errors = []
-    for call in calls:
-        compiled = analyzer._schema(schemas, call.name)
-        errs = None if compiled is None or call.arguments_error else compiled.errors(call.arguments)
-        if errs is None:
-            valid = None if valid is not False else False
-        elif errs:
-            valid = False
-            errors.append({"tool": call.name, "errors": errs})
+    errors: list = []
+    verdicts = [analyzer.validate_call(schemas, call, errors) for call in calls]
+    valid = False if False in verdicts else None if None in verdicts else True
     return valid, (orjson.dumps(errors).decode() if errors else None)
 
 
 def digest(item: RawCall, offset: int, analyzer: Analyzer) -> Digest:
     """Parse, sign and validate one call's recorded answer."""
     response = item.response or {}
-    choices = response.get("choices")
-    message = None
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        message = choices[0].get("message") if isinstance(choices[0].get("message"), dict) else None
+    message = first_message(response)
     parsed = parse_message(message)
     calls = parsed.calls
     simple = parsed.status != "unparseable" and not any(c.arguments_error for c in calls)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -87,11 +86,6 @@ class RowBatch:
                 columns = list(zip(*rows))
                 arrays = [pa.array(col, type=typ) for col, typ in zip(columns, types.values())]
                 yield table, pa.Table.from_arrays(arrays, names=list(types))
-
-
-def resolve_db(path: str | None) -> str:
-    """--db, else $TOOLAUDIT_DB, else ./toolaudit.duckdb."""
-    return path or os.environ.get("TOOLAUDIT_DB") or DEFAULT_DB
 
 
 def json_text(value: Any) -> str | None:

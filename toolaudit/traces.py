@@ -51,11 +51,16 @@ class TraceCall:
     @property
     def response_message(self) -> dict | None:
         """The first choice's assistant message, or None when the response has none."""
-        choices = (self.response or {}).get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            message = choices[0].get("message")
-            return message if isinstance(message, dict) else None
-        return None
+        return first_message(self.response)
+
+
+def first_message(response: dict | None) -> dict | None:
+    """A ChatCompletion's first choice's message, or None when it has none."""
+    choices = (response or {}).get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message")
+        return message if isinstance(message, dict) else None
+    return None
 
 
 @dataclass(frozen=True)
