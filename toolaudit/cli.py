@@ -216,7 +216,7 @@ def show_summary(s: dict, fmt: str) -> None:
             click.echo(f"  candidate: {(worst['candidate_text'] or '')[:160]!r}")
 
 
-# ---- report and check: per-customer reports and the CI gate (logic in report.py and gate.py) ----
+# ---- report and check: per-customer reports and the CI gate (logic in report/ and budgets.py) ----
 
 class _Proportion(click.ParamType):
     """`0.015` or `1.5%` (with points=True also `0.5pp`), as a fraction."""
@@ -228,7 +228,7 @@ class _Proportion(click.ParamType):
         self.name = "PP" if points else "P"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        from toolaudit.gate import parse_proportion
+        from toolaudit.budgets import parse_proportion
 
         if isinstance(value, float):
             return value
@@ -301,7 +301,7 @@ def check(db: str, run_id: int | None, max_call_drift: float | None, max_session
           use_upper_bound: bool) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors."""
     from toolaudit.errors import ToolauditError
-    from toolaudit.gate import Bounds, GateUsageError, evaluate
+    from toolaudit.budgets import Bounds, GateUsageError, evaluate
     from toolaudit.store import Store
 
     bounds = Bounds(max_call_drift, max_session_drift, against, max_increase, expect_fingerprint,

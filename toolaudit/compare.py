@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from toolaudit.analysis import _NO_DIVERGENCE, _NO_EVIDENCE, Analyzer, SideOutput, message_raw_text
+from toolaudit.pairs import _NO_DIVERGENCE, _NO_EVIDENCE, Analyzer, SideOutput, message_raw_text
 from toolaudit.errors import TraceError
 from toolaudit.records import DRIFTED_KINDS
-from toolaudit.scan import ChunkResult, Digest, scan_task, split_file
+from toolaudit.compare_scan import ChunkResult, Digest, scan_task, split_file
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.store import RowBatch, Store
 from toolaudit.toolcalls import parse_message

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit.analysis import Analyzer, SideOutput, message_raw_text
+from toolaudit.pairs import Analyzer, SideOutput, message_raw_text
 from toolaudit.engines import Engine, EngineRequest, EngineResult, make_engine
 from toolaudit.errors import ConfigError, StoreError
 from toolaudit.fingerprint import fingerprint

@@ -26,7 +26,7 @@ from typing import Any
 
 from toolaudit import __version__
 from toolaudit.errors import ToolauditError
-from toolaudit.gate import flatten, routing_advice, run_options
+from toolaudit.budgets import flatten, routing_advice, run_options
 from toolaudit.output import pct, to_json
 from toolaudit.stats import Rate, expected_session_drift, wilson
 from toolaudit.store import Store

@@ -20,7 +20,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from toolaudit.errors import TraceError
-from toolaudit.fastcheck import compile_fast
+from toolaudit.schema_fastpath import compile_fast
 
 # BFCL and Python-flavoured type names -> JSON Schema. Looked up after lower-casing ("String" -> "string").
 _TYPE_ALIASES = {
@@ -138,7 +138,7 @@ class CompiledSchema:
     invalid_reason: str | None = None
     _validator: Any = field(default=None, repr=False, compare=False)
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
-    _fast: Any = field(default=None, repr=False, compare=False)  # fastcheck: True means valid, else ask jsonschema
+    _fast: Any = field(default=None, repr=False, compare=False)  # schema_fastpath: True means valid, else ask jsonschema
 
     def errors(self, arguments: Any) -> list[str] | None:
         """None when the schema is invalid, [] when the arguments are valid, else one message per error.

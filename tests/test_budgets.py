@@ -11,7 +11,7 @@ from conftest import line, tool_call, write_jsonl
 
 from toolaudit.cli import cli
 from toolaudit.compare import CompareOptions, compare_logs
-from toolaudit.gate import changed_components, parse_proportion, routing_advice, session_upper
+from toolaudit.budgets import changed_components, parse_proportion, routing_advice, session_upper
 from toolaudit.stats import wilson
 from toolaudit.store import Store
 

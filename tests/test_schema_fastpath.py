@@ -8,7 +8,7 @@ import random
 from conftest import REPO
 from jsonschema import Draft202012Validator
 
-from toolaudit.fastcheck import compile_fast
+from toolaudit.schema_fastpath import compile_fast
 from toolaudit.schemas import normalize_schema
 
 SCHEMA = {

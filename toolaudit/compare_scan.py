@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from toolaudit.analysis import Analyzer, message_raw_text, tool_calls_json
+from toolaudit.pairs import Analyzer, message_raw_text, tool_calls_json
 from toolaudit.diff import call_signature
 from toolaudit.records import ToolCall
 from toolaudit.schemas import SchemaRegistry
