@@ -60,9 +60,9 @@ class Bench:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from toolaudit.engines import models
-        from toolaudit.paths import builtin_paths
-        from toolaudit.prompting import render
+        from toolaudit.engines.paths import builtin_paths
+        from toolaudit.engines.torch import models
+        from toolaudit.engines.torch.prompting import render
 
         torch.set_num_threads(os.cpu_count() or 1)
         self.torch = torch
@@ -128,8 +128,8 @@ class Bench:
         return outputs
 
     def _ours(self, name: str):
-        from toolaudit.engines import torch_engine
-        from toolaudit.engines.decoding import PrefixCache
+        from toolaudit.engines.torch import engine as torch_engine
+        from toolaudit.engines.torch.prefix_cache import PrefixCache
 
         cache = torch_engine._prefix_caches[self.model] = PrefixCache(max_bytes=4 << 30)  # cold per configuration
         self.last_cache = cache

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import line, tool_call, write_jsonl
 
+from toolaudit.budgets import changed_components, parse_proportion, routing_advice, session_upper
 from toolaudit.cli import cli
 from toolaudit.compare import CompareOptions, compare_logs
-from toolaudit.budgets import changed_components, parse_proportion, routing_advice, session_upper
 from toolaudit.stats import wilson
 from toolaudit.store import Store
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import REPO
+from helpers import build_tiny_model
 
 from toolaudit.cli import cli
 from toolaudit.engines import make_engine
@@ -30,21 +31,7 @@ DEMO = REPO / "traces" / "demo.jsonl"
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer random Llama over SmolLM2's vocabulary, saved as a Hugging Face model directory."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from toolaudit.engines.models import converted_dir, resolve
-
-    tokenizer = AutoTokenizer.from_pretrained(converted_dir(resolve("smollm2-135m")))
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    model = LlamaForCausalLM(config)
-    out = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture

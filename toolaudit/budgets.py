@@ -14,9 +14,11 @@ from typing import Any
 import orjson
 
 from toolaudit.errors import ToolauditError
+from toolaudit.figures import RunFigures, run_figures, run_options
 from toolaudit.output import pct
-from toolaudit.stats import Rate, wilson
+from toolaudit.stats import Rate
 from toolaudit.store import Store
+from toolaudit.store.queries import other_runs_fingerprints
 
 # Float slack when comparing a measured figure with a bound: 1.50% measured against "max 1.5%" passes.
 _EPS = 1e-12
@@ -81,25 +83,6 @@ class Bounds:
 
 
 @dataclass(frozen=True)
-class RunFigures:
-    """The whole run's drift: matched calls, drifted calls (Wilson interval), sessions."""
-
-    run_id: int
-    name: str
-    status: str
-    rate: Rate
-    sessions: int
-    sessions_with_drift: int
-    mean_calls_per_session: float
-    candidate_fingerprint: str | None
-    options: dict[str, Any]
-
-    @property
-    def observed_session_drift(self) -> float:
-        return self.sessions_with_drift / self.sessions if self.sessions else 0.0
-
-
-@dataclass(frozen=True)
 class Check:
     """One bound: `message` reads as a violation (`call drift 2.10% > max 1.50%`) or as a pass."""
 
@@ -127,27 +110,6 @@ class GateResult:
         head = (f"ok: run {f.run_id}{state}: {f.rate.k}/{f.rate.n} calls drifted ({pct(f.rate.p)}, 95% CI "
                 f"{pct(f.rate.low)}-{pct(f.rate.high)}), {f.sessions_with_drift}/{f.sessions} sessions")
         return "; ".join([head, *(c.message for c in self.checks)])
-
-
-def run_figures(store: Store, run_id: int | None) -> RunFigures:
-    run = store.run_row(run_id)
-    rid = run["run_id"]
-    calls, drifted = store.query("""SELECT count(*), count(*) FILTER (drifted) FROM calls
-        WHERE run_id = ? AND match_status = 'matched'""", [rid])[1][0]
-    sessions, with_drift, mean_calls = store.query("""
-        SELECT count(*), count(*) FILTER (any_drift), coalesce(avg(n), 0) FROM (
-            SELECT session_id, count(*) AS n, bool_or(drifted) AS any_drift FROM calls
-            WHERE run_id = ? AND match_status = 'matched' GROUP BY session_id)""", [rid])[1][0]
-    return RunFigures(rid, run["name"], run["status"], wilson(drifted, calls), sessions, with_drift,
-                      float(mean_calls), run["candidate_fingerprint"], run_options(run))
-
-
-def run_options(run: dict) -> dict[str, Any]:
-    try:
-        options = orjson.loads(run["options"]) if run.get("options") else {}
-    except orjson.JSONDecodeError:
-        return {}
-    return options if isinstance(options, dict) else {}
 
 
 def evaluate(store: Store, run_id: int | None, bounds: Bounds) -> GateResult:
@@ -245,8 +207,7 @@ def _fingerprint(store: Store, figures: RunFigures, expected: str) -> Check:
 
 def _components_of(store: Store, fingerprint: str, exclude_run: int) -> tuple[int, dict] | None:
     """The stored components of the latest other run whose baseline or candidate has this fingerprint."""
-    for run in store.rows("""SELECT run_id, options, baseline_fingerprint, candidate_fingerprint FROM runs
-                             WHERE run_id <> ? ORDER BY run_id DESC""", [exclude_run]):
+    for run in other_runs_fingerprints(store, exclude_run):
         options = run_options(run)
         for side in ("candidate", "baseline"):
             components = options.get(f"{side}_fingerprint_components")

@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from toolaudit.pairs import _NO_DIVERGENCE, _NO_EVIDENCE, Analyzer, SideOutput, message_raw_text
-from toolaudit.errors import TraceError
-from toolaudit.records import DRIFTED_KINDS
 from toolaudit.compare_scan import ChunkResult, Digest, scan_task, split_file
+from toolaudit.errors import TraceError
+from toolaudit.pairs import Analyzer, OutputRow, SideOutput, message_raw_text, write_call, write_output, write_unmatched
+from toolaudit.records import DriftKind, MatchStatus
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.store import RowBatch, Store
 from toolaudit.toolcalls import parse_message
@@ -38,7 +38,7 @@ from toolaudit.traces import (
     parse_line,
 )
 
-Progress = Callable[[int], None]  # called with the number of bytes just consumed
+Progress = Callable[[int], None]  # called with the number of input bytes just consumed (total: the files' sizes)
 
 
 @dataclass
@@ -128,8 +128,8 @@ class _Comparison:
         indexers = [CallIndexer(), CallIndexer()]
         try:
             with _results(tasks, workers) as results:
-                for side, chunk in zip(sides, results):
-                    self._absorb(side, chunk, line_base[side], indexers[side])
+                for side, task, chunk in zip(sides, tasks, results):
+                    self._absorb(side, chunk, line_base[side], indexers[side], task[1], task[2])
                     line_base[side] += chunk.lines
             for side, path in enumerate(self.paths):
                 stats = self.counts.baseline if side == 0 else self.counts.candidate
@@ -145,7 +145,8 @@ class _Comparison:
                 handle.close()
 
     # -- per chunk --------------------------------------------------------------------------------------------
-    def _absorb(self, side: int, chunk: ChunkResult, base: int, indexer: CallIndexer) -> None:
+    def _absorb(self, side: int, chunk: ChunkResult, base: int, indexer: CallIndexer, start: int, end: int) -> None:
+        """Fold one chunk (bytes start..end of a side's file) into the join; progress advances by bytes."""
         stats = self.counts.baseline if side == 0 else self.counts.candidate
         stats.lines += chunk.stats.lines
         stats.blank += chunk.stats.blank
@@ -169,8 +170,11 @@ class _Comparison:
             else:
                 self._candidate(d, index)
             if self.progress:
-                self.progress(1)
+                self.progress(d.offset - start)
+                start = d.offset
             self._flush()
+        if self.progress:
+            self.progress(end - start)
 
     def _candidate(self, cand: Digest, call_index: int) -> None:
         base = self.index.pop((cand.session_id, call_index), None)
@@ -180,37 +184,33 @@ class _Comparison:
             return
         customer = base.customer or cand.customer
         if base.simple and cand.simple and base.status == cand.status and base.signature == cand.signature:
-            kind = "identical" if base.text == cand.text else "text_only"
-            self.batch.add_tuple("calls", (
-                self.run_id, cand.session_id, call_index, customer, base.tool_name or cand.tool_name, "matched",
-                kind, False, base.raw == cand.raw, base.valid, cand.valid, 0, None) + _NO_DIVERGENCE)
-            self._output(cand.session_id, call_index, "baseline", base)
-            self._output(cand.session_id, call_index, "candidate", cand)
+            kind = DriftKind.IDENTICAL if base.text == cand.text else DriftKind.TEXT_ONLY
+            write_call(self.batch, self.run_id, cand.session_id, call_index, MatchStatus.MATCHED, customer=customer,
+                       tool_name=base.tool_name or cand.tool_name, kind=kind, exact_text_match=base.raw == cand.raw,
+                       baseline_valid=base.valid, candidate_valid=cand.valid, arg_diff_count=0)
+            write_output(self.batch, self.run_id, cand.session_id, call_index, "baseline", self._row(0, base))
+            write_output(self.batch, self.run_id, cand.session_id, call_index, "candidate", self._row(1, cand))
         else:  # the rare pair that differs: re-read both lines and diff in full
             b_call, c_call = self._call(0, base, call_index), self._call(1, cand, call_index)
-            kind = self.analyzer.pair(self.batch, cand.session_id, call_index, customer, b_call.tools,
-                                      side_output(b_call, self.options.baseline_name),
-                                      side_output(c_call, self.options.candidate_name)).kind
+            kind = DriftKind(self.analyzer.pair(self.batch, cand.session_id, call_index, customer, b_call.tools,
+                                                side_output(b_call, self.options.baseline_name),
+                                                side_output(c_call, self.options.candidate_name)).kind)
             for issue in self.analyzer.pending_issues:
                 self._issue(issue)
             self.analyzer.pending_issues.clear()
         self.counts.matched += 1
-        self.counts.drifted += kind in DRIFTED_KINDS
-        self.counts.kinds[kind] = self.counts.kinds.get(kind, 0) + 1
+        self.counts.drifted += kind.drifted
+        self.counts.kinds[kind.value] = self.counts.kinds.get(kind.value, 0) + 1
 
     # -- rows -------------------------------------------------------------------------------------------------
-    def _output(self, session_id: str, call_index: int, side: str, d: Digest) -> None:
-        name = self.options.baseline_name if side == "baseline" else self.options.candidate_name
-        path = self.paths[0 if side == "baseline" else 1]
-        self.batch.add_tuple("outputs", (
-            self.run_id, session_id, call_index, side, name, str(path), d.line, d.raw, d.tool_calls, d.status,
-            d.fmt, d.error, d.schema_errors, d.system_fingerprint) + _NO_EVIDENCE)
+    def _row(self, side: int, d: Digest) -> OutputRow:
+        return OutputRow(self.options.baseline_name if side == 0 else self.options.candidate_name, d.raw,
+                         d.tool_calls, d.status, d.fmt, d.error, str(self.paths[side]), d.line, d.schema_errors,
+                         d.system_fingerprint)
 
     def _unmatched(self, session_id: str, call_index: int, d: Digest, side: str) -> None:
-        self.batch.add("calls", run_id=self.run_id, session_id=session_id, call_index=call_index,
-                       customer=d.customer, tool_name=d.tool_name, match_status=f"{side}_only",
-                       detail=f"present in the {side} log only")
-        self._output(session_id, call_index, side, d)
+        write_unmatched(self.batch, self.run_id, session_id, call_index, side, d.customer, d.tool_name,
+                        self._row(0 if side == "baseline" else 1, d))
 
     def _issue(self, issue: dict) -> None:
         """Schema issues arrive from every chunk: store each once per run."""

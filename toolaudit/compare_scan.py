@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from toolaudit.pairs import Analyzer, message_raw_text, tool_calls_json
 from toolaudit.diff import call_signature
+from toolaudit.pairs import Analyzer, message_raw_text, tool_calls_json
 from toolaudit.records import ToolCall
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.toolcalls import parse_message

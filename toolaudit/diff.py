@@ -12,22 +12,22 @@ from typing import Any
 import orjson
 from deepdiff import DeepDiff
 
-from toolaudit.records import ArgDiff, CallDiff, ParsedOutput, ToolCall
+from toolaudit.records import ArgDiff, ArgDiffKind, CallDiff, DriftKind, ParsedOutput, ToolCall
 
 # Returns True/False for valid/invalid arguments, None when validity is unknown (no or invalid schema).
 Validator = Callable[[ToolCall], "bool | None"]
 
 _DEEPDIFF_KINDS = {
-    "values_changed": "value_changed",
-    "type_changes": "type_changed",
-    "dictionary_item_added": "added",
-    "dictionary_item_removed": "missing",
-    "iterable_item_added": "added",
-    "iterable_item_removed": "missing",
-    "attribute_added": "added",
-    "attribute_removed": "missing",
-    "set_item_added": "added",
-    "set_item_removed": "missing",
+    "values_changed": ArgDiffKind.VALUE_CHANGED,
+    "type_changes": ArgDiffKind.TYPE_CHANGED,
+    "dictionary_item_added": ArgDiffKind.ADDED,
+    "dictionary_item_removed": ArgDiffKind.MISSING,
+    "iterable_item_added": ArgDiffKind.ADDED,
+    "iterable_item_removed": ArgDiffKind.MISSING,
+    "attribute_added": ArgDiffKind.ADDED,
+    "attribute_removed": ArgDiffKind.MISSING,
+    "set_item_added": ArgDiffKind.ADDED,
+    "set_item_removed": ArgDiffKind.MISSING,
 }
 
 
@@ -125,8 +125,8 @@ def diff_outputs(baseline: ParsedOutput, candidate: ParsedOutput, validate_basel
     if same_calls:
         valid = _validity(baseline.calls, validate_baseline) if baseline.calls else None
         if baseline.status == "unparseable" and baseline.text != candidate.text:
-            return CallDiff("unparseable", exact_text_match, None, None, detail="both outputs unparseable")
-        kind = "identical" if baseline.text.strip() == candidate.text.strip() else "text_only"
+            return CallDiff(DriftKind.UNPARSEABLE, exact_text_match, None, None, detail="both outputs unparseable")
+        kind = DriftKind.IDENTICAL if baseline.text.strip() == candidate.text.strip() else DriftKind.TEXT_ONLY
         return CallDiff(kind, exact_text_match, valid, valid)
 
     b_valid = _validity(baseline.calls, validate_baseline) if baseline.calls else None
@@ -139,7 +139,7 @@ def diff_outputs(baseline: ParsedOutput, candidate: ParsedOutput, validate_basel
         reason = candidate.error if side == "candidate" else baseline.error
         if broken_args and not reason:
             reason = broken_args[0].arguments_error
-        return CallDiff("unparseable", exact_text_match, b_valid, c_valid,
+        return CallDiff(DriftKind.UNPARSEABLE, exact_text_match, b_valid, c_valid,
                         detail=f"{side} output unparseable: {reason}")
 
     pairs = pair_calls(baseline.calls, candidate.calls)
@@ -154,11 +154,11 @@ def diff_outputs(baseline: ParsedOutput, candidate: ParsedOutput, validate_basel
             arg_diffs.extend(argument_diffs(i, b.name, b.arguments, c.arguments))
 
     if len(baseline.calls) != len(candidate.calls):
-        kind, detail = "call_count_changed", f"{len(baseline.calls)} -> {len(candidate.calls)} tool calls"
+        kind, detail = DriftKind.CALL_COUNT_CHANGED, f"{len(baseline.calls)} -> {len(candidate.calls)} tool calls"
     elif renamed:
-        kind, detail = "tool_name_changed", "; ".join(renamed)
+        kind, detail = DriftKind.TOOL_NAME_CHANGED, "; ".join(renamed)
     elif b_valid is True and c_valid is False:
-        kind, detail = "schema_broken", "valid on baseline, invalid on candidate"
+        kind, detail = DriftKind.SCHEMA_BROKEN, "valid on baseline, invalid on candidate"
     else:
-        kind, detail = "arguments_changed", f"{len(arg_diffs)} argument(s) differ"
+        kind, detail = DriftKind.ARGUMENTS_CHANGED, f"{len(arg_diffs)} argument(s) differ"
     return CallDiff(kind, exact_text_match, b_valid, c_valid, arg_diffs, detail)

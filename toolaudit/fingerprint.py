@@ -1,7 +1,8 @@
 """Decode-path fingerprints: a stable hash of everything that defines a path's numerics.
 
 Stored with every run so that "the model regressed" and "the runtime changed" can be told apart: a new torch,
-draft model, dtype or batch size changes the fingerprint, and `check --expect-fingerprint` names which part.
+draft model, dtype or batch size changes the fingerprint, and `check --expect-fingerprint` names which part
+(`budgets.changed_components`).
 """
 
 from __future__ import annotations
@@ -16,16 +17,3 @@ def fingerprint(components: dict[str, Any]) -> str:
     """`fp-` + 16 hex digits of SHA-256 over the canonical JSON of the components."""
     canonical = orjson.dumps(components, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return "fp-" + hashlib.sha256(canonical).hexdigest()[:16]
-
-
-def changed_components(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted names of the components that differ (added, removed or changed), sorted."""
-    changed: list[str] = []
-    for key in sorted(set(before) | set(after)):
-        a, b = before.get(key), after.get(key)
-        name = f"{prefix}{key}"
-        if isinstance(a, dict) and isinstance(b, dict):
-            changed.extend(changed_components(a, b, name + "."))
-        elif a != b:
-            changed.append(name)
-    return changed

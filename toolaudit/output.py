@@ -1,35 +1,17 @@
-"""Shared output options for reporting commands: a table for people, --json / --csv for machines."""
+"""Plain-text and JSON formatting shared by the CLI and reports (no click here: the library stays CLI-free)."""
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import functools
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-import click
 import orjson
 
 
-def output_options(func: Callable) -> Callable:
-    """Adds --json and --csv; the command returns (columns, rows) or a dict and this prints it."""
-
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-    @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
-    @functools.wraps(func)
-    def wrapper(*args: Any, as_json: bool, as_csv: bool, **kwargs: Any) -> None:
-        if as_json and as_csv:
-            raise click.UsageError("--json and --csv cannot be used together")
-        kwargs["fmt"] = "json" if as_json else "csv" if as_csv else "table"
-        func(*args, **kwargs)
-
-    return wrapper
-
-
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A database value as JSON/CSV can hold it."""
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, (dt.datetime, dt.date)):
@@ -38,19 +20,7 @@ def _plain(value: Any) -> Any:
 
 
 def to_json(value: Any) -> str:
-    return orjson.dumps(value, default=_plain, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
-
-
-def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> None:
-    """Print query-shaped results; `[]` for JSON when there are none."""
-    if fmt == "json":
-        click.echo(to_json([dict(zip(columns, map(_plain, row))) for row in rows]))
-    elif fmt == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows([[_plain(v) for v in row] for row in rows])
-    else:
-        click.echo(format_table(columns, rows))
+    return orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
 
 
 def fmt_cell(value: Any) -> str:
@@ -58,7 +28,7 @@ def fmt_cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(_plain(value))
+    return str(plain(value))
 
 
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -1,21 +1,59 @@
-"""Turn one matched call pair into rows: parse verdict, schema validity, drift kind, argument diffs.
+"""The one writer of `calls`, `outputs` and `arg_diffs` rows: a matched pair's verdict, a call one side lacks,
+an engine failure. Rows are built by column name (never positional tuples), so `compare` (two recorded logs)
+and `replay` (live decode paths) write the same columns and a column added to the store cannot shift others.
 
-Shared by `compare` (two recorded logs) and `replay` (two live decode paths): both hand over a `SideOutput`
-per path and get the same rows, so their tables agree column for column.
+`Analyzer` holds the per-run caches (compiled schemas per tools list) and turns one call pair into rows: parse
+verdict, schema validity, drift kind, argument diffs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from toolaudit.diff import diff_outputs
-from toolaudit.records import CallDiff, ParsedOutput, ToolCall
+from toolaudit.records import CallDiff, DriftKind, MatchStatus, ParsedOutput, ToolCall
 from toolaudit.schemas import CompiledSchema, SchemaRegistry, tool_schemas_from_request
 from toolaudit.store import RowBatch, json_text
+
+# Engine evidence columns of `outputs` (replays fill them; recorded logs have none).
+EVIDENCE_COLUMNS = ("token_ids", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "tokens_per_s",
+                    "drafted_tokens", "accepted_tokens", "forward_passes", "error")
+
+
+class Divergence(NamedTuple):
+    """Where two token streams first differ, with the top-2 margin each path saw there."""
+
+    position: int
+    baseline_token: str | None
+    candidate_token: str | None
+    baseline_margin: float | None
+    candidate_margin: float | None
+
+    def columns(self) -> dict[str, Any]:
+        return {"first_divergence": self.position, "baseline_token": self.baseline_token,
+                "candidate_token": self.candidate_token, "baseline_margin": self.baseline_margin,
+                "candidate_margin": self.candidate_margin}
+
+
+@dataclass(frozen=True)
+class OutputRow:
+    """One side's answer as stored in `outputs` (everything but the key and side)."""
+
+    path_name: str
+    text: str
+    tool_calls: str | None
+    parse_status: str
+    parse_format: str
+    parse_error: str | None
+    source: str | None = None
+    line: int | None = None
+    schema_errors: str | None = None
+    system_fingerprint: str | None = None
+    evidence: dict[str, Any] | None = None  # EVIDENCE_COLUMNS, for engine outputs
 
 
 @dataclass
@@ -29,6 +67,11 @@ class SideOutput:
     line: int | None = None
     system_fingerprint: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # engine evidence for the outputs table
+
+    def row(self, schema_errors: str | None = None) -> OutputRow:
+        p = self.parsed
+        return OutputRow(self.path_name, self.raw, tool_calls_json(p.calls), p.status, p.format, p.error,
+                         self.source, self.line, schema_errors, self.system_fingerprint, self.extra or None)
 
 
 def message_raw_text(message: dict | None) -> str:
@@ -52,10 +95,35 @@ def tool_calls_json(calls: tuple[ToolCall, ...]) -> str | None:
                           if c.arguments_error else {})} for c in calls])
 
 
-EVIDENCE_COLUMNS = ("token_ids", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "tokens_per_s",
-                    "drafted_tokens", "accepted_tokens", "forward_passes", "error")
-_NO_EVIDENCE = (None,) * len(EVIDENCE_COLUMNS)
-_NO_DIVERGENCE = (None,) * 5
+# -- rows ---------------------------------------------------------------------------------------------------
+
+def write_call(batch: RowBatch, run_id: int, session_id: str, call_index: int, status: MatchStatus, *,
+               customer: str | None = None, tool_name: str | None = None, kind: DriftKind | None = None,
+               exact_text_match: bool | None = None, baseline_valid: bool | None = None,
+               candidate_valid: bool | None = None, arg_diff_count: int | None = None, detail: str | None = None,
+               divergence: Divergence | None = None) -> None:
+    """One `calls` row. `drifted` is derived from the kind, so the two can never disagree."""
+    batch.add("calls", run_id=run_id, session_id=session_id, call_index=call_index, customer=customer,
+              tool_name=tool_name, match_status=status.value, drift_kind=None if kind is None else kind.value,
+              drifted=None if kind is None else kind.drifted, exact_text_match=exact_text_match,
+              baseline_valid=baseline_valid, candidate_valid=candidate_valid, arg_diff_count=arg_diff_count,
+              detail=detail, **(divergence.columns() if divergence else {}))
+
+
+def write_output(batch: RowBatch, run_id: int, session_id: str, call_index: int, side: str, out: OutputRow) -> None:
+    """One `outputs` row for one side of one call."""
+    batch.add("outputs", run_id=run_id, session_id=session_id, call_index=call_index, side=side,
+              path_name=out.path_name, source=out.source, line=out.line, text=out.text, tool_calls=out.tool_calls,
+              parse_status=out.parse_status, parse_format=out.parse_format, parse_error=out.parse_error,
+              schema_errors=out.schema_errors, system_fingerprint=out.system_fingerprint, **(out.evidence or {}))
+
+
+def write_unmatched(batch: RowBatch, run_id: int, session_id: str, call_index: int, side: str,
+                    customer: str | None, tool_name: str | None, out: OutputRow) -> None:
+    """A call present in one log only: counted, stored, never treated as drift."""
+    write_call(batch, run_id, session_id, call_index, MatchStatus.only(side), customer=customer,
+               tool_name=tool_name, detail=f"present in the {side} log only")
+    write_output(batch, run_id, session_id, call_index, side, out)
 
 
 class Analyzer:
@@ -116,12 +184,8 @@ class Analyzer:
         self.pending_issues.clear()
 
     def pair(self, batch: RowBatch, session_id: str, call_index: int, customer: str | None, tools: list,
-             baseline: SideOutput, candidate: SideOutput, divergence: tuple | None = None) -> CallDiff:
-        """Diff one matched pair and append its calls, outputs and arg_diffs rows.
-
-        `divergence` is (first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin)
-        when both paths returned token evidence.
-        """
+             baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None) -> CallDiff:
+        """Diff one matched pair and append its calls, outputs and arg_diffs rows."""
         schemas = self.schemas_for(tools)
         errors_by_side: dict[int, list] = {}
 
@@ -133,40 +197,20 @@ class Analyzer:
         # Identical pairs are validated once: the verdict is the same for both sides.
         verdict = diff_outputs(baseline.parsed, candidate.parsed, validator_for(0), validator_for(1),
                                baseline.raw == candidate.raw)
-        if verdict.baseline_valid is not None and verdict.kind in ("identical", "text_only"):
+        if verdict.baseline_valid is not None and not DriftKind(verdict.kind).drifted:
             errors_by_side.setdefault(1, errors_by_side.get(0, []))
         tool_name = (baseline.parsed.calls[0].name if baseline.parsed.calls
                      else candidate.parsed.calls[0].name if candidate.parsed.calls else None)
-        div = divergence or _NO_DIVERGENCE
-        batch.add_tuple("calls", (self.run_id, session_id, call_index, customer, tool_name, "matched", verdict.kind,
-                                  verdict.drifted, verdict.exact_text_match, verdict.baseline_valid,
-                                  verdict.candidate_valid, len(verdict.arg_diffs), verdict.detail) + div)
+        write_call(batch, self.run_id, session_id, call_index, MatchStatus.MATCHED, customer=customer,
+                   tool_name=tool_name, kind=DriftKind(verdict.kind), exact_text_match=verdict.exact_text_match,
+                   baseline_valid=verdict.baseline_valid, candidate_valid=verdict.candidate_valid,
+                   arg_diff_count=len(verdict.arg_diffs), detail=verdict.detail, divergence=divergence)
         for side_no, (side_name, out) in enumerate((("baseline", baseline), ("candidate", candidate))):
-            self.add_output(batch, session_id, call_index, side_name, out,
-                            json_text(errors_by_side.get(side_no)) if errors_by_side.get(side_no) else None)
+            errors = errors_by_side.get(side_no)
+            write_output(batch, self.run_id, session_id, call_index, side_name,
+                         out.row(json_text(errors) if errors else None))
         for d in verdict.arg_diffs:
             batch.add("arg_diffs", run_id=self.run_id, session_id=session_id, call_index=call_index,
-                      call_position=d.call_position, tool_name=d.tool_name, arg_path=d.path, diff_kind=d.kind,
+                      call_position=d.call_position, tool_name=d.tool_name, arg_path=d.path, diff_kind=d.kind.value,
                       baseline_value=json_text(d.baseline), candidate_value=json_text(d.candidate))
         return verdict
-
-    def unmatched(self, batch: RowBatch, session_id: str, call_index: int, customer: str | None,
-                  side_name: str, out: SideOutput) -> None:
-        """A call present in one log only: counted, stored, never treated as drift."""
-        tool_name = out.parsed.calls[0].name if out.parsed.calls else None
-        batch.add("calls", run_id=self.run_id, session_id=session_id, call_index=call_index, customer=customer,
-                  tool_name=tool_name, match_status=f"{side_name}_only",
-                  detail=f"present in the {side_name} log only")
-        self.add_output(batch, session_id, call_index, side_name, out, None)
-
-    def add_output(self, batch: RowBatch, session_id: str, call_index: int, side: str, out: SideOutput,
-                   schema_errors: str | None) -> None:
-        p = out.parsed
-        row = (self.run_id, session_id, call_index, side, out.path_name, out.source, out.line, out.raw,
-               tool_calls_json(p.calls), p.status, p.format, p.error, schema_errors, out.system_fingerprint)
-        if out.extra:
-            ev = out.extra
-            row += tuple(ev.get(name) for name in EVIDENCE_COLUMNS)
-        else:
-            row += _NO_EVIDENCE
-        batch.add_tuple("outputs", row)

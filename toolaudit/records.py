@@ -3,22 +3,62 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Literal
 
 ParseStatus = Literal["ok", "no_tool_call", "unparseable"]
 
-DRIFT_KINDS = (
-    "identical",  # same tool calls and same text
-    "text_only",  # same tool calls, different surrounding text
-    "arguments_changed",
-    "tool_name_changed",
-    "call_count_changed",
-    "unparseable",  # candidate (or baseline) output could not be parsed into tool calls
-    "schema_broken",  # valid on baseline, invalid on candidate
-)
-DRIFTED_KINDS = frozenset(DRIFT_KINDS) - {"identical", "text_only"}
 
-ARG_DIFF_KINDS = ("value_changed", "type_changed", "added", "missing")
+class Vocabulary(str, Enum):
+    """A closed set of words stored in the database: members compare and serialise as their string values."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class DriftKind(Vocabulary):
+    """The verdict for one matched call pair. Declaration order is display order (reports, views)."""
+
+    IDENTICAL = "identical"  # same tool calls and same text
+    TEXT_ONLY = "text_only"  # same tool calls, different surrounding text: recorded, not drift
+    ARGUMENTS_CHANGED = "arguments_changed"
+    SCHEMA_BROKEN = "schema_broken"  # valid on baseline, invalid on candidate
+    TOOL_NAME_CHANGED = "tool_name_changed"
+    CALL_COUNT_CHANGED = "call_count_changed"
+    UNPARSEABLE = "unparseable"  # candidate (or baseline) output could not be parsed into tool calls
+
+    @property
+    def drifted(self) -> bool:
+        return self not in (DriftKind.IDENTICAL, DriftKind.TEXT_ONLY)
+
+
+DRIFTED_KINDS: tuple[DriftKind, ...] = tuple(k for k in DriftKind if k.drifted)
+# Most severe first: a call that breaks its schema or calls another tool hurts more than a changed value.
+SEVERITY: tuple[DriftKind, ...] = (DriftKind.SCHEMA_BROKEN, DriftKind.TOOL_NAME_CHANGED,
+                                   DriftKind.CALL_COUNT_CHANGED, DriftKind.UNPARSEABLE,
+                                   DriftKind.ARGUMENTS_CHANGED)
+
+
+class MatchStatus(Vocabulary):
+    """How a stored call came to be: a matched pair, a call one side lacks, or an engine failure (retried)."""
+
+    MATCHED = "matched"
+    BASELINE_ONLY = "baseline_only"
+    CANDIDATE_ONLY = "candidate_only"
+    ERROR = "error"
+
+    @classmethod
+    def only(cls, side: str) -> "MatchStatus":
+        return cls(f"{side}_only")
+
+
+class ArgDiffKind(Vocabulary):
+    """How one argument differs between the two sides."""
+
+    VALUE_CHANGED = "value_changed"
+    TYPE_CHANGED = "type_changed"
+    ADDED = "added"
+    MISSING = "missing"
 
 
 @dataclass(frozen=True)
@@ -51,7 +91,7 @@ class ArgDiff:
     call_position: int
     tool_name: str
     path: str
-    kind: str  # one of ARG_DIFF_KINDS
+    kind: ArgDiffKind
     baseline: Any = None
     candidate: Any = None
 
@@ -60,7 +100,7 @@ class ArgDiff:
 class CallDiff:
     """The verdict for one matched call pair."""
 
-    kind: str  # one of DRIFT_KINDS
+    kind: DriftKind
     exact_text_match: bool
     baseline_valid: bool | None
     candidate_valid: bool | None
@@ -69,4 +109,4 @@ class CallDiff:
 
     @property
     def drifted(self) -> bool:
-        return self.kind in DRIFTED_KINDS
+        return DriftKind(self.kind).drifted

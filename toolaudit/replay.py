@@ -16,11 +16,12 @@ from typing import Any
 
 import orjson
 
-from toolaudit.pairs import Analyzer, SideOutput, message_raw_text
 from toolaudit.engines import Engine, EngineRequest, EngineResult, make_engine
+from toolaudit.engines.paths import PathConfig, load_paths
 from toolaudit.errors import ConfigError, StoreError
 from toolaudit.fingerprint import fingerprint
-from toolaudit.paths import PathConfig, load_paths
+from toolaudit.pairs import Analyzer, Divergence, SideOutput, message_raw_text, write_call, write_output
+from toolaudit.records import MatchStatus
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.store import RowBatch, Store
 from toolaudit.toolcalls import parse_message, parse_text
@@ -105,9 +106,9 @@ def side_output(result: EngineResult, path: PathConfig, wall_share: float) -> Si
 
 
 def first_divergence(base: EngineResult, cand: EngineResult,
-                     decode: Callable[[list[int]], str] | None) -> tuple | None:
-    """(position, baseline token, candidate token, baseline margin, candidate margin) of the first differing
-    generated token, or None when the token streams agree or either side has no token evidence.
+                     decode: Callable[[list[int]], str] | None) -> Divergence | None:
+    """The first differing generated token (position, both tokens, both top-2 margins), or None when the token
+    streams agree or either side has no token evidence.
 
     Token ids are compared when both sides have them; otherwise the token strings (`EngineResult.tokens`, e.g.
     from an HTTP endpoint's logprobs) when both sides have those."""
@@ -131,7 +132,7 @@ def first_divergence(base: EngineResult, cand: EngineResult,
     def margin(result: EngineResult) -> float | None:
         return float(result.margins[pos]) if pos < len(result.margins) else None
 
-    return (pos, token(a), token(b), margin(base), margin(cand))
+    return Divergence(pos, token(a), token(b), margin(base), margin(cand))
 
 
 class Replayer:
@@ -169,14 +170,14 @@ class Replayer:
         calls, bad_lines, stats = load_calls(self.options)
         counts = ReplayCounts(traces=stats, calls=len(calls))
         self._write_trace_errors(run_id, bad_lines)
-        done = self._done_keys(run_id)
+        done = self.store.stored_call_keys(run_id)
         todo = [c for c in calls if c.key not in done]
         counts.skipped = len(calls) - len(todo)
         if on_total:
             on_total(len(todo))
         analyzer = Analyzer(run_id, SchemaRegistry(self.options.schema_dir))
         size = max(self.options.chunk, self.baseline_path.batch_size, self.candidate_path.batch_size)
-        batch_no = self._next_batch_no(run_id)
+        batch_no = self.store.next_batch_no(run_id)
         self.store.set_status(run_id, "running")
         try:
             for start in range(0, len(todo), size):
@@ -225,10 +226,10 @@ class Replayer:
                 errors += 1
                 message = "; ".join(f"{side}: {r.error}" for side, r in (("baseline", b_res), ("candidate", c_res))
                                     if r.error)
-                batch.add("calls", run_id=run_id, session_id=call.session_id, call_index=call.call_index,
-                          customer=call.customer, match_status="error", detail=message)
-                analyzer.add_output(batch, call.session_id, call.call_index, "baseline", b_out, None)
-                analyzer.add_output(batch, call.session_id, call.call_index, "candidate", c_out, None)
+                write_call(batch, run_id, call.session_id, call.call_index, MatchStatus.ERROR,
+                           customer=call.customer, detail=message)
+                write_output(batch, run_id, call.session_id, call.call_index, "baseline", b_out.row())
+                write_output(batch, run_id, call.session_id, call.call_index, "candidate", c_out.row())
                 continue
             divergence = first_divergence(b_res, c_res, decode)
             analyzer.pair(batch, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
@@ -238,29 +239,11 @@ class Replayer:
         return errors
 
     def _write_trace_errors(self, run_id: int, bad_lines: list[TraceLineError]) -> None:
-        """Idempotent: a resumed run rewrites the same error rows instead of adding copies."""
-        self.store.con.execute("DELETE FROM trace_errors WHERE run_id = ?", [run_id])
         batch = RowBatch()
         for err in bad_lines:
             batch.add("trace_errors", run_id=run_id, side="input", source=err.source, line=err.line,
                       field=err.field, message=err.message, excerpt=err.excerpt)
-        self.store.write_batch(batch)
-
-    def _done_keys(self, run_id: int) -> set[tuple[str, int]]:
-        """Calls already stored; failed calls are removed so that they are retried."""
-        con = self.store.con
-        con.execute("BEGIN TRANSACTION")
-        con.execute("DELETE FROM outputs WHERE run_id = ? AND (session_id, call_index) IN "
-                    "(SELECT session_id, call_index FROM calls WHERE run_id = ? AND match_status = 'error')",
-                    [run_id, run_id])
-        con.execute("DELETE FROM calls WHERE run_id = ? AND match_status = 'error'", [run_id])
-        con.execute("COMMIT")
-        rows = con.execute("SELECT session_id, call_index FROM calls WHERE run_id = ?", [run_id]).fetchall()
-        return {(s, i) for s, i in rows}
-
-    def _next_batch_no(self, run_id: int) -> int:
-        return self.store.con.execute("SELECT coalesce(max(batch_no) + 1, 0) FROM replay_batches WHERE run_id = ?",
-                                      [run_id]).fetchone()[0]
+        self.store.replace_trace_errors(run_id, batch)
 
 
 def options_for_resume(store: Store, run_id: int) -> ReplayOptions:

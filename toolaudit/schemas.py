@@ -138,7 +138,7 @@ class CompiledSchema:
     invalid_reason: str | None = None
     _validator: Any = field(default=None, repr=False, compare=False)
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
-    _fast: Any = field(default=None, repr=False, compare=False)  # schema_fastpath: True means valid, else ask jsonschema
+    _fast: Any = field(default=None, repr=False, compare=False)  # schema_fastpath: True = valid, else jsonschema
 
     def errors(self, arguments: Any) -> list[str] | None:
         """None when the schema is invalid, [] when the arguments are valid, else one message per error.

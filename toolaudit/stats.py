@@ -7,7 +7,6 @@ interval then dips below zero and under-covers.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 Z95 = 1.959963984540054
@@ -40,19 +39,6 @@ def wilson(k: int, n: int, z: float = Z95) -> Rate:
     return Rate(k, n, low, high)
 
 
-def compounded(probabilities: Iterable[float]) -> float:
-    """P(at least one event) for independent events: 1 - prod(1 - p_i)."""
-    survive = 1.0
-    for p in probabilities:
-        survive *= 1.0 - p
-    return 1.0 - survive
-
-
 def expected_session_drift(p_call: float, max_calls: int = 10) -> list[tuple[int, float]]:
     """Expected share of sessions with any drift for sessions of 1..max_calls calls at a per-call rate."""
     return [(n, 1.0 - (1.0 - p_call) ** n) for n in range(1, max_calls + 1)]
-
-
-def session_compounded(tools_per_session: Sequence[Sequence[str]], tool_rates: dict[str, float]) -> list[float]:
-    """For each session, 1 - prod(1 - p_tool) over its calls, from run-wide per-tool drift rates."""
-    return [compounded(tool_rates.get(tool, 0.0) for tool in tools) for tools in tools_per_session]

@@ -25,7 +25,6 @@ _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _MISTRAL, _MISTRAL_ARGS, _MISTRAL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 _PYTHON_TAG = "<|python_tag|>"  # Llama 3.x prefix before a JSON call
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
-_DECODER = json.JSONDecoder()
 _TYPE_NAMES = {
     list: "array",
     str: "string",

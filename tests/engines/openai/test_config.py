@@ -1,0 +1,36 @@
+"""The openai engine's path keys: a bad key or value is a `ConfigError` naming the path and the key, raised when
+paths.toml is read or, for what needs the environment (the API key), when the engine is created."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolaudit.engines import make_engine
+from toolaudit.engines.paths import parse_path
+from toolaudit.errors import ConfigError
+
+
+@pytest.mark.parametrize("table, message", [
+    ({}, "paths.p: base_url is required for engine openai"),
+    ({"base_url": "ftp://x"}, "paths.p: base_url must be an http(s) URL with a host (got 'ftp://x')"),
+    ({"base_url": "http://u:pw@127.0.0.1/v1"}, "paths.p: base_url must not carry credentials"),
+    ({"base_url": "https://api.example.com/v1"}, "paths.p: api_key_env is required for api.example.com"),
+    ({"base_url": "http://127.0.0.1/v1", "api_key_env": "TOOLAUDIT_NOT_SET_ANYWHERE"},
+     "paths.p: api_key_env names $TOOLAUDIT_NOT_SET_ANYWHERE, which is not set"),
+    ({"base_url": "http://127.0.0.1/v1", "api_key_env": "sk-abc 123"},
+     "paths.p: api_key_env must be the NAME of an environment variable"),
+    ({"base_url": "http://127.0.0.1/v1", "concurency": 4}, "paths.p: concurency is not a key the openai engine knows"),
+    ({"base_url": "http://127.0.0.1/v1", "speculative": {"method": "ngram"}},
+     "paths.p: speculative is a torch engine key"),
+    ({"base_url": "http://127.0.0.1/v1", "dtype": "float32"}, "paths.p: dtype is a torch engine key"),
+    ({"base_url": "http://127.0.0.1/v1", "max_retries": -1}, "paths.p: max_retries must be an integer >= 0"),
+    ({"base_url": "http://127.0.0.1/v1", "timeout_s": 0}, "paths.p: timeout_s must be a number > 0"),
+    ({"base_url": "http://127.0.0.1/v1", "stream": "yes"}, "paths.p: stream must be true or false"),
+    ({"base_url": "http://127.0.0.1/v1", "extra_body": "x"}, "paths.p: extra_body must be a table"),
+    ({"base_url": "http://127.0.0.1/v1", "top_logprobs": 21}, "paths.p: top_logprobs must be an integer from 0"),
+])
+def test_config_errors_name_the_path_and_key(monkeypatch, table, message):
+    monkeypatch.delenv("TOOLAUDIT_NOT_SET_ANYWHERE", raising=False)
+    with pytest.raises(ConfigError) as err:
+        make_engine(parse_path("p", {"engine": "openai", **table}))
+    assert str(err.value).startswith(message)

@@ -1,0 +1,45 @@
+"""The torch engine on a tiny float64 model: results in request order, a request too long for the model is an
+error row, n-gram speculation equals target greedy, and the fingerprint is JSON-ready."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from toolaudit.engines.base import EngineRequest  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_engine_results_in_order_with_errors_as_rows(tiny_model_dir):
+    from toolaudit.engines.paths import PathConfig, PromptConfig, SpeculativeConfig
+    from toolaudit.engines.torch.engine import TorchEngine
+
+    tools = [{"type": "function", "function": {"name": "get_quote", "parameters": {"type": "object"}}}]
+    requests = [
+        EngineRequest(key=f"k{i}", messages=[{"role": "user", "content": "price of AMZN " * (i + 1)}], tools=tools)
+        for i in range(4)
+    ]
+    requests.insert(2, EngineRequest(key="bad", messages=[{"role": "user", "content": "x" * 1200}], tools=tools))
+    common = dict(model=str(tiny_model_dir), dtype="float64", batch_size=3, max_tokens=12,
+                  prompt=PromptConfig(few_shot=1, prefill="<tool_call>\n"))
+    target = TorchEngine(PathConfig(name="target", **common))
+    spec = TorchEngine(PathConfig(name="spec", speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=4),
+                                  **common))
+    a, b = target.generate(requests), spec.generate(requests)
+    assert [r.key for r in a] == [r.key for r in requests] == [r.key for r in b]
+    assert "exceeds the model's 1024 positions" in a[2].error and a[2].text == ""
+    for x, y in zip(a, b):
+        if x.key != "bad":
+            assert x.error is None and x.token_ids == y.token_ids and x.text == y.text
+            assert x.text.startswith("<tool_call>\n") and x.completion_tokens == len(x.token_ids) > 0
+            assert x.prompt_tokens > 0 and 0 < x.ttft_s <= x.latency_s
+    assert sum(r.drafted_tokens for r in b) > 0
+    components = spec.fingerprint_components()
+    assert components["speculative"]["method"] == "ngram" and components["dtype"] == "float64"
+    assert len(components["model_identity"]) == 16
+    json.dumps(components)

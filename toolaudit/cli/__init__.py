@@ -1,0 +1,28 @@
+"""The `toolaudit` command line: a thin layer over the library. The root group adds each command family
+explicitly (as inspect_ai's `_cli/main.py` does); no command module imports this one."""
+
+from __future__ import annotations
+
+import click
+
+from toolaudit import __version__
+from toolaudit.cli.common import CONTEXT
+from toolaudit.cli.compare import compare
+from toolaudit.cli.gate import check, report
+from toolaudit.cli.query import runs, sql, summary
+from toolaudit.cli.replay import demo, fingerprint_cmd, replay
+from toolaudit.cli.serve import serve
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "--version", prog_name="toolaudit")
+def cli() -> None:
+    """Measure how often two decode paths produce different tool calls for the same requests."""
+
+
+for command in (compare, runs, summary, sql, report, check, replay, demo, fingerprint_cmd, serve):
+    cli.add_command(command)
+
+
+def main() -> None:  # pragma: no cover
+    cli(prog_name="toolaudit")

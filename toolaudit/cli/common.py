@@ -1,0 +1,124 @@
+"""What every command shares: the --db option, output options (table, --json, --csv), library errors as
+one-line messages, proportion parameters, and a progress bar on terminals (a line per step when piped)."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from toolaudit.errors import ToolauditError
+from toolaudit.output import format_table, plain, to_json
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+def db_option(func: Callable) -> Callable:
+    return click.option("--db", "db", envvar="TOOLAUDIT_DB", default="toolaudit.duckdb", show_default=True,
+                        type=click.Path(dir_okay=False),
+                        help="DuckDB file (or set TOOLAUDIT_DB).")(func)
+
+
+def friendly_errors(func: Callable) -> Callable:
+    """Library errors become one-line messages with exit code 1, never tracebacks."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ToolauditError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def output_options(func: Callable) -> Callable:
+    """Adds --json and --csv; the command receives `fmt` ("table", "json" or "csv")."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+    @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
+    @functools.wraps(func)
+    def wrapper(*args: Any, as_json: bool, as_csv: bool, **kwargs: Any) -> None:
+        if as_json and as_csv:
+            raise click.UsageError("--json and --csv cannot be used together")
+        kwargs["fmt"] = "json" if as_json else "csv" if as_csv else "table"
+        func(*args, **kwargs)
+
+    return wrapper
+
+
+def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> None:
+    """Print query-shaped results; `[]` for JSON when there are none."""
+    if fmt == "json":
+        click.echo(to_json([dict(zip(columns, map(plain, row))) for row in rows]))
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[plain(v) for v in row] for row in rows])
+    else:
+        click.echo(format_table(columns, rows))
+
+
+def schema_dir_or_none(schema_dir: str) -> str | None:
+    return schema_dir if os.path.isdir(schema_dir) else None
+
+
+class Proportion(click.ParamType):
+    """`0.015` or `1.5%` (with points=True also `0.5pp`), as a fraction."""
+
+    name = "P"
+
+    def __init__(self, points: bool = False):
+        self.points = points
+        self.name = "PP" if points else "P"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from toolaudit.budgets import parse_proportion
+
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_proportion(value, points=self.points)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Progress:
+    """Progress on stderr: a click bar on a terminal; when piped, one line per `log_every` of progress (so a
+    long replay in CI or under `tee` is never silent for minutes). Nothing when the total is unknown (0)."""
+
+    def __init__(self, label: str, length: int, unit: str = "", log_every: float = 0.0):
+        self.label, self.length, self.unit, self.log_every = label, length, unit, log_every
+        self.bar = None
+        self.done = 0
+        self.started = time.monotonic()
+        self._next_log = log_every
+        if sys.stderr.isatty() and length > 0:
+            self.bar = click.progressbar(length=length, label=label, file=sys.stderr, show_eta=True,
+                                         show_pos=not unit)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.log_every and self.length and self.done >= self._next_log:
+            self._next_log = self.done + self.log_every
+            elapsed = time.monotonic() - self.started
+            eta = elapsed / self.done * (self.length - self.done) if self.done else 0.0
+            click.echo(f"{self.label}: {self.done}/{self.length}{self.unit} ({100 * self.done / self.length:.0f}%, "
+                       f"{elapsed:.0f}s elapsed, ETA {eta:.0f}s)", err=True)
+
+    def __enter__(self) -> Progress:
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)

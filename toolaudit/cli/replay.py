@@ -1,0 +1,134 @@
+"""Commands that drive decode engines: `replay`, `demo`, `fingerprint`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from toolaudit.cli.common import Progress, db_option, friendly_errors, output_options, schema_dir_or_none
+from toolaudit.cli.show import show_summary
+from toolaudit.output import to_json
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
+
+
+def _run_replay(db: str, options, resume: int | None, fmt: str) -> None:
+    from toolaudit.figures import run_summary
+    from toolaudit.replay import replay_traces
+    from toolaudit.store import Store
+
+    with Store(db) as store:
+        bar = _LazyBar()
+        try:
+            run_id, counts = replay_traces(store, options, progress=bar.update, resume=resume,
+                                           on_total=bar.start)
+        except KeyboardInterrupt:
+            bar.close()
+            run = store.rows("SELECT run_id FROM runs WHERE status = 'interrupted' ORDER BY run_id DESC LIMIT 1")
+            hint = f" --resume {run[0]['run_id']}" if run else ""
+            raise click.ClickException(f"interrupted; finish it with: toolaudit replay{hint} --db {db}") from None
+        bar.close()
+        if counts.skipped:
+            click.echo(f"resumed run {run_id}: {counts.skipped} calls already stored, {counts.replayed} replayed",
+                       err=True)
+        show_summary(run_summary(store, run_id), fmt)
+
+
+class _LazyBar:
+    """Progress that learns its length once the calls to replay are known; one line per chunk when piped."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+
+    def start(self, total: int) -> None:
+        self.progress = Progress("replaying", total, unit=" calls", log_every=1).__enter__()
+
+    def update(self, n: int) -> None:
+        if self.progress is not None:
+            self.progress.update(n)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.__exit__(None, None, None)
+            self.progress = None
+
+
+@click.command()
+@click.argument("traces", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--baseline", default="target", show_default=True, help="Baseline decode path name.")
+@click.option("--candidate", default="spec-ngram", show_default=True, help="Candidate decode path name.")
+@click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True),
+              help="paths.toml with [paths.NAME] tables (default: built-in target and spec-ngram).")
+@db_option
+@click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls.")
+@click.option("--resume", type=int, metavar="RUN", help="Finish an interrupted replay run.")
+@click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
+              help="Calls per engine call and per transaction (a kill loses at most one chunk).")
+@click.option("--run-name", help="A name for this run.")
+@click.option("--session-key", default="request.metadata.session_id", show_default=True,
+              help="Dotted path of the session id in each line.")
+@click.option("--customer-key", default="request.metadata.customer", show_default=True,
+              help="Dotted path of the customer in each line.")
+@click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
+              help="Folder of <tool>.json schemas that override the request's.")
+@output_options
+@friendly_errors
+def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: str | None, db: str,
+           limit: int | None, resume: int | None, chunk: int, run_name: str | None, session_key: str,
+           customer_key: str, schema_dir: str, fmt: str) -> None:
+    """Replay recorded calls through two decode paths and diff their tool calls."""
+    from toolaudit.replay import ReplayOptions
+
+    if resume is None and not traces:
+        raise click.UsageError("give trace files to replay, or --resume RUN")
+    if resume is not None and traces:
+        raise click.UsageError("--resume takes its traces and paths from the run; do not pass trace files")
+    options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidate,
+                            paths_file=paths_file, limit=limit, run_name=run_name, chunk=chunk,
+                            session_key=session_key,
+                            customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir))
+    _run_replay(db, options, resume, fmt)
+
+
+@click.command()
+@db_option
+@click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls (quicker look).")
+@output_options
+@friendly_errors
+def demo(db: str, limit: int | None, fmt: str) -> None:
+    """Replay the bundled demo sessions through target vs spec-ngram (bf16) and print the drift."""
+    from toolaudit.replay import ReplayOptions
+
+    Path(db).resolve().parent.mkdir(parents=True, exist_ok=True)
+    schemas = REPO_ROOT / "schemas"
+    options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate="spec-ngram", limit=limit,
+                            run_name="demo", schema_dir=str(schemas) if schemas.is_dir() else None)
+    click.echo(f"replaying {DEMO_TRACES.name} through target and spec-ngram (bf16, CPU); results in {db}",
+               err=True)
+    _run_replay(db, options, None, fmt)
+
+
+@click.command(name="fingerprint")
+@click.option("--path", "path_name", required=True, help="Decode path name.")
+@click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True), help="paths.toml.")
+@click.option("--json", "as_json", is_flag=True, help="Show the components as JSON.")
+@friendly_errors
+def fingerprint_cmd(path_name: str, paths_file: str | None, as_json: bool) -> None:
+    """Print the stable fingerprint of a decode path (engine, versions, model hashes, config, device)."""
+    from toolaudit.engines import make_engine
+    from toolaudit.engines.paths import load_paths
+    from toolaudit.errors import ConfigError
+    from toolaudit.fingerprint import fingerprint
+
+    paths = load_paths(paths_file)
+    if path_name not in paths:
+        raise ConfigError(f"unknown decode path {path_name!r} (known: {', '.join(sorted(paths))})")
+    components = make_engine(paths[path_name]).fingerprint_components()
+    fp = fingerprint(components)
+    if as_json:
+        click.echo(to_json({"path": path_name, "fingerprint": fp, "components": components}))
+    else:
+        click.echo(fp)
+

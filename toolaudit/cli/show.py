@@ -1,0 +1,66 @@
+"""How a run summary is shown: the text block, the path table and the worst example (or JSON / CSV)."""
+
+from __future__ import annotations
+
+import click
+
+from toolaudit.cli.common import print_rows
+from toolaudit.output import format_table, pct, to_json
+
+
+def show_summary(s: dict, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(to_json(s))
+        return
+    if fmt == "csv":
+        cols = list(s["customers"][0].keys()) if s["customers"] else ["customer"]
+        print_rows(cols, [list(c.values()) for c in s["customers"]], "csv")
+        return
+    un = s["unmatched_calls"]
+    lines = [
+        f"run {s['run_id']} ({s['run_name']}, {s['status']}): {s['baseline']} vs {s['candidate']}",
+        f"  calls compared        {s['calls']}",
+        f"  drifted calls         {s['drifted_calls']} ({pct(s['drift_rate'])}, 95% CI "
+        f"{pct(s['ci_low'])}-{pct(s['ci_high'])})",
+        f"  exact text matches    {s['exact_text_matches']}",
+        "  drift kinds           " + ", ".join(f"{k}={v}" for k, v in s["drift_kinds"].items()),
+        f"  sessions              {s['sessions']} (mean {s['mean_calls_per_session']:.1f} calls)",
+        f"  session drift         observed {pct(s['observed_session_drift'])}, "
+        f"compounded {pct(s['compounded_session_drift'])}",
+        f"  unmatched calls       baseline only {un['baseline_only']}, candidate only {un['candidate_only']}",
+        f"  error rows            {s['error_rows']}",
+        "",
+    ]
+    click.echo("\n".join(lines))
+    if s.get("paths"):
+        click.echo(format_table(
+            ["side", "path", "calls", "tokens/s", "acceptance", "tokens/pass", "errors"],
+            [[p["side"], p["path_name"], p["calls"], f"{p['tokens_per_s']:.1f}" if p["tokens_per_s"] else "-",
+              pct(p["acceptance_rate"]) if p["acceptance_rate"] is not None else "-",
+              f"{p['tokens_per_forward_pass']:.2f}" if p["tokens_per_forward_pass"] else "-", p["errors"]]
+             for p in s["paths"]]))
+        if s.get("speedup"):
+            click.echo(f"  speedup (candidate vs baseline tokens/s): {s['speedup']:.2f}x")
+        if s.get("drifted_with_token_evidence"):
+            click.echo(f"  drifted calls with token evidence: {s['drifted_with_token_evidence']}, median "
+                       f"top-2 margin at first divergence {s['median_drift_margin']:.3f} logits")
+        click.echo("")
+    cols = ["customer", "calls", "drifted", "drift", "95% CI", "sessions", "observed", "compounded"]
+    rows = [[c["customer"], c["calls"], c["drifted_calls"], pct(c["drift_rate"]),
+             f"{pct(c['ci_low'])}-{pct(c['ci_high'])}", c["sessions"], pct(c["observed_session_drift"]),
+             pct(c["compounded_session_drift"])] for c in s["customers"]]
+    click.echo(format_table(cols, rows))
+    worst = s.get("worst_example")
+    if worst:
+        click.echo(f"\nworst example: session {worst['session_id']} call {worst['call_index']} "
+                   f"({worst['customer']}, {worst['tool_name']}): {worst['drift_kind']}: {worst['detail']}")
+        if worst.get("first_divergence") is not None:
+            margin = worst["baseline_margin"]
+            click.echo(f"  first divergent token #{worst['first_divergence']}: {worst['baseline_token']!r} -> "
+                       f"{worst['candidate_token']!r} (baseline top-2 margin "
+                       f"{'n/a' if margin is None else f'{margin:.3f}'})")
+        for d in worst["arg_diffs"][:5]:
+            click.echo(f"  {d['arg_path']}: {d['baseline_value']} -> {d['candidate_value']} ({d['diff_kind']})")
+        if not worst["arg_diffs"]:
+            click.echo(f"  baseline:  {(worst['baseline_text'] or '')[:160]!r}")
+            click.echo(f"  candidate: {(worst['candidate_text'] or '')[:160]!r}")

@@ -1,0 +1,113 @@
+"""The openai engine's own `[paths.NAME]` keys and their validation. No openai import: paths.toml is read (and
+checked) before any engine loads.
+
+`parse_options` checks a table's keys when paths.toml is read; `options_for` turns a path into `OpenAIOptions`
+when the engine is created, checking again because a path can also be built or changed in code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from ...errors import ConfigError
+from ..paths import PathConfig
+
+OPTION_KEYS = ("base_url", "api_key_env", "extra_body", "tool_choice", "logprobs", "top_logprobs", "concurrency",
+               "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s")
+KEYS = frozenset(OPTION_KEYS)
+# PathConfig fields that only an embedded engine uses: on an HTTP path the server decides them.
+_TORCH_ONLY = ("dtype", "device", "speculative", "prompt", "prefix_caching")
+_Fail = Callable[[str, str], ConfigError]
+
+
+@dataclass(frozen=True)
+class OpenAIOptions:
+    """The `engine = "openai"` keys of one path, validated."""
+
+    base_url: str
+    api_key_env: str | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    tool_choice: str | dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int = 2  # two are needed for margins (top-1 minus top-2 logprob)
+    concurrency: int = 8
+    timeout_s: float = 60.0  # per attempt, whole response (streamed or not)
+    max_retries: int = 3
+    stream: bool = False
+    backoff_s: float = 0.5  # first retry waits 0.25..0.5 s, then doubling, up to backoff_max_s
+    backoff_max_s: float = 8.0
+
+
+def parse_options(table: dict[str, Any], fail: _Fail) -> dict[str, Any]:
+    """The openai keys of a path table, as given (defaults are applied by `options_for`), once they check out."""
+    opts = {k: v for k, v in table.items() if k in KEYS}
+    _options(opts, fail, default_concurrency=1)
+    return opts
+
+
+def options_for(path: PathConfig) -> OpenAIOptions:
+    """Validate an openai path's keys; errors are `ConfigError`s naming the path and the key."""
+    where = f"paths.{path.name}"
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(f"{where}: {key} {message}")
+
+    defaults = PathConfig(name=path.name)
+    for key in _TORCH_ONLY:
+        if getattr(path, key) != getattr(defaults, key):
+            raise fail(key, "is a torch engine key; an openai path's server decides it "
+                            "(pass server switches in extra_body)")
+    opts = dict(path.options)
+    unknown = sorted(set(opts) - KEYS)
+    if unknown:
+        raise fail(unknown[0], f"is not a key the openai engine knows ({', '.join(OPTION_KEYS)})")
+    return _options(opts, fail, default_concurrency=path.batch_size)
+
+
+def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> OpenAIOptions:
+    if "base_url" not in opts:
+        raise fail("base_url", "is required for engine openai (e.g. \"http://127.0.0.1:8000/v1\")")
+    base_url = opts["base_url"]
+    if not isinstance(base_url, str):
+        raise fail("base_url", f"must be a string (got {base_url!r})")
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise fail("base_url", f"must be an http(s) URL with a host (got {base_url!r})")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise fail("base_url", "must not carry credentials, a query or a fragment (give the key with api_key_env)")
+    env = opts.get("api_key_env")
+    if env is not None and (not isinstance(env, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env)):
+        raise fail("api_key_env", "must be the NAME of an environment variable (e.g. \"OPENAI_API_KEY\"), "
+                                  "not the key itself")
+    extra_body = opts.get("extra_body", {})
+    if not isinstance(extra_body, dict):
+        raise fail("extra_body", "must be a table of fields added to each request body")
+    tool_choice = opts.get("tool_choice")
+    if tool_choice is not None and not isinstance(tool_choice, (str, dict)):
+        raise fail("tool_choice", "must be \"auto\", \"none\", \"required\" or a table naming a function")
+    for key in ("logprobs", "stream"):
+        if not isinstance(opts.get(key, False), bool):
+            raise fail(key, f"must be true or false (got {opts[key]!r})")
+    top = opts.get("top_logprobs", 2)
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20:
+        raise fail("top_logprobs", f"must be an integer from 0 to 20 (got {top!r})")
+    concurrency = opts.get("concurrency", default_concurrency)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise fail("concurrency", f"must be a positive integer (got {concurrency!r})")
+    retries = opts.get("max_retries", 3)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise fail("max_retries", f"must be an integer >= 0 (got {retries!r})")
+    numbers = {}
+    for key, default, positive in (("timeout_s", 60.0, True), ("backoff_s", 0.5, False),
+                                   ("backoff_max_s", 8.0, False)):
+        value = opts.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and not value):
+            raise fail(key, f"must be a number {'> 0' if positive else '>= 0'} (got {value!r})")
+        numbers[key] = float(value)
+    return OpenAIOptions(base_url=base_url.rstrip("/"), api_key_env=env, extra_body=extra_body,
+                         tool_choice=tool_choice, logprobs=opts.get("logprobs", False), top_logprobs=top,
+                         concurrency=concurrency, max_retries=retries, stream=opts.get("stream", False),
+                         **numbers)

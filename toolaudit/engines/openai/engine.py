@@ -1,0 +1,289 @@
+"""The HTTP engine: replays requests against any OpenAI-compatible Chat Completions endpoint.
+
+Production decodes behind vLLM, SGLang or a gateway; an audit must traverse that same path, so this engine sends
+the recorded `messages` and `tools` as they are and reads the tool calls from the response's `tool_calls` field.
+Baseline and candidate may be two endpoints, or one endpoint with a different `extra_body` (e.g. a gateway's
+speculative-decoding switch).
+
+Client behaviour: the real `openai` package (`AsyncOpenAI`, its own retries off), at most `concurrency` requests
+in flight, a per-attempt deadline of `timeout_s`, and our own retry loop (exponential backoff with jitter, a
+server's Retry-After as a floor) on 429, 408/409, 5xx, connection errors, timeouts and truncated bodies. A request
+that still fails becomes an error result with the status and message; `replay --resume` retries those calls.
+
+The API key is read from the environment variable NAMED by `api_key_env`, held by the client only, and scrubbed
+from error messages: it never reaches the database, reports or logs. Loopback servers need no key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from ...errors import ConfigError
+from ..base import EngineRequest, EngineResult
+from ..paths import PathConfig
+from .config import OpenAIOptions, options_for
+from .shapes import StreamAggregate, openai_messages, openai_tools, result_from_response
+
+_DUMMY_KEY = "EMPTY"  # what vLLM's docs use for servers without authentication
+_RETRY_STATUS = frozenset({408, 409, 429})
+
+
+def is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key(path: PathConfig, opts: OpenAIOptions) -> str:
+    """The key from the environment variable `api_key_env` names; a dummy for loopback servers without one."""
+    if opts.api_key_env:
+        key = os.environ.get(opts.api_key_env)
+        if not key:
+            raise ConfigError(f"paths.{path.name}: api_key_env names ${opts.api_key_env}, which is not set "
+                              f"(export it before running)")
+        return key
+    if is_loopback(opts.base_url):
+        return _DUMMY_KEY
+    raise ConfigError(f"paths.{path.name}: api_key_env is required for {urlsplit(opts.base_url).hostname} "
+                      f"(the NAME of the environment variable holding the key; only loopback servers need none)")
+
+
+def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None,
+                  rng: random.Random | None = None) -> float:
+    """Seconds to wait before retry `attempt` (0 = first retry): "equal jitter" exponential backoff, i.e. a
+    uniform draw in [d/2, d] with d = min(cap, base * 2**attempt). A server's Retry-After (capped) is a floor."""
+    d = min(cap, base * 2 ** attempt)
+    delay = d / 2 + (rng or random).uniform(0, d / 2)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, cap))
+    return delay
+
+
+@dataclass
+class _Failure:
+    """One failed attempt: what to record, whether to try again, and how long the server asked us to wait."""
+
+    message: str
+    retryable: bool
+    retry_after: float | None = None
+
+
+def classify(exc: BaseException, timeout_s: float) -> _Failure:
+    """Sort an attempt's exception into retryable (429, 408, 409, 5xx, connection, timeout, malformed body) or not."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        message = re.sub(r"^Error code: \d+ - ", "", str(exc.message))
+        return _Failure(f"HTTP {status}: {message}", status in _RETRY_STATUS or status >= 500,
+                        _retry_after(exc.response.headers))
+    if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
+        return _Failure(f"timeout: no complete response within {timeout_s:g}s", True)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
+        return _Failure(f"connection error: {detail}", True)
+    if isinstance(exc, ValueError):  # a body that is not JSON (truncated by a proxy, or broken)
+        return _Failure(f"malformed response: {type(exc).__name__}: {exc}", True)
+    return _Failure(f"{type(exc).__name__}: {exc}", False)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Retry-After in seconds (or OpenAI's retry-after-ms); HTTP dates are ignored."""
+    try:
+        if headers.get("retry-after-ms"):
+            return float(headers["retry-after-ms"]) / 1000
+        if headers.get("retry-after"):
+            return float(headers["retry-after"])
+    except (TypeError, ValueError):
+        pass
+    return None
+
+
+def _map_strings(value: Any, fn) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _map_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, fn) for v in value]
+    return value
+
+
+class _LoopThread:
+    """A persistent event loop on a daemon thread: `generate()` stays synchronous and connections are reused."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="toolaudit-openai", daemon=True)
+        self.thread.start()
+
+    def run(self, coro) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+class OpenAIEngine:
+    """One decode path behind an OpenAI-compatible endpoint. Validates its keys and finds its key at creation."""
+
+    def __init__(self, path: PathConfig, rng: random.Random | None = None):
+        self.path = path
+        self.options = options_for(path)
+        self._key = api_key(path, self.options)
+        self._secret = self._key if self.options.api_key_env else None
+        self._rng = rng or random.Random()
+        self._loop: _LoopThread | None = None
+        self._client = None
+        self._fingerprints: dict[str, None] = {}  # system_fingerprints seen, in order
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, requests: list[EngineRequest]) -> list[EngineResult]:
+        """One result per request, in order; at most `concurrency` in flight. Never raises for a request."""
+        if not requests:
+            return []
+        if self._loop is None:
+            self._loop = _LoopThread()
+        results = self._loop.run(self._generate_all(requests))
+        for r in results:
+            if r.system_fingerprint:
+                self._fingerprints.setdefault(r.system_fingerprint)
+        return results
+
+    async def _generate_all(self, requests: list[EngineRequest]) -> list[EngineResult]:
+        if self._client is None:
+            import openai
+
+            self._client = openai.AsyncOpenAI(api_key=self._key, base_url=self.options.base_url, max_retries=0,
+                                              timeout=self.options.timeout_s)
+        slots = asyncio.Semaphore(self.options.concurrency)
+        return list(await asyncio.gather(*(self._request(slots, r) for r in requests)))
+
+    async def _request(self, slots: asyncio.Semaphore, req: EngineRequest) -> EngineResult:
+        """Attempts with backoff between them; the last failure becomes the result's `error`."""
+        opts = self.options
+        failure = _Failure("not attempted", False)
+        attempts = 0
+        for attempt in range(opts.max_retries + 1):
+            attempts += 1
+            async with slots:
+                try:
+                    return self._scrub_result(await asyncio.wait_for(self._attempt(req), opts.timeout_s))
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 -- every failure becomes a row, never a crash
+                    failure = classify(exc, opts.timeout_s)
+            if not failure.retryable or attempt == opts.max_retries:
+                break
+            await asyncio.sleep(backoff_delay(attempt, opts.backoff_s, opts.backoff_max_s, failure.retry_after,
+                                              self._rng))
+        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+        return EngineResult(key=req.key, error=self._scrub(failure.message)[:500] + tries)
+
+    async def _attempt(self, req: EngineRequest) -> EngineResult:
+        kwargs = self._body(req)
+        t0 = time.perf_counter()
+        if not self.options.stream:
+            completion = await self._client.chat.completions.create(**kwargs)
+            latency = time.perf_counter() - t0
+            if not hasattr(completion, "model_dump"):
+                raise ValueError(f"response is not a chat completion: {str(completion)[:200]!r}")
+            return result_from_response(req.key, completion.model_dump(mode="json"), latency, latency)
+        agg = StreamAggregate()
+        stream = await self._client.chat.completions.create(**kwargs, stream=True,
+                                                            stream_options={"include_usage": True})
+        async with stream:
+            async for chunk in stream:
+                agg.add(chunk.model_dump(mode="json"), time.perf_counter() - t0)
+        if agg.finish_reason is None:  # a cut or non-SSE body can end the stream "cleanly" with nothing in it
+            raise ValueError("the stream ended without a finish_reason")
+        latency = time.perf_counter() - t0
+        ttft = agg.first_token_at if agg.first_token_at is not None else latency
+        return result_from_response(req.key, agg.response(), latency, ttft)
+
+    def _body(self, req: EngineRequest) -> dict[str, Any]:
+        p, opts = self.path, self.options
+        body: dict[str, Any] = {"model": p.model, "messages": openai_messages(req.messages),
+                                "temperature": p.temperature, "max_tokens": p.max_tokens}
+        if req.tools:
+            body["tools"] = openai_tools(req.tools)
+            if opts.tool_choice is not None:
+                body["tool_choice"] = opts.tool_choice
+        if p.stop is not None:
+            body["stop"] = list(p.stop)
+        if p.temperature > 0:
+            body["seed"] = p.seed
+        if opts.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = opts.top_logprobs
+        if opts.extra_body:
+            body["extra_body"] = opts.extra_body
+        return body
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._secret, "***") if self._secret else text
+
+    def _scrub_result(self, result: EngineResult) -> EngineResult:
+        """A server that echoes the key into its answer must not get it stored: replace it in every string."""
+        if not self._secret or self._secret not in repr((result.text, result.message, result.tokens)):
+            return result
+        result.text = self._scrub(result.text)
+        result.message = _map_strings(result.message, self._scrub)
+        result.tokens = [self._scrub(t) for t in result.tokens]
+        return result
+
+    def close(self) -> None:
+        """Close the HTTP client and stop the event loop thread (the engine can still be used afterwards)."""
+        if self._loop is None:
+            return
+        if self._client is not None:
+            self._loop.run(self._client.close())
+            self._client = None
+        self._loop.stop()
+        self._loop = None
+
+    # ------------------------------------------------------------------ identity
+
+    def fingerprint_components(self) -> dict[str, Any]:
+        """Endpoint, model, request switches and sampling; the endpoint's system_fingerprint once known. Never the
+        key (nor the name of its variable: renaming it does not change the decode path)."""
+        p, opts = self.path, self.options
+        components: dict[str, Any] = {
+            "engine": "openai",
+            "base_url": opts.base_url,
+            "model": p.model,
+            "extra_body": opts.extra_body,
+            "tool_choice": opts.tool_choice,
+            "sampling": {"temperature": p.temperature, "max_tokens": p.max_tokens,
+                         "seed": p.seed if p.temperature > 0 else None,
+                         "stop": list(p.stop) if p.stop is not None else None,
+                         "top_logprobs": opts.top_logprobs if opts.logprobs else None},
+            "stream": opts.stream,
+        }
+        seen = list(self._fingerprints)
+        if len(seen) == 1:
+            components["system_fingerprint"] = seen[0]
+        elif seen:
+            components["system_fingerprint"] = sorted(seen)
+        return components

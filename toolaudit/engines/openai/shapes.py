@@ -1,0 +1,125 @@
+"""Chat Completions shapes the openai engine reads and writes: request tools and messages, streamed chunks
+folded back into one response, logprobs turned into decode evidence, and a response body turned into an
+`EngineResult`. Pure functions over dicts: testable without a server.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from ..base import EngineResult
+
+_TOKEN_ID = re.compile(r"token_id:(\d+)")  # vLLM's `return_tokens_as_token_ids` token strings
+
+
+def openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trace tools as the Chat Completions API wants them: bare function objects are wrapped."""
+    return [t if isinstance(t, dict) and "function" in t else {"type": "function", "function": t} for t in tools]
+
+
+def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Recorded messages, with assistant tool-call arguments as JSON strings (some logs store objects)."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        if calls and any(isinstance(c, dict) and not isinstance((c.get("function") or {}).get("arguments"), str)
+                         for c in calls):
+            m = dict(m)
+            m["tool_calls"] = [
+                c if not isinstance(c, dict) or isinstance((c.get("function") or {}).get("arguments"), str)
+                else {**c, "function": {**c["function"],
+                                        "arguments": orjson.dumps(c["function"].get("arguments", {})).decode()}}
+                for c in calls
+            ]
+        out.append(m)
+    return out
+
+
+class StreamAggregate:
+    """Chat-completion chunks folded back into one response: content, tool calls (argument deltas appended by
+    index), logprobs, finish reason, usage and fingerprint."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.logprobs: list[dict[str, Any]] = []
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.system_fingerprint: str | None = None
+        self.first_token_at: float | None = None
+
+    def add(self, chunk: dict[str, Any], now: float) -> None:
+        self.system_fingerprint = chunk.get("system_fingerprint") or self.system_fingerprint
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            got = False
+            if delta.get("content"):
+                self.content.append(delta["content"])
+                got = True
+            for tc in delta.get("tool_calls") or ():
+                slot = self.tool_calls.setdefault(tc.get("index", 0), {
+                    "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                slot["id"] = tc.get("id") or slot["id"]
+                fn = tc.get("function") or {}
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+                got = True
+            entries = (choice.get("logprobs") or {}).get("content") or ()
+            self.logprobs.extend(entries)
+            if (got or entries) and self.first_token_at is None:
+                self.first_token_at = now
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def response(self) -> dict[str, Any]:
+        """The equivalent non-streamed response body (the fields this engine reads)."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.tool_calls:
+            message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        return {"choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason,
+                             "logprobs": {"content": self.logprobs} if self.logprobs else None}],
+                "usage": self.usage, "system_fingerprint": self.system_fingerprint}
+
+
+def logprob_evidence(entries: list[dict[str, Any]]) -> tuple[list[str], list[float], list[int], list[tuple]]:
+    """(tokens, margins, token ids, top-2 ids) from Chat Completions logprobs. Margins need two alternatives at
+    every position (else none are given, so positions never shift). When the server returns tokens as
+    `token_id:N` (vLLM's `return_tokens_as_token_ids`) they become ids and the token strings are left empty, so
+    a divergence is never computed between ids on one path and token texts on the other."""
+    tokens = [str(e.get("token", "")) for e in entries]
+    tops = [sorted((t for t in e.get("top_logprobs") or () if t.get("logprob") is not None),
+                   key=lambda t: -t["logprob"]) for e in entries]
+    margins = [float(t[0]["logprob"] - t[1]["logprob"]) for t in tops] if all(len(t) >= 2 for t in tops) else []
+    ids = [_TOKEN_ID.fullmatch(t) for t in tokens]
+    token_ids = [int(m.group(1)) for m in ids] if ids and all(ids) else []
+    top2: list[tuple] = []
+    if token_ids and margins:
+        pairs = [tuple(_TOKEN_ID.fullmatch(str(x.get("token", ""))) for x in t[:2]) for t in tops]
+        if all(a and b for a, b in pairs):
+            top2 = [(int(a.group(1)), int(b.group(1))) for a, b in pairs]
+    return ([] if token_ids else tokens), margins, token_ids, top2
+
+
+def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_s: float) -> EngineResult:
+    """A Chat Completions response body (or an aggregated stream) -> EngineResult."""
+    choices = data.get("choices") or []
+    if not choices or not isinstance(choices[0].get("message"), dict):
+        return EngineResult(key=key, error="malformed response: no choices[0].message",
+                            system_fingerprint=data.get("system_fingerprint"))
+    choice = choices[0]
+    message = {k: v for k, v in choice["message"].items() if v is not None or k == "content"}
+    tokens, margins, token_ids, top2 = logprob_evidence((choice.get("logprobs") or {}).get("content") or [])
+    usage = data.get("usage") or {}
+    return EngineResult(
+        key=key, text=message.get("content") or "", token_ids=token_ids,
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or len(tokens) or len(token_ids)),
+        latency_s=latency_s, ttft_s=ttft_s, margins=margins, top2=top2, tokens=tokens, message=message,
+        system_fingerprint=data.get("system_fingerprint"), finish_reason=choice.get("finish_reason"),
+    )

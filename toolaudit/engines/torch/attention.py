@@ -1,0 +1,142 @@
+"""The split KV cache layer and the attention kernel that reads it: two halves of one design, kept together.
+
+`SplitLayer` keeps a layer's cache in two parts so a decode step appends to a short recent part instead of
+copying the whole cache; `grouped_attention` scores both parts and merges them in one softmax. The layer hands
+its base part to the attention call that follows through an attribute of the keys it returns (`BASE`): no
+global or thread-local state, and nothing for a caller to wire up. `kv.new_cache` only builds `SplitLayer`s for
+models that run this attention (`use_grouped_attention`).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AttentionInterface
+from transformers.cache_utils import DynamicLayer
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+ATTENTION = "toolaudit"  # the attention kernel the embedded engine runs (see `grouped_attention`)
+SHORT_QUERY = 16  # queries up to this length (decode steps, verification passes) take the matmul path
+BASE = "toolaudit_base"  # attribute of the keys `SplitLayer.update` returns: (base keys, base values)
+
+
+class SplitLayer(DynamicLayer):
+    """A cache layer in two parts: a `base` (prompts, rows that joined) and `keys`/`values`, the recent columns.
+
+    transformers' `DynamicLayer` appends with `torch.cat`, copying the whole cache at every step; on CPU that
+    copy was most of a 16-row decode step (it runs at a few GB/s). Here a step only appends to the short
+    recent part; `grouped_attention` attends to both parts and merges them in one softmax, so nothing large is
+    copied per step. `update` returns the recent part only, carrying the base as an attribute of the returned
+    keys (`BASE`): this layer works with that attention only (`kv.new_cache` pairs them). Structural changes
+    (rows joining or leaving) fold the parts.
+    """
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.keys = key_states.new_zeros(*key_states.shape[:2], 0, key_states.shape[3])
+        self.values = value_states.new_zeros(*value_states.shape[:2], 0, value_states.shape[3])
+        self.base_keys = self.base_values = None
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
+        if self.base_keys is not None:  # handed to the attention call that follows, with the keys it gets
+            setattr(self.keys, BASE, (self.base_keys, self.base_values))
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        if not self.is_initialized:
+            return 0
+        return self.keys.shape[-2] + (0 if self.base_keys is None else self.base_keys.shape[-2])
+
+    def full(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.base_keys is None:
+            return self.keys, self.values
+        return torch.cat([self.base_keys, self.keys], dim=-2), torch.cat([self.base_values, self.values], dim=-2)
+
+    def set(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+        # Contiguous once here, or every step's matmul would copy a strided view (bf16 matmul needs it dense).
+        self.base_keys, self.base_values = keys.contiguous(), values.contiguous()
+        self.keys, self.values = self.base_keys[:, :, :0], self.base_values[:, :, :0]
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative count of tokens to remove (transformers 5.x convention)")
+        n = abs(tokens_to_remove)
+        if n > self.keys.shape[-2]:
+            self.set(*self.full())
+            self.base_keys, self.base_values = self.base_keys[:, :, :-n], self.base_values[:, :, :-n]
+        elif n:
+            self.keys, self.values = self.keys[:, :, :-n], self.values[:, :, :-n]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self.set(*(t[indices] for t in self.full()))
+
+
+def grouped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Attention for the embedded engine, registered with transformers as "toolaudit".
+
+    Why not sdpa: on CPU, PyTorch's flash kernel is slow for the short queries of decoding (one token per step,
+    k+1 per verification pass): 2.5 ms per layer for 8 rows x 600 cached tokens, more than the layer's matmuls.
+    Short queries here take two batched matmuls with the query heads of each key/value group stacked along the
+    query axis (no repeat of the KV cache for grouped-query attention), softmax in float32 like HF's eager
+    attention. With a `SplitLayer` cache the older columns sit in a separate base tensor: both parts are
+    scored and share one softmax, so no step copies the whole cache. Long queries (prefill) go to sdpa, where
+    its kernel is good. Masks are 4D booleans (True = attend), as built by `KVBatch` or by transformers' sdpa
+    mask function. In float64 this equals sdpa exactly (the tests in tests/engines/torch run both).
+    """
+    batch, heads, q_len, dim = query.shape
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    scale = scaling if scaling is not None else dim ** -0.5
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # additive -> boolean
+    base_keys, base_values = getattr(key, BASE, (None, None))  # a SplitLayer's older columns, if any
+    if base_keys is not None and q_len > SHORT_QUERY:  # long queries are rare (prefill): join the parts
+        key, value = torch.cat([base_keys, key], dim=2), torch.cat([base_values, value], dim=2)
+        base_keys = base_values = None
+    total = kv_len + (0 if base_keys is None else base_keys.shape[2])
+    if q_len > SHORT_QUERY:
+        causal = attention_mask is None and q_len == total  # a whole prompt: sdpa's fastest case
+        if attention_mask is None and not causal:
+            attention_mask = _causal(q_len, total, query.device)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, is_causal=causal, scale=scale,
+            enable_gqa=heads != kv_heads)
+        return out.transpose(1, 2).contiguous(), None
+    if attention_mask is None and q_len > 1:
+        attention_mask = _causal(q_len, total, query.device)
+    group = heads // kv_heads
+    q = query.reshape(batch, kv_heads, group * q_len, dim)  # heads of a group share their keys and values
+    scores = torch.matmul(q, key.transpose(2, 3))
+    if base_keys is not None:
+        scores = torch.cat([torch.matmul(q, base_keys.transpose(2, 3)), scores], dim=-1)
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale  # float32 or better
+    if attention_mask is not None:
+        mask = attention_mask[:, :, -q_len:, -total:]  # [rows or 1, 1, q_len, total]
+        scores = scores.view(batch, kv_heads, group, q_len, total).masked_fill(~mask[:, :, None], float("-inf"))
+        scores = scores.view(batch, kv_heads, group * q_len, total)
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    if base_keys is None:
+        out = torch.matmul(probs, value)
+    else:
+        split = base_keys.shape[2]
+        out = torch.matmul(probs[..., :split], base_values) + torch.matmul(probs[..., split:], value)
+    out = out.view(batch, heads, q_len, dim)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _causal(q_len: int, kv_len: int, device):
+    """Causal mask [1, 1, q_len, kv_len] for queries that are the last q_len of the keys."""
+    keys = torch.arange(kv_len, device=device)
+    return (keys[None, :] <= torch.arange(kv_len - q_len, kv_len, device=device)[:, None])[None, None]
+
+
+def use_grouped_attention(model) -> None:
+    """Register `grouped_attention` (with sdpa's mask builder) and switch the model to it."""
+    AttentionInterface.register(ATTENTION, grouped_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
+    model.set_attn_implementation(ATTENTION)

@@ -1,0 +1,216 @@
+"""The embedded engine: replays requests through a Hugging Face model in-process with the decode loop of
+`loop.py`. It is the reference implementation: small enough to read, and exact (in float64 its speculative
+paths equal target greedy token for token), so any drift it shows in bf16 comes from numerics.
+
+Cost model on a 2-core CPU (SmolLM2-135M, bf16): prefill ~1 ms per uncached prompt token; a decode step
+~40 ms for one row, ~90 ms for 16 rows (weights and KV cache are read once per step, so batching pays);
+a verification pass with 5 proposals costs about one step at batch 1 and ~2 steps at batch 16. Hence:
+continuous batching (pass many requests per `generate` call so slots stay full), a prefix cache shared by all
+paths on the same weights (a second path replaying the same prompts runs no prefill at all), and requests
+kept in the order given (a session's calls extend each other's prompts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import weakref
+from typing import Any
+
+from ...errors import ConfigError
+from ..base import EngineRequest, EngineResult, error_result
+from ..paths import PathConfig
+from .loop import DecodeSettings, decode
+from .models import load_model, model_identity
+from .prefix_cache import PrefixCache
+from .prompting import render
+from .proposers import DraftModelProposer, NgramProposer, check_draft_compatible
+
+# One prefix cache per loaded model: every path on the same weights shares prompt KV (see `PrefixCache`).
+_prefix_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def prefix_cache_for(model) -> PrefixCache:
+    """The prefix cache shared by every engine that runs `model`; its size comes from $TOOLAUDIT_PREFIX_CACHE_MB."""
+    cache = _prefix_caches.get(model)
+    if cache is None:
+        megabytes = int(os.environ.get("TOOLAUDIT_PREFIX_CACHE_MB", "2048"))
+        cache = _prefix_caches[model] = PrefixCache(max_bytes=megabytes << 20)
+    return cache
+
+
+class TorchEngine:
+    """One decode path on the embedded engine. Models load on first use and are shared between engines."""
+
+    def __init__(self, path: PathConfig):
+        self.path = path
+        self._model = self._tokenizer = self._draft = None
+        self._pieces: dict[int, str] = {}
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        """Load (or reuse) the model and, for draft_model speculation, the draft; check they are compatible."""
+        if self._model is not None:
+            return
+        import torch
+
+        p = self.path
+        if p.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"paths.{p.name}: device {p.device!r} but CUDA is not available")
+        model, tokenizer = load_model(p.model, p.dtype, p.device)
+        if p.speculative is not None and p.speculative.method == "draft_model":
+            draft, draft_tokenizer = load_model(p.speculative.model, p.dtype, p.device)
+            check_draft_compatible(model.config.vocab_size, draft.config.vocab_size, tokenizer, draft_tokenizer)
+            self._draft = draft
+        self._model, self._tokenizer = model, tokenizer
+
+    @property
+    def tokenizer(self) -> Any:
+        self.load()
+        return self._tokenizer
+
+    def tokenizer_decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, requests: list[EngineRequest]) -> list[EngineResult]:
+        """One result per request, in order. Up to `batch_size` requests decode together (continuous batching)."""
+        results: list[EngineResult | None] = [None] * len(requests)
+        try:
+            self.load()
+        except Exception as exc:  # a path that cannot load fails every request, as rows, not as a crash
+            return [error_result(r.key, exc) for r in requests]
+        prompts: dict[int, tuple[list[int], str]] = {}
+        limit = getattr(self._model.config, "max_position_embeddings", None)
+        for i, req in enumerate(requests):
+            try:
+                rendered = render(self._tokenizer, req.messages, req.tools, self.path.prompt)
+                ids = self._tokenizer(rendered.text, add_special_tokens=False)["input_ids"]
+                if limit and len(ids) + self.path.max_tokens > limit:
+                    raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {self.path.max_tokens} exceeds "
+                                     f"the model's {limit} positions")
+                prompts[i] = (ids, rendered.prefill)
+            except Exception as exc:
+                results[i] = error_result(req.key, exc)
+        ready = sorted(prompts)  # request order: a session's calls follow each other, so prefixes get reused
+        if ready:
+            outcome = self._run([requests[i] for i in ready], [prompts[i] for i in ready])
+            for i, result in zip(ready, outcome):
+                results[i] = result
+        return results  # type: ignore[return-value]
+
+    def _run(self, requests: list[EngineRequest], prompts: list[tuple[list[int], str]]) -> list[EngineResult]:
+        """Decode all requests; if that fails as a whole, retry them one by one so only the culprit fails
+        (the retried ones then decode at batch size 1: a different numerical path, but rows instead of a crash)."""
+        try:
+            return self._decode(requests, prompts)
+        except Exception as exc:
+            if len(requests) == 1:
+                return [error_result(requests[0].key, exc)]
+            return [self._run([r], [p])[0] for r, p in zip(requests, prompts)]
+
+    def _decode(self, requests: list[EngineRequest], prompts: list[tuple[list[int], str]]) -> list[EngineResult]:
+        p = self.path
+        settings = DecodeSettings(
+            max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos_ids(),
+            stop_strings=p.stop_strings, piece=self._piece,
+            seeds=tuple(_row_seed(p.seed, r.key) for r in requests),
+        )
+        cache = prefix_cache_for(self._model) if p.prefix_caching else None
+        outputs = decode(self._model, [ids for ids, _ in prompts], settings, self._proposer(), cache,
+                         batch_size=p.batch_size)
+        results = []
+        for req, (ids, prefill), out in zip(requests, prompts, outputs):
+            text = prefill + self._tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            results.append(EngineResult(
+                key=req.key, text=_cut_after_stop(text, len(prefill), p.stop_strings),
+                token_ids=out.token_ids, prompt_tokens=len(ids), completion_tokens=len(out.token_ids),
+                latency_s=out.latency_s, ttft_s=out.ttft_s, drafted_tokens=out.drafted,
+                accepted_tokens=out.accepted, forward_passes=out.forward_passes, margins=out.margins,
+                top2=out.top2, finish_reason=out.finish_reason,
+            ))
+        return results
+
+    def _proposer(self):
+        spec = self.path.speculative
+        if spec is None:
+            return None
+        if spec.method == "ngram":
+            return NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max)
+        cache = prefix_cache_for(self._draft) if self.path.prefix_caching else None
+        return DraftModelProposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache)
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids = {self._tokenizer.eos_token_id}
+        gen = getattr(self._model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None)
+        ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+        return frozenset(i for i in ids if i is not None)
+
+    def _piece(self, token: int) -> str:
+        """Token id -> text, memoized: stop strings are checked per token without decoding whole outputs."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._tokenizer.decode([token])
+        return piece
+
+    # ------------------------------------------------------------------ identity
+
+    def fingerprint_components(self) -> dict[str, Any]:
+        """What defines this path's numerics: versions, weights, draft, dtype, batch size, device."""
+        import torch
+        import transformers
+
+        p = self.path
+        spec = p.speculative
+        return {
+            "engine": "torch",
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "model": p.model,
+            "model_identity": model_identity(p.model),
+            "draft_identity": model_identity(spec.model) if spec and spec.model else None,
+            "dtype": p.dtype,
+            "batch_size": p.batch_size,
+            "prefix_caching": p.prefix_caching,
+            "speculative": None if spec is None else {
+                "method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
+                "prompt_lookup_min": spec.prompt_lookup_min, "prompt_lookup_max": spec.prompt_lookup_max,
+                "model": spec.model,
+            },
+            "sampling": {"temperature": p.temperature, "seed": p.seed, "max_tokens": p.max_tokens,
+                         "stop": list(p.stop_strings)},
+            "prompt": {"few_shot": p.prompt.few_shot, "prefill": p.prompt.prefill},
+            "device": device_name(p.device),
+            "torch_threads": torch.get_num_threads(),
+        }
+
+
+def device_name(device: str) -> str:
+    """The accelerator's or CPU's model name: a different chip is a different numerical path."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _row_seed(seed: int, key: str) -> int:
+    """A per-request seed: a sampled replay of a request does not depend on which batch it landed in."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big") & (2**63 - 1)
+
+
+def _cut_after_stop(text: str, start: int, stops: tuple[str, ...]) -> str:
+    """Drop what a stop token carried past the stop string (e.g. a newline fused into the same token)."""
+    ends = [text.find(s, start) + len(s) for s in stops if text.find(s, start) >= 0]
+    return text[: min(ends)] if ends else text

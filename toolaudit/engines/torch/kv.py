@@ -1,0 +1,263 @@
+"""A batch of ragged sequences in one KV cache: what lets one forward pass serve every row of a decode step.
+
+Rows are ragged (a prompt length, a number of proposals, an accepted prefix), so a `KVBatch` keeps one shared
+cache plus a per-row validity mask: padding and rejected proposals become masked "holes" instead of forcing
+rows apart, and trailing columns no row needs are cropped. Rows join (continuous batching) and leave in place.
+The numerics stay those of a real batched pass (what a serving engine does).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from ...errors import ConfigError
+from .attention import ATTENTION, SplitLayer
+from .prefix_cache import PrefixCache
+
+PAD_ID = 0  # any id works: padded positions are masked out of attention and their logits are never read
+
+
+def new_cache(model: torch.nn.Module) -> DynamicCache:
+    """A `DynamicCache` for a full-attention model: masked holes and rollback assume that every layer sees every
+    column (a sliding window would count holes as tokens). With the engine's own attention the layers are
+    `SplitLayer`s (no whole-cache copy per step); with any other attention, transformers' `DynamicLayer`s.
+    """
+    cache = DynamicCache(config=model.config)
+    if any(type(layer) is not DynamicLayer for layer in cache.layers):
+        raise ConfigError(f"{type(model).__name__}: the embedded engine supports full-attention models only "
+                          f"(cache layers: {sorted({type(layer).__name__ for layer in cache.layers})})")
+    if getattr(model.config, "_attn_implementation", None) == ATTENTION:
+        cache.layers = [SplitLayer() for _ in cache.layers]
+    return cache
+
+
+def _full(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's whole keys and values, [rows, kv_heads, columns, head_dim]."""
+    return layer.full() if isinstance(layer, SplitLayer) else (layer.keys, layer.values)
+
+
+def _set_layer(layer: DynamicLayer, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Make these the layer's whole contents (used when rows join, move or leave)."""
+    if isinstance(layer, SplitLayer):
+        layer.set(keys, values)
+        return
+    if not layer.is_initialized:
+        layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+
+
+class KVBatch:
+    """A batch of sequences in one `DynamicCache`, with a [rows, columns] validity mask over cache columns.
+
+    Columns are cache slots; a row's real tokens are its valid columns, in order. Left padding (rows joined
+    with shorter prompts) and rejected proposals are invalid columns that attention never sees. Positions (for
+    RoPE) are per-row counts of valid tokens, so a hole does not shift later positions.
+
+    Prompts are prefilled one row at a time, then joined: a prompt's KV and first logits never depend on which
+    requests shared its batch (batched prefill was no faster per token on CPU in any case).
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = new_cache(model)
+        self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)
+        self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)  # valid tokens per row
+        self.dense = True  # every column valid for every row: HF can build its own (cheaper) causal mask
+        self._mark_cols = 0
+        self._mark_lengths = self.lengths
+
+    @property
+    def rows(self) -> int:
+        return self.valid.shape[0]
+
+    @property
+    def columns(self) -> int:
+        return self.valid.shape[1]
+
+    def admit(self, prompts: list[list[int]], cache: PrefixCache | None = None,
+              slots: list[int] | tuple[int, ...] = ()) -> torch.Tensor:
+        """Add one row per prompt; return the logits after each prompt, [new, vocab].
+
+        The first prompts go into `slots` (rows that finished: overwritten in place, so continuous batching
+        does not copy the whole cache per admission), the rest are appended after the current rows.
+        """
+        logits, rows = [], []
+        for prompt in prompts:
+            row = KVBatch(self.model)
+            logits.append(row._prefill_one(prompt, cache))
+            rows.append(row)
+        if slots:
+            self._overwrite(list(slots), rows[: len(slots)])
+        if len(rows) > len(slots):
+            self._join(rows[len(slots):])
+        return torch.stack(logits)
+
+    def _overwrite(self, slots: list[int], rows: list[KVBatch]) -> None:
+        """Put one-row batches into existing rows, right-aligned to the current last column."""
+        width = max(r.columns for r in rows)
+        if width > self.columns:
+            self._pad_left(width - self.columns)
+        end = self.columns
+        self.valid, self.lengths = self.valid.clone(), self.lengths.clone()
+        for index, mine in enumerate(self.cache.layers):
+            keys, values = _full(mine)
+            for slot, row in zip(slots, rows):
+                new_keys, new_values = _full(row.cache.layers[index])
+                keys[slot, :, end - new_keys.shape[2]:] = new_keys[0]
+                values[slot, :, end - new_keys.shape[2]:] = new_values[0]
+            _set_layer(mine, keys, values)
+        for slot, row in zip(slots, rows):
+            n = row.columns
+            self.valid[slot] = False
+            self.valid[slot, end - n:] = True
+            self.lengths[slot] = n
+        self._trim_leading()
+
+    def _prefill_one(self, prompt: list[int], cache: PrefixCache | None) -> torch.Tensor:
+        """Fill this (empty) batch with one prompt, starting from its longest cached prefix; its logits [vocab].
+
+        Only the uncached suffix runs, and only its last position goes through the LM head. A prompt found
+        whole, with the logits after it, runs nothing: a second path replaying it starts from the same bits.
+        """
+        n, kv, logits = cache.lookup(prompt) if cache is not None else (0, None, None)
+        if logits is not None:
+            self._load(kv)
+            return logits
+        if n == len(prompt):  # every token cached but not the logits after them: recompute the last one
+            n, kv = n - 1, kv[:, :, :, : n - 1]
+        self._load(kv if n else None)
+        logits = self.extend([prompt[n:]], last_only=True)[0, -1]
+        if cache is not None:
+            cache.insert(prompt, self.row_kv(0), logits)
+        return logits
+
+    def _load(self, kv: torch.Tensor | None) -> None:
+        """Start a one-row batch from prompt KV ([layers, 2, kv_heads, n, head_dim]) or from nothing."""
+        n = 0 if kv is None else kv.shape[3]
+        self.valid = torch.ones(1, n, dtype=torch.bool, device=self.device)
+        self.lengths = torch.tensor([n], dtype=torch.long, device=self.device)
+        self.dense = True
+        if kv is not None:
+            for index, layer in enumerate(self.cache.layers):
+                _set_layer(layer, kv[index, 0][None], kv[index, 1][None])
+
+    def _join(self, others: list[KVBatch]) -> None:
+        """Append the rows of `others` in one copy; rows with fewer columns are padded on the left (invalid)."""
+        parts = ([self] if self.rows else []) + others
+        width = max(b.columns for b in parts)
+        for b in parts:
+            if b.columns < width:
+                b._pad_left(width - b.columns)
+        if len(parts) > 1:
+            layers = zip(*(b.cache.layers for b in parts))
+            for layer_parts in layers:
+                full = [_full(layer) for layer in layer_parts]
+                _set_layer(layer_parts[0], torch.cat([k for k, _ in full]), torch.cat([v for _, v in full]))
+        self.cache = parts[0].cache
+        self.valid = torch.cat([b.valid for b in parts])
+        self.lengths = torch.cat([b.lengths for b in parts])
+        self.dense = bool(self.valid.all())
+
+    def _pad_left(self, width: int) -> None:
+        """Prepend `width` invalid columns."""
+        for layer in self.cache.layers:
+            keys, values = _full(layer)
+            pad = keys.new_zeros(*keys.shape[:2], width, keys.shape[3])
+            _set_layer(layer, torch.cat([pad, keys], dim=2), torch.cat([pad, values], dim=2))
+        self.valid = torch.cat([self.valid.new_zeros(self.rows, width), self.valid], dim=1)
+        self.dense = False
+
+    def row_kv(self, row: int) -> torch.Tensor:
+        """Row `row`'s valid KV as [layers, 2, kv_heads, tokens, head_dim] (a copy, for the prefix cache)."""
+        cols = self.valid[row].nonzero().squeeze(1)
+        return torch.stack([torch.stack([keys[row][:, cols], values[row][:, cols]])
+                            for keys, values in map(_full, self.cache.layers)])
+
+    def extend(self, tokens: list[list[int]], last_only: bool = False) -> torch.Tensor:
+        """Append each row's tokens (ragged rows right-padded into one block); return logits [rows, width, vocab].
+
+        With `last_only` (single-row prefill) only the last position goes through the LM head.
+        """
+        width = max(len(t) for t in tokens)
+        rows = len(tokens)
+        counts = [len(t) for t in tokens]
+        ragged = any(c != width for c in counts)
+        if ragged:
+            ids = torch.tensor([t + [PAD_ID] * (width - len(t)) for t in tokens], dtype=torch.long,
+                               device=self.device)
+            n = torch.tensor(counts, device=self.device)
+            block_valid = torch.arange(width, device=self.device)[None, :] < n[:, None]
+        else:
+            ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+            n = width
+            block_valid = torch.ones(rows, width, dtype=torch.bool, device=self.device)
+        positions = self.lengths[:, None] + torch.arange(width, device=self.device)[None, :]
+        self.valid = torch.cat([self.valid, block_valid], dim=1)
+        self.lengths = self.lengths + n
+        self.dense = self.dense and not ragged
+        return self._forward(ids, positions, width, last_only)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, width: int, last_only: bool = False):
+        mask = None if self.dense else self._mask(width)
+        if not last_only:
+            return self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                              past_key_values=self.cache, use_cache=True).logits
+        # Not `logits_to_keep=1`: its [rows, 1, hidden] slice sends the LM head down a batched-matmul path that
+        # copies the whole 49152 x 576 weight first (100 ms per prefill on CPU). A 2D input avoids that.
+        hidden = self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                                       past_key_values=self.cache, use_cache=True).last_hidden_state
+        return self.model.get_output_embeddings()(hidden[:, -1].contiguous())[:, None]
+
+    def _mask(self, width: int) -> torch.Tensor:
+        """A 4D boolean mask [rows, 1, width, columns]: causal, restricted to valid columns.
+
+        Each query also sees its own column, so a padding query never has an all-masked row (that would
+        produce NaN keys/values which, multiplied by a zero weight, would still poison real rows).
+        """
+        cols, past = self.columns, self.columns - width
+        q = torch.arange(width, device=self.device)
+        causal = torch.arange(cols, device=self.device)[None, :] <= (past + q)[:, None]  # [width, cols]
+        mask = self.valid[:, None, None, :] & causal[None, None]
+        mask[:, :, q, past + q] = True
+        return mask
+
+    def mark(self) -> None:
+        """Remember the current end; `rollback` then decides, per row, how much of what follows to keep."""
+        self._mark_cols = self.columns
+        self._mark_lengths = self.lengths
+
+    def rollback(self, keep: list[int]) -> None:
+        """Keep only each row's first `keep[i]` valid tokens added since `mark()`; crop columns nobody needs."""
+        tail = self.valid[:, self._mark_cols:]
+        keep_t = torch.tensor(keep, device=self.device)
+        rank = tail.cumsum(1)  # 1-based index of each valid token in the tail
+        new_tail = tail & (rank <= keep_t[:, None])
+        self.valid = torch.cat([self.valid[:, : self._mark_cols], new_tail], dim=1)
+        self.lengths = self._mark_lengths + keep_t
+        used = new_tail.any(0).nonzero()
+        drop = tail.shape[1] - (int(used[-1]) + 1 if len(used) else 0)
+        if drop:
+            self.cache.crop(-drop)  # transformers 5.x: a negative count of tokens to remove
+            self.valid = self.valid[:, : self.columns - drop]
+        self.dense = bool(self.valid.all())
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only these rows (finished rows leave when no prompt is waiting for their slot)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.cache.batch_select_indices(index)
+        self.valid = self.valid[index]
+        self.lengths = self.lengths[index]
+        self._trim_leading()
+
+    def _trim_leading(self) -> None:
+        """Drop leading columns no row uses any more (a view: the next append copies the cache anyway)."""
+        used = self.valid.any(0).nonzero()
+        lead = int(used[0]) if len(used) else 0
+        if lead:
+            for layer in self.cache.layers:
+                keys, values = _full(layer)
+                _set_layer(layer, keys[:, :, lead:], values[:, :, lead:])
+            self.valid = self.valid[:, lead:]
+        self.dense = bool(self.valid.all())

@@ -1,0 +1,158 @@
+"""Who proposes tokens for speculative decoding: prompt lookup (n-gram) or a draft model.
+
+A proposer only suggests; the loop's target verification pass decides, so any proposer keeps the output exactly
+the target's (greedy) or distributed as the target's (sampling). Proposers differ in cost and acceptance rate.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from ...errors import ConfigError
+from .kv import KVBatch
+from .prefix_cache import PrefixCache
+
+
+class Proposer(Protocol):
+    """Proposes tokens for a speculative step and learns what the target kept."""
+
+    def admit(self, prompts: list[list[int]], slots: list[int]) -> None:
+        """New rows: the first go into `slots` (finished rows), the rest after the current rows."""
+        ...
+
+    def propose(self, histories: list[list[int]], budgets: list[int],
+                generators: list[torch.Generator] | None) -> tuple[list[list[int]], list[torch.Tensor] | None]:
+        """Up to budgets[i] tokens per row, and (when sampling with a model) their proposal distributions."""
+        ...
+
+    def commit(self, accepted: list[int], emitted: list[list[int]]) -> None:
+        """Row i kept accepted[i] proposals and emitted[i] (those proposals plus the target's own token)."""
+        ...
+
+    def select(self, rows: list[int]) -> None: ...
+
+
+class NgramProposer:
+    """Prompt lookup: find the sequence's last n tokens (n = max..min) earlier in prompt+output; propose what
+    followed their most recent earlier occurrence.
+
+    Tool-call arguments mostly copy spans of the request (names, values, keys), which is why it pays off here.
+    The most recent occurrence, not the first (Hugging Face's prompt lookup takes the first): the first is
+    usually inside the few-shot examples or the tool list, the latest in the conversation; on 24 demo calls
+    that raises acceptance from 0.35 to 0.44 (k=5, n=1..4).
+    """
+
+    def __init__(self, k: int, n_min: int = 1, n_max: int = 4):
+        self.k, self.n_min, self.n_max = k, n_min, n_max
+
+    def admit(self, prompts: list[list[int]], slots: list[int]) -> None:
+        pass
+
+    def propose(self, histories, budgets, generators=None):
+        return [self.lookup(h, min(self.k, b)) for h, b in zip(histories, budgets)], None
+
+    def lookup(self, history: list[int], k: int) -> list[int]:
+        if k <= 0 or len(history) < 2:
+            return []
+        seq = np.asarray(history, dtype=np.int64)
+        for n in range(min(self.n_max, len(seq) - 1), self.n_min - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # excludes the suffix itself
+            hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
+            if len(hits):
+                start = int(hits[-1]) + n
+                return seq[start: start + k].tolist()
+        return []
+
+    def commit(self, accepted, emitted):
+        pass
+
+    def select(self, rows):
+        pass
+
+
+class DraftModelProposer:
+    """A smaller model with the same tokenizer proposes greedily (or by sampling) over its own KV cache."""
+
+    def __init__(self, model: torch.nn.Module, k: int, temperature: float = 0.0,
+                 prefix_cache: PrefixCache | None = None):
+        self.model, self.k, self.temperature, self.prefix_cache = model, k, temperature, prefix_cache
+        self.kv: KVBatch | None = None
+        self.pending: list[list[int]] = []  # accepted tokens the draft has not seen, except the newest
+        self.fed: int | None = None  # how many of this step's proposals went into the draft cache
+        self._pending_counts: list[int] = []
+
+    def admit(self, prompts, slots):
+        if self.kv is None:
+            self.kv = KVBatch(self.model)
+        # The draft needs the prompt in its cache; its own next-token guess is not used (the target chose it).
+        self.kv.admit(prompts, self.prefix_cache, slots)
+        for slot in slots:
+            self.pending[slot] = []
+        self.pending += [[] for _ in prompts[len(slots):]]
+
+    def propose(self, histories, budgets, generators=None):
+        rows = len(histories)
+        steps = max(min(self.k, b) for b in budgets)
+        # Invariant: pending[i] + [history[-1]] is what the draft has not seen of row i's sequence.
+        feed = [p + [h[-1]] for p, h in zip(self.pending, histories)]
+        self._pending_counts = [len(f) for f in feed]
+        if steps <= 0:  # nothing to propose (every row is one token from max_tokens): feed it next time
+            self.pending, self.fed = feed, None
+            return [[] for _ in range(rows)], None
+        drafts: list[list[int]] = [[] for _ in range(rows)]
+        dists: list[list[torch.Tensor]] = [[] for _ in range(rows)]
+        arange = torch.arange(rows, device=self.kv.device)
+        self.kv.mark()
+        for _ in range(steps):
+            logits = self.kv.extend(feed)
+            if logits.shape[1] > 1:
+                logits = logits[arange, torch.tensor([len(f) - 1 for f in feed], device=logits.device)]
+            else:
+                logits = logits[:, 0]
+            if self.temperature > 0:
+                probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+                picks = [int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(rows)]
+                for i in range(rows):
+                    dists[i].append(probs[i])
+            else:
+                picks = logits.argmax(-1).tolist()
+            for i, t in enumerate(picks):
+                drafts[i].append(t)
+            feed = [[t] for t in picks]
+        self.fed = steps - 1  # the last proposal was never fed to the draft
+        drafts = [d[: min(self.k, b)] for d, b in zip(drafts, budgets)]
+        if self.temperature > 0:
+            return drafts, [torch.stack(d[: len(dr)]) if dr else None for d, dr in zip(dists, drafts)]
+        return drafts, None
+
+    def commit(self, accepted, emitted):
+        """Keep the fed tokens and the accepted proposals the draft already saw; queue the rest for later."""
+        if self.fed is None:
+            self.pending = [p + out[:-1] for p, out in zip(self.pending, emitted)]
+            return
+        keep = []
+        for i, (a, out) in enumerate(zip(accepted, emitted)):
+            seen = min(a, self.fed)
+            keep.append(self._pending_counts[i] + seen)
+            # `out` = accepted proposals + the target's own token; the draft saw the first `seen` proposals.
+            # The target's token itself is fed by the next `propose` (it is then the history's last token).
+            self.pending[i] = out[seen:-1]
+        self.kv.rollback(keep)
+
+    def select(self, rows):
+        self.kv.select(rows)
+        self.pending = [self.pending[r] for r in rows]
+
+
+def check_draft_compatible(target_vocab: int, draft_vocab: int, target_tokenizer=None, draft_tokenizer=None) -> None:
+    """A draft model must share the target's token ids, or its proposals are meaningless."""
+    if target_tokenizer is not None and draft_tokenizer is not None:
+        if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+            raise ConfigError("speculative.model: the draft model's tokenizer differs from the target's "
+                              "(draft_model needs the same vocabulary)")
+    if target_vocab != draft_vocab:
+        raise ConfigError(f"speculative.model: draft vocabulary size {draft_vocab} differs from the target's "
+                          f"{target_vocab} (draft_model needs the same tokenizer)")

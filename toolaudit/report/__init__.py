@@ -1,0 +1,26 @@
+"""Per-customer drift reports (HTML, Markdown, JSON) built from one run.
+
+`data` builds one customer's report as a plain dict (every figure filtered to that customer's calls);
+`markdown` and `html` render it, sharing the sentences in `text`; `write` knows the formats and writes the
+files. Import order runs one way only: data <- text <- markdown, html (<- charts) <- write <- this package.
+"""
+
+from toolaudit.report.data import ReportError, ReportOptions, customer_report, customers_of, is_noise_floor, slugs
+from toolaudit.report.html import render_html
+from toolaudit.report.markdown import render_markdown
+from toolaudit.report.write import FORMATS, parse_formats, render_json, write_reports
+
+__all__ = [
+    "FORMATS",
+    "ReportError",
+    "ReportOptions",
+    "customer_report",
+    "customers_of",
+    "is_noise_floor",
+    "parse_formats",
+    "render_html",
+    "render_json",
+    "render_markdown",
+    "slugs",
+    "write_reports",
+]

@@ -1,0 +1,371 @@
+"""The data behind one customer's drift report, built from one run in the store as plain JSON-ready dicts.
+
+Isolation: every figure in a customer's report comes from queries filtered to that customer's calls. Nothing
+run-wide that could carry another customer's data (session ids, argument values, counts, trace errors,
+schema issues) is read; the noise floor and compounded session drift are recomputed from the customer's own
+calls.
+
+Near-tie threshold (`near_tie_margin`, default 1.0 logit): a drifted call whose baseline top-1 minus top-2
+margin at the first divergent token is below it is attributed to numerics, above it to a possible decode-path
+bug. In bf16, logits of magnitude 16-32 are spaced 0.125 apart and a different reduction order (a batched
+verification pass against one-token steps) moves them by a few such steps, i.e. a few tenths of a logit; a
+1-logit lead (the top token about 2.7 times as likely as the runner-up) is beyond that noise yet far below
+the margins of confident tokens. Logit and logprob margins are the same number (softmax is shift-invariant).
+Calibrate it with a noise-floor run: the report shows the largest margin among its drifted calls.
+
+Each SQL query sits in its own `_select_*` function (bottom of this module), so they can move into the store
+as a group; the builders above them only shape rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from toolaudit import __version__
+from toolaudit.budgets import flatten, routing_advice
+from toolaudit.errors import ToolauditError
+from toolaudit.figures import run_options, slice_figures
+from toolaudit.records import DRIFTED_KINDS, DriftKind, MatchStatus
+from toolaudit.stats import Rate, expected_session_drift, wilson
+from toolaudit.store import Store
+from toolaudit.store.queries import NONE_CUSTOMER, drift_kind_counts, status_counts
+
+# The per-tool rows' drift-kind columns, in records' display order (DriftKind declaration order); the
+# "kinds" text lists them in the same order. Plain strings: they name SQL columns and JSON keys.
+KIND_COLUMNS: tuple[str, ...] = tuple(str(k) for k in DRIFTED_KINDS)
+MARGIN_EDGES = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+VALUE_LIMIT = 300  # characters of an argument value or output shown in examples
+
+# Every query below filters on this: a customer's report reads that customer's calls only.
+MATCHED, ERROR = MatchStatus.MATCHED.value, MatchStatus.ERROR.value
+SCHEMA_BROKEN = DriftKind.SCHEMA_BROKEN.value
+_CUSTOMER = f"coalesce(c.customer, '{NONE_CUSTOMER}') = ?"
+
+
+class ReportError(ToolauditError):
+    """A report cannot be built as asked (unknown customer, unknown format)."""
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    near_tie_margin: float = 1.0
+    max_call_drift: float | None = None
+    max_session_drift: float | None = None
+    session_calls: float | None = None  # default: the customer's mean calls per session
+    top_arguments: int = 15
+    examples: int = 8
+    table_rows: int = 20  # per-tool rows shown in HTML/Markdown (JSON has them all)
+
+
+def customers_of(store: Store, run_id: int) -> list[str]:
+    return _select_customers(store, run_id)
+
+
+def slugs(customers: Sequence[str]) -> dict[str, str]:
+    """File-name-safe, unique slugs; a short hash disambiguates names that collapse to the same slug."""
+    def base(name: str) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:60] or "customer"
+
+    plain = [base(c) for c in customers]
+    out = {}
+    for name, slug in zip(customers, plain):
+        if plain.count(slug) > 1 or slug == "customer":
+            slug = f"{slug}-{hashlib.sha1(name.encode()).hexdigest()[:6]}"
+        out[name] = slug
+    return out
+
+
+def is_noise_floor(run: dict) -> bool:
+    """Baseline against itself: same path names, or options say so."""
+    name = run.get("baseline_name")
+    same = name is not None and name == run.get("candidate_name")
+    return same or run_options(run).get("noise_floor") is True
+
+
+def margin_bins(threshold: float) -> list[tuple[float, float]]:
+    edges = sorted(set(MARGIN_EDGES) | {threshold})
+    return [(lo, hi) for lo, hi in zip(edges, edges[1:] + [float("inf")])]
+
+
+# -- the report -----------------------------------------------------------------------------------------
+
+def customer_report(store: Store, run_id: int | None, customer: str,
+                    options: ReportOptions | None = None) -> dict[str, Any]:
+    """Everything one customer's report shows, as plain JSON-ready data."""
+    options = options or ReportOptions()
+    run = store.run_row(run_id)
+    rid = run["run_id"]
+    head = _headline(store, rid, customer)
+    if head["calls"] == 0 and head["unmatched_calls"] == 0 and head["error_calls"] == 0:
+        raise ReportError(f"customer {customer!r} has no calls in run {rid}")
+    session_calls = options.session_calls or head["mean_calls_per_session"] or 1.0
+    rate = wilson(head["drifted_calls"], head["calls"])
+    tools = _tools(store, rid, customer)
+    report = {
+        "report": {"toolaudit_version": __version__,
+                   "generated_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()},
+        "customer": customer,
+        "run": _run_info(run),
+        "settings": {"near_tie_margin": options.near_tie_margin, "max_call_drift": options.max_call_drift,
+                     "max_session_drift": options.max_session_drift, "session_calls": session_calls,
+                     "table_rows": options.table_rows},
+        "headline": head,
+        "paths": _paths(store, rid, customer, run, head),
+        "noise_floor": _noise_floor(store, rid, customer),
+        "tools": tools,
+        "arguments": _arguments(store, rid, customer, options.top_arguments),
+        "session_length": _session_length(rate),
+        "margins": _margins(store, rid, customer, options.near_tie_margin),
+        "examples": _examples(store, rid, customer, options),
+        "routing": None,
+    }
+    if options.max_call_drift is not None or options.max_session_drift is not None:
+        by_traffic = sorted(tools, key=lambda t: (-t["calls"], t["tool_name"]))
+        scopes = [("all tools", rate)] + [(t["tool_name"], wilson(t["drifted_calls"], t["calls"]))
+                                          for t in by_traffic]
+        report["routing"] = {
+            "session_calls": session_calls,
+            "rows": [asdict(routing_advice(scope, r, options.max_call_drift, options.max_session_drift,
+                                           session_calls)) for scope, r in scopes]}
+    return report
+
+
+def _session_length(rate: Rate) -> list[dict[str, float]]:
+    """Expected share of sessions with drift for 1..10 calls, with the interval carried through."""
+    curves = [expected_session_drift(x) for x in (rate.p, rate.low, rate.high)]
+    return [{"calls": n, "p": p, "low": lo, "high": hi} for (n, p), (_, lo), (_, hi) in zip(*curves)]
+
+
+def _run_info(run: dict) -> dict[str, Any]:
+    opts = run_options(run)
+    info = {k: run[k] for k in ("run_id", "name", "kind", "status", "baseline_name", "candidate_name",
+                                "baseline_fingerprint", "candidate_fingerprint", "toolaudit_version")}
+    created = run["created_at"]
+    info["created_at"] = created.isoformat(sep=" ", timespec="seconds") if created else None
+    info["noise_floor_run"] = is_noise_floor(run)
+    for side in ("baseline", "candidate"):
+        comps = opts.get(f"{side}_fingerprint_components")
+        info[f"{side}_fingerprint_components"] = flatten(comps) if isinstance(comps, dict) else None
+    return info
+
+
+def _headline(store: Store, rid: int, customer: str) -> dict[str, Any]:
+    """The customer's figures (`figures.slice_figures`): compounded session drift from the customer's OWN
+    per-tool rates, so a report never depends on other customers' traffic (the run-wide-rates figure that
+    `summary` shows is kept beside it, named apart)."""
+    f = slice_figures(store, rid, customer)
+    statuses = status_counts(store, rid, customer)
+    rate = f.rate
+    return {"calls": rate.n, "drifted_calls": rate.k, "drift_rate": rate.p, "ci_low": rate.low,
+            "ci_high": rate.high, "exact_text_matches": f.exact_text_matches,
+            "unmatched_calls": statuses.get(MatchStatus.BASELINE_ONLY.value, 0)
+            + statuses.get(MatchStatus.CANDIDATE_ONLY.value, 0),
+            "error_calls": statuses.get(MatchStatus.ERROR.value, 0),
+            "drift_kinds": drift_kind_counts(store, rid, customer), "sessions": f.sessions,
+            "sessions_with_drift": f.sessions_with_drift, "observed_session_drift": f.observed_session_drift,
+            "compounded_session_drift": f.compounded_own_rates,
+            "compounded_session_drift_run_rates": f.compounded_run_rates,
+            "mean_calls_per_session": f.mean_calls_per_session if f.sessions else None}
+
+
+def _paths(store: Store, rid: int, customer: str, run: dict, head: dict) -> list[dict[str, Any]]:
+    """The trade-off table: agreement and speed per decode path, NULL-safe for recorded logs."""
+    rows = {r["side"]: r for r in _select_path_rows(store, rid, customer)}
+    out = []
+    for side in ("baseline", "candidate"):
+        r = rows.get(side, {})
+        if r.get("timed_tokens") and r.get("timed_s"):
+            tps = r["timed_tokens"] / r["timed_s"]
+        else:
+            tps = r.get("mean_tokens_per_s")
+        drafted = r.get("drafted")
+        reference = side == "baseline"
+        out.append({
+            "side": side, "path_name": r.get("path_name") or run[f"{side}_name"],
+            "fingerprint": run[f"{side}_fingerprint"], "calls": head["calls"],
+            "exact_match_rate": None if reference or not head["calls"] else
+            head["exact_text_matches"] / head["calls"],
+            "tool_call_mismatch_rate": None if reference or not head["calls"] else head["drift_rate"],
+            "tokens_per_s": float(tps) if tps is not None else None,
+            "acceptance_rate": (r["accepted"] or 0) / drafted if drafted else None,
+            "errors": r.get("errors", 0)})
+    return out
+
+
+def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None:
+    """The latest other noise-floor run, measured on this customer's calls only; None when none covers it."""
+    candidates = [r for r in _select_other_runs(store, rid) if is_noise_floor(r)]
+    for run in candidates:
+        calls, drifted, exact, top_margin = _select_matched_counts(store, run["run_id"], customer)
+        if calls:
+            rate = wilson(drifted, calls)
+            return {"run_id": run["run_id"], "run_name": run["name"],
+                    "created_at": run["created_at"].isoformat(sep=" ", timespec="seconds"),
+                    "path_name": run["baseline_name"], "calls": calls, "drifted_calls": drifted,
+                    "drift_rate": rate.p, "ci_low": rate.low, "ci_high": rate.high,
+                    "exact_match_rate": exact / calls, "max_drift_margin": top_margin}
+    return None
+
+
+def _tools(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
+    rows = _select_tool_rows(store, rid, customer)
+    for row in rows:
+        rate = wilson(row["drifted_calls"], row["calls"])
+        row.update(drift_rate=rate.p, ci_low=rate.low, ci_high=rate.high)
+    return rows
+
+
+def _arguments(store: Store, rid: int, customer: str, limit: int) -> list[dict[str, Any]]:
+    rows = _select_argument_rows(store, rid, customer, limit)
+    for row in rows:
+        example = row.pop("example") or {}
+        row["rate"] = row["calls_with_diff"] / row["tool_calls"] if row["tool_calls"] else None
+        row["example_baseline"] = _clip(example.get("b"))
+        row["example_candidate"] = _clip(example.get("c"))
+    return rows
+
+
+def _margins(store: Store, rid: int, customer: str, threshold: float) -> dict[str, Any]:
+    values = _select_drifted_margins(store, rid, customer)
+    known = [max(v, 0.0) for v in values if v is not None]
+    bins = []
+    for lo, hi in margin_bins(threshold):
+        label = f"{lo:g}+" if hi == float("inf") else f"{lo:g}-{hi:g}"
+        bins.append({"low": lo, "high": None if hi == float("inf") else hi, "label": label,
+                     "count": sum(lo <= v < hi for v in known), "near_tie": hi <= threshold})
+    return {"threshold": threshold, "drifted_calls": len(values), "with_evidence": len(known),
+            "without_evidence": len(values) - len(known),
+            "near_tie": sum(v < threshold for v in known), "large_margin": sum(v >= threshold for v in known),
+            "histogram": bins}
+
+
+def _examples(store: Store, rid: int, customer: str, options: ReportOptions) -> list[dict[str, Any]]:
+    """The worst drifted calls: large margins first (possible bugs), then schema breaks, then the rest."""
+    calls = _select_worst_calls(store, rid, customer, options.near_tie_margin, options.examples)
+    if not calls:
+        return []
+    keys = [c["session_id"] for c in calls], [c["call_index"] for c in calls]
+    diffs: dict[tuple, list] = {}
+    for d in _select_example_diffs(store, rid, *keys):
+        diffs.setdefault((d.pop("session_id"), d.pop("call_index")), []).append(
+            {**d, "baseline": _clip(d["baseline"]), "candidate": _clip(d["candidate"])})
+    outputs: dict[tuple, dict] = {}
+    for o in _select_example_outputs(store, rid, *keys):
+        outputs.setdefault((o["session_id"], o["call_index"]), {})[o["side"]] = _clip(o["shown"])
+    for c in calls:
+        key = (c["session_id"], c["call_index"])
+        margin = c["baseline_margin"]
+        c["attribution"] = ("no token evidence" if margin is None else
+                            "near-tie" if margin < options.near_tie_margin else "possible decode-path bug")
+        c["arg_diffs"] = diffs.get(key, [])
+        c["baseline_output"] = outputs.get(key, {}).get("baseline")
+        c["candidate_output"] = outputs.get(key, {}).get("candidate")
+    return calls
+
+
+def _clip(value: str | None, limit: int = VALUE_LIMIT) -> str | None:
+    if value is None:
+        return None
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+# -- queries: one per function; each filters to one customer's calls (or reads run rows only) -------------
+
+def _select_customers(store: Store, rid: int) -> list[str]:
+    rows = store.query(f"""SELECT DISTINCT coalesce(customer, '{NONE_CUSTOMER}') FROM calls c
+        WHERE run_id = ? ORDER BY 1""", [rid])[1]
+    return [r[0] for r in rows]
+
+
+def _select_path_rows(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
+    return store.rows(f"""
+        WITH o AS (
+            SELECT o.*, c.match_status = '{MATCHED}' AS ok
+            FROM outputs o JOIN calls c USING (run_id, session_id, call_index)
+            WHERE o.run_id = ? AND c.match_status IN ('{MATCHED}', '{ERROR}') AND {_CUSTOMER})
+        SELECT side, any_value(path_name) AS path_name, count(*) FILTER (error IS NOT NULL) AS errors,
+               sum(completion_tokens) FILTER (ok AND latency_s > 0) AS timed_tokens,
+               sum(latency_s) FILTER (ok AND latency_s > 0 AND completion_tokens IS NOT NULL) AS timed_s,
+               avg(tokens_per_s) FILTER (ok) AS mean_tokens_per_s,
+               sum(accepted_tokens) FILTER (ok) AS accepted, sum(drafted_tokens) FILTER (ok) AS drafted
+        FROM o GROUP BY side""", [rid, customer])
+
+
+def _select_other_runs(store: Store, rid: int) -> list[dict[str, Any]]:
+    """Every other run, newest first (run rows only: no call data)."""
+    return store.rows("""SELECT run_id, name, created_at, baseline_name, candidate_name, options FROM runs
+                         WHERE run_id <> ? ORDER BY run_id DESC""", [rid])
+
+
+def _select_matched_counts(store: Store, rid: int, customer: str) -> tuple:
+    """(matched, drifted, exact text matches, largest drifted baseline margin)."""
+    return store.query(f"""
+        SELECT count(*), count(*) FILTER (drifted), count(*) FILTER (exact_text_match),
+               max(baseline_margin) FILTER (drifted)
+        FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND {_CUSTOMER}""",
+                       [rid, customer])[1][0]
+
+
+def _select_tool_rows(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
+    kinds = ", ".join(f"count(*) FILTER (drift_kind = '{k}') AS {k}" for k in KIND_COLUMNS)
+    return store.rows(f"""
+        SELECT coalesce(tool_name, '(no tool call)') AS tool_name, count(*) AS calls,
+               count(*) FILTER (drifted) AS drifted_calls, {kinds}
+        FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND {_CUSTOMER}
+        GROUP BY 1 ORDER BY drifted_calls DESC, calls DESC, tool_name""", [rid, customer])
+
+
+def _select_argument_rows(store: Store, rid: int, customer: str, limit: int) -> list[dict[str, Any]]:
+    return store.rows(f"""
+        WITH c AS (SELECT * FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND {_CUSTOMER}),
+        per_tool AS (SELECT tool_name, count(*) AS tool_calls FROM c GROUP BY ALL)
+        SELECT d.tool_name, d.arg_path, count(*) AS diffs,
+               count(DISTINCT (d.session_id, d.call_index)) AS calls_with_diff, p.tool_calls,
+               string_agg(DISTINCT d.diff_kind, ',' ORDER BY d.diff_kind) AS diff_kinds,
+               first({{'b': d.baseline_value::VARCHAR, 'c': d.candidate_value::VARCHAR}}
+                     ORDER BY d.session_id, d.call_index, d.call_position) AS example
+        FROM arg_diffs d JOIN c ON c.run_id = d.run_id AND c.session_id = d.session_id
+                                 AND c.call_index = d.call_index
+        LEFT JOIN per_tool p ON p.tool_name IS NOT DISTINCT FROM d.tool_name
+        GROUP BY d.tool_name, d.arg_path, p.tool_calls
+        ORDER BY calls_with_diff DESC, d.tool_name, d.arg_path LIMIT ?""", [rid, customer, limit])
+
+
+def _select_drifted_margins(store: Store, rid: int, customer: str) -> list[float | None]:
+    return [r[0] for r in store.query(f"""SELECT baseline_margin FROM calls c
+        WHERE run_id = ? AND match_status = '{MATCHED}' AND drifted AND {_CUSTOMER}""", [rid, customer])[1]]
+
+
+def _select_worst_calls(store: Store, rid: int, customer: str, near_tie_margin: float,
+                        limit: int) -> list[dict[str, Any]]:
+    return store.rows(f"""
+        SELECT session_id, call_index, coalesce(tool_name, '(no tool call)') AS tool_name, drift_kind, detail,
+               first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin
+        FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND drifted AND {_CUSTOMER}
+        ORDER BY coalesce(baseline_margin >= ?, false) DESC, (drift_kind = '{SCHEMA_BROKEN}') DESC,
+                 baseline_margin DESC NULLS LAST, arg_diff_count DESC, session_id, call_index
+        LIMIT ?""", [rid, customer, near_tie_margin, limit])
+
+
+# The picked calls (already the customer's own), as parallel lists of session ids and call indexes.
+_PICKED = ("JOIN (SELECT unnest(?::VARCHAR[]) AS session_id, unnest(?::INTEGER[]) AS call_index) k "
+           "USING (session_id, call_index)")
+
+
+def _select_example_diffs(store: Store, rid: int, session_ids: list[str],
+                          call_indexes: list[int]) -> list[dict[str, Any]]:
+    return store.rows(f"""SELECT session_id, call_index, call_position, tool_name, arg_path, diff_kind,
+                                 baseline_value::VARCHAR AS baseline, candidate_value::VARCHAR AS candidate
+                          FROM arg_diffs {_PICKED} WHERE run_id = ?
+                          ORDER BY call_position, arg_path""", [session_ids, call_indexes, rid])
+
+
+def _select_example_outputs(store: Store, rid: int, session_ids: list[str],
+                            call_indexes: list[int]) -> list[dict[str, Any]]:
+    return store.rows(f"""SELECT session_id, call_index, side, coalesce(tool_calls::VARCHAR, text) AS shown
+                          FROM outputs {_PICKED} WHERE run_id = ?""", [session_ids, call_indexes, rid])

@@ -1,0 +1,95 @@
+"""Plain-text pieces of a report shared by the Markdown and HTML renderings: sentences, summaries, numbers.
+
+Everything here returns unescaped text; each renderer escapes it for its own format."""
+
+from __future__ import annotations
+
+from toolaudit.output import pct
+from toolaudit.report.data import KIND_COLUMNS
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def headline_sentences(r: dict) -> list[str]:
+    """The figures people quote, in words; shared by the HTML and Markdown renderings."""
+    h, run, nf, m = r["headline"], r["run"], r["noise_floor"], r["margins"]
+    lines = [(f"{h['drifted_calls']:,} of {h['calls']:,} tool calls drifted: {pct(h['drift_rate'])} "
+              f"(95% CI {pct(h['ci_low'])} to {pct(h['ci_high'])}), {run['candidate_name']} against "
+              f"{run['baseline_name']}.")]
+    if h["sessions"]:
+        lines.append(f"{h['sessions_with_drift']:,} of {h['sessions']:,} sessions had at least one drifted "
+                     f"call (observed {pct(h['observed_session_drift'])}); the per-tool rates predict "
+                     f"{pct(h['compounded_session_drift'])} (compounded, "
+                     f"{h['mean_calls_per_session']:.1f} calls per session on average).")
+    if h["error_calls"]:
+        lines.append(f"{h['error_calls']:,} call(s) failed on a decode path (engine error) and are not "
+                     "counted as drift; see the errors column.")
+    n5 = r["session_length"][4]
+    lines.append(f"At this rate a 5-call session drifts with probability {pct(n5['p'])} "
+                 f"(95% CI {pct(n5['low'])} to {pct(n5['high'])}).")
+    if nf:
+        lines.append(f"Noise floor (run {nf['run_id']}, {nf['path_name']} against itself): "
+                     f"{pct(nf['drift_rate'])} of {nf['calls']:,} calls drifted "
+                     f"(95% CI {pct(nf['ci_low'])} to {pct(nf['ci_high'])}).")
+    if m["large_margin"]:
+        lines.append(f"{m['large_margin']} drifted call(s) diverged at a token the baseline preferred by "
+                     f"{m['threshold']:g} logit or more: possible decode-path bug, see the examples.")
+    if run["noise_floor_run"]:
+        lines.insert(0, "This is a noise-floor run: both sides use the same decode path, so any drift here "
+                        "is run-to-run nondeterminism, not speculative decoding.")
+    return lines
+
+
+def margin_summary(m: dict) -> str:
+    if not m["drifted_calls"]:
+        return "No drifted calls."
+    if not m["with_evidence"]:
+        return (f"No token evidence: none of the {m['drifted_calls']} drifted calls has baseline token "
+                f"margins (recorded logs carry none; replays with token ids do).")
+    t = f"{m['threshold']:g}"
+    text = (f"{m['with_evidence']} of {m['drifted_calls']} drifted calls have token evidence: "
+            f"{m['near_tie']} near-tie (margin < {t}: numerics), "
+            f"{m['large_margin']} large-margin (>= {t}: possible decode-path bug).")
+    if m["without_evidence"]:
+        text += f" {m['without_evidence']} without token evidence."
+    return text
+
+
+def tools_rest(r: dict) -> str | None:
+    """What the capped per-tool table leaves out, in words; None when it shows every tool."""
+    rest = r["tools"][r["settings"]["table_rows"]:]
+    if not rest:
+        return None
+    calls, drifted = sum(t["calls"] for t in rest), sum(t["drifted_calls"] for t in rest)
+    return f"{len(rest)} more tools with {calls:,} calls ({drifted:,} drifted) are in the JSON report."
+
+
+def routing_rows(r: dict) -> list[dict]:
+    """The routing rows HTML and Markdown show: the customer overall, then the busiest tools."""
+    return r["routing"]["rows"][: r["settings"]["table_rows"] + 1]
+
+
+def routing_rest(r: dict) -> str | None:
+    rest = r["routing"]["rows"][r["settings"]["table_rows"] + 1:]
+    if not rest:
+        return None
+    ok = sum(a["verdict"] == "candidate ok" for a in rest)
+    calls = sum(a["calls"] for a in rest)
+    return (f"{len(rest)} more tools with fewer calls ({calls:,} calls): {ok} candidate ok, "
+            f"{len(rest) - ok} target-only; all are in the JSON report.")
+
+
+def budget_text(r: dict) -> str:
+    s = r["settings"]
+    parts = []
+    if s["max_call_drift"] is not None:
+        parts.append(f"{pct(s['max_call_drift'])} of calls")
+    if s["max_session_drift"] is not None:
+        parts.append(f"{pct(s['max_session_drift'])} of {r['routing']['session_calls']:.1f}-call sessions")
+    return " and ".join(parts)
+
+
+def kinds_text(tool: dict) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {tool[k]}" for k in KIND_COLUMNS if tool.get(k))

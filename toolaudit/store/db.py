@@ -1,0 +1,225 @@
+"""The DuckDB store: migrations on open, bulk batch writes, run bookkeeping, and the named queries the
+figures, gate and reports read. It owns every transaction (each rolls back on failure) and every SQL statement
+outside the user's own `toolaudit sql`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from toolaudit import __version__
+from toolaudit.errors import StoreError
+from toolaudit.records import MatchStatus
+from toolaudit.store.migrations import MIGRATIONS
+from toolaudit.store.rows import RowBatch, json_text
+
+_LOCK_PID = re.compile(r"PID (\d+)")
+
+
+def _open_error(path: str, exc: Exception) -> StoreError:
+    text = str(exc)
+    if "lock" in text.lower():
+        pid = _LOCK_PID.search(text)
+        holder = f" (held by process {pid.group(1)})" if pid else ""
+        return StoreError(f"{path}: database is locked by another writer{holder}; wait for it to finish "
+                          f"or use another --db")
+    if "not a valid DuckDB database" in text or "invalid" in text.lower():
+        return StoreError(f"{path}: not a DuckDB database file; pass a new --db path or remove the file")
+    return StoreError(f"{path}: cannot open database: {text}")
+
+
+def _check_header(path: str) -> None:
+    """Refuse files that are not DuckDB before DuckDB tries to interpret (or extend) them."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(16)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read database file: {exc.strerror or exc}") from None
+    if head and head[8:12] != b"DUCK":
+        raise StoreError(f"{path}: not a DuckDB database file; pass a new --db path or remove the file")
+
+
+class Store:
+    """One DuckDB file. Opening it for writing applies pending migrations."""
+
+    def __init__(self, path: str | Path, read_only: bool = False):
+        self.path = str(path)
+        if read_only and not Path(self.path).exists():
+            raise StoreError(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
+        _check_header(self.path)
+        try:
+            # No extension auto-install: it would reach out to the network on some inputs.
+            self.con = duckdb.connect(self.path, read_only=read_only, config={
+                "autoinstall_known_extensions": False, "autoload_known_extensions": False})
+        except duckdb.Error as exc:
+            raise _open_error(self.path, exc) from None
+        if not read_only:
+            self.migrate()
+        else:
+            self._check_version()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+
+    # -- schema -------------------------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        exists = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'").fetchone()[0]
+        if not exists:
+            return 0
+        return self.con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+
+    def _check_version(self) -> None:
+        latest = MIGRATIONS[-1][0]
+        version = self.schema_version()
+        if version > latest:
+            raise StoreError(f"{self.path}: database schema version {version} is newer than this toolaudit "
+                             f"({latest}); upgrade toolaudit")
+        if version == 0:
+            raise StoreError(f"{self.path}: not a toolaudit database (no schema_migrations table)")
+
+    def migrate(self) -> None:
+        self.con.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                         "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
+        current = self.schema_version()
+        if current > MIGRATIONS[-1][0]:
+            self._check_version()
+        for version, name, sql in MIGRATIONS:
+            if version <= current:
+                continue
+            with self.transaction():
+                self.con.execute(sql)
+                self.con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, name, _now()])
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """All statements inside commit together or not at all (rolled back on any exception, Ctrl-C included)."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield self.con
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    # -- runs -----------------------------------------------------------------------------------------------
+    def create_run(self, kind: str, name: str | None, baseline_name: str, candidate_name: str,
+                   baseline_source: str, candidate_source: str, options: dict,
+                   baseline_fingerprint: str | None = None, candidate_fingerprint: str | None = None) -> int:
+        run_id = self.con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
+        self.con.execute(
+            "INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name, "
+            "baseline_source, candidate_source, baseline_fingerprint, candidate_fingerprint, options, "
+            "toolaudit_version) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, name or f"run-{run_id}", kind, _now(), baseline_name, candidate_name, baseline_source,
+             candidate_source, baseline_fingerprint, candidate_fingerprint, json_text(options), __version__])
+        return run_id
+
+    def write_batch(self, batch: RowBatch) -> None:
+        """Insert every table of the batch in one transaction: a crash leaves all or none of it."""
+        tables = list(batch.tables())
+        if not tables:
+            return
+        with self.transaction() as con:
+            _insert(con, tables)
+
+    def finish_run(self, run_id: int, counts: dict, status: str = "complete") -> None:
+        """Materialise the run's sessions and mark it finished, in one transaction."""
+        with self.transaction() as con:
+            con.execute("DELETE FROM sessions WHERE run_id = ?", [run_id])
+            con.execute(SESSIONS_SQL, [run_id, run_id])
+            con.execute("UPDATE runs SET status = ?, finished_at = ?, counts = ? WHERE run_id = ?",
+                        [status, _now(), json_text(counts), run_id])
+
+    def set_status(self, run_id: int, status: str) -> None:
+        self.con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
+
+    def run_row(self, run_id: int | None) -> dict:
+        """The given run, or the latest one."""
+        if run_id is None:
+            rows = self.rows("SELECT * FROM runs ORDER BY run_id DESC LIMIT 1")
+            if not rows:
+                raise StoreError(f"{self.path}: no runs yet; run `toolaudit compare` or `replay` first")
+            return rows[0]
+        rows = self.rows("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            raise StoreError(f"{self.path}: no run with id {run_id} (see `toolaudit runs`)")
+        return rows[0]
+
+    # -- replay bookkeeping ------------------------------------------------------------------------------------
+    def replace_trace_errors(self, run_id: int, batch: RowBatch) -> None:
+        """Idempotent: a resumed run rewrites its input error rows instead of adding copies."""
+        with self.transaction() as con:
+            con.execute("DELETE FROM trace_errors WHERE run_id = ?", [run_id])
+            _insert(con, batch.tables())
+
+    def stored_call_keys(self, run_id: int, retry_errors: bool = True) -> set[tuple[str, int]]:
+        """(session, call index) of the calls a run already holds; error rows are first removed to be retried."""
+        if retry_errors:
+            error = MatchStatus.ERROR.value
+            with self.transaction() as con:
+                con.execute("DELETE FROM outputs WHERE run_id = ? AND (session_id, call_index) IN "
+                            "(SELECT session_id, call_index FROM calls WHERE run_id = ? AND match_status = ?)",
+                            [run_id, run_id, error])
+                con.execute("DELETE FROM calls WHERE run_id = ? AND match_status = ?", [run_id, error])
+        rows = self.con.execute("SELECT session_id, call_index FROM calls WHERE run_id = ?", [run_id]).fetchall()
+        return {(s, i) for s, i in rows}
+
+    def next_batch_no(self, run_id: int) -> int:
+        return self.con.execute("SELECT coalesce(max(batch_no) + 1, 0) FROM replay_batches WHERE run_id = ?",
+                                [run_id]).fetchone()[0]
+
+    # -- queries --------------------------------------------------------------------------------------------
+    def query(self, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:
+        cur = self.con.execute(sql, params or [])
+        columns = [d[0] for d in cur.description] if cur.description else []
+        return columns, cur.fetchall() if cur.description else []
+
+    def rows(self, sql: str, params: list | None = None) -> list[dict]:
+        columns, rows = self.query(sql, params)
+        return [dict(zip(columns, row)) for row in rows]
+
+
+# Per session: observed drift, and the compounded probability from run-wide per-tool drift rates.
+_M = f"match_status = '{MatchStatus.MATCHED.value}'"
+SESSIONS_SQL = f"""
+INSERT INTO sessions
+WITH tool_rates AS (
+    SELECT tool_name, avg(drifted::DOUBLE) AS p FROM calls
+    WHERE run_id = ? AND {_M} GROUP BY tool_name)
+SELECT c.run_id, c.session_id, any_value(c.customer) AS customer, count(*) AS calls,
+       count(*) FILTER (c.{_M}) AS matched_calls,
+       count(*) FILTER (c.drifted) AS drifted_calls,
+       CASE WHEN count(*) FILTER (c.{_M}) > 0 THEN coalesce(bool_or(c.drifted), false) END
+           AS any_drift,
+       CASE WHEN count(*) FILTER (c.{_M}) > 0 THEN
+           1 - coalesce(product(1 - coalesce(t.p, 0)) FILTER (c.{_M}), 1) END AS compounded_p
+FROM calls c LEFT JOIN tool_rates t ON t.tool_name IS NOT DISTINCT FROM c.tool_name
+WHERE c.run_id = ?
+GROUP BY c.run_id, c.session_id
+"""
+
+
+def _insert(con: duckdb.DuckDBPyConnection, tables: Iterable[tuple[str, pa.Table]]) -> None:
+    for table, arrow in tables:
+        con.register("_batch", arrow)
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
+        con.unregister("_batch")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)

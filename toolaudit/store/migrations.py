@@ -1,0 +1,212 @@
+"""Append-only numbered schema migrations. Never edit a released migration: add the next number.
+
+Every column is documented in docs/schema.md; a test checks the exact columns of a freshly migrated file.
+"""
+
+from __future__ import annotations
+
+from toolaudit.store.views import views_sql
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "core tables and drift views", """
+CREATE SEQUENCE run_id_seq START 1;
+
+CREATE TABLE runs (
+    run_id BIGINT PRIMARY KEY,
+    name VARCHAR,
+    kind VARCHAR NOT NULL,               -- compare | replay
+    status VARCHAR NOT NULL,             -- running | complete | interrupted | failed
+    created_at TIMESTAMP NOT NULL,
+    finished_at TIMESTAMP,
+    baseline_name VARCHAR,
+    candidate_name VARCHAR,
+    baseline_source VARCHAR,
+    candidate_source VARCHAR,
+    baseline_fingerprint VARCHAR,
+    candidate_fingerprint VARCHAR,
+    options JSON,
+    counts JSON,
+    toolaudit_version VARCHAR
+);
+
+CREATE TABLE calls (
+    run_id BIGINT NOT NULL,
+    session_id VARCHAR NOT NULL,
+    call_index INTEGER NOT NULL,
+    customer VARCHAR,
+    tool_name VARCHAR,
+    match_status VARCHAR NOT NULL,       -- matched | baseline_only | candidate_only
+    drift_kind VARCHAR,
+    drifted BOOLEAN,
+    exact_text_match BOOLEAN,
+    baseline_valid BOOLEAN,
+    candidate_valid BOOLEAN,
+    arg_diff_count INTEGER,
+    detail VARCHAR,
+    PRIMARY KEY (run_id, session_id, call_index)
+);
+
+CREATE TABLE outputs (
+    run_id BIGINT NOT NULL,
+    session_id VARCHAR NOT NULL,
+    call_index INTEGER NOT NULL,
+    side VARCHAR NOT NULL,               -- baseline | candidate
+    path_name VARCHAR,
+    source VARCHAR,
+    line INTEGER,
+    text VARCHAR,
+    tool_calls JSON,
+    parse_status VARCHAR,
+    parse_format VARCHAR,
+    parse_error VARCHAR,
+    schema_errors JSON,
+    system_fingerprint VARCHAR,
+    PRIMARY KEY (run_id, session_id, call_index, side)
+);
+
+CREATE TABLE arg_diffs (
+    run_id BIGINT NOT NULL,
+    session_id VARCHAR NOT NULL,
+    call_index INTEGER NOT NULL,
+    call_position INTEGER NOT NULL,
+    tool_name VARCHAR,
+    arg_path VARCHAR NOT NULL,
+    diff_kind VARCHAR NOT NULL,
+    baseline_value JSON,
+    candidate_value JSON
+);
+
+CREATE TABLE sessions (
+    run_id BIGINT NOT NULL,
+    session_id VARCHAR NOT NULL,
+    customer VARCHAR,
+    calls INTEGER NOT NULL,
+    matched_calls INTEGER NOT NULL,
+    drifted_calls INTEGER NOT NULL,
+    any_drift BOOLEAN,
+    compounded_p DOUBLE,
+    PRIMARY KEY (run_id, session_id)
+);
+
+CREATE TABLE trace_errors (
+    run_id BIGINT NOT NULL,
+    side VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    line INTEGER,
+    field VARCHAR,
+    message VARCHAR NOT NULL,
+    excerpt VARCHAR
+);
+
+CREATE TABLE schema_issues (
+    run_id BIGINT NOT NULL,
+    tool_name VARCHAR NOT NULL,
+    schema_source VARCHAR,
+    severity VARCHAR NOT NULL,           -- warning | invalid
+    message VARCHAR NOT NULL
+);
+
+CREATE MACRO wilson_low(k, n) AS CASE WHEN n = 0 OR k = 0 THEN 0.0 ELSE greatest(0.0,
+    ((k / n) + 1.959963984540054 ^ 2 / (2 * n)
+     - 1.959963984540054 * sqrt((k / n) * (1 - k / n) / n + 1.959963984540054 ^ 2 / (4 * n * n)))
+    / (1 + 1.959963984540054 ^ 2 / n)) END;
+CREATE MACRO wilson_high(k, n) AS CASE WHEN n = 0 OR k = n THEN 1.0 ELSE least(1.0,
+    ((k / n) + 1.959963984540054 ^ 2 / (2 * n)
+     + 1.959963984540054 * sqrt((k / n) * (1 - k / n) / n + 1.959963984540054 ^ 2 / (4 * n * n)))
+    / (1 + 1.959963984540054 ^ 2 / n)) END;
+
+CREATE VIEW call_drift AS
+SELECT c.run_id, r.name AS run_name, c.session_id, c.call_index, coalesce(c.customer, '(none)') AS customer,
+       c.tool_name, c.drift_kind, c.drifted, c.exact_text_match, c.baseline_valid, c.candidate_valid,
+       c.arg_diff_count, c.detail
+FROM calls c JOIN runs r USING (run_id)
+WHERE c.match_status = 'matched';
+
+CREATE VIEW session_drift AS
+SELECT s.run_id, r.name AS run_name, s.session_id, coalesce(s.customer, '(none)') AS customer, s.calls,
+       s.matched_calls, s.drifted_calls, s.any_drift, s.compounded_p
+FROM sessions s JOIN runs r USING (run_id);
+
+CREATE VIEW tool_drift AS
+SELECT run_id, tool_name, count(*) AS calls, count(*) FILTER (drifted) AS drifted_calls,
+       count(*) FILTER (drifted) / count(*) AS drift_rate,
+       wilson_low(count(*) FILTER (drifted), count(*)) AS ci_low,
+       wilson_high(count(*) FILTER (drifted), count(*)) AS ci_high,
+       count(*) FILTER (drift_kind = 'arguments_changed') AS arguments_changed,
+       count(*) FILTER (drift_kind = 'schema_broken') AS schema_broken,
+       count(*) FILTER (drift_kind = 'tool_name_changed') AS tool_name_changed,
+       count(*) FILTER (drift_kind = 'call_count_changed') AS call_count_changed,
+       count(*) FILTER (drift_kind = 'unparseable') AS unparseable
+FROM calls WHERE match_status = 'matched'
+GROUP BY run_id, tool_name;
+
+CREATE VIEW customer_drift AS
+WITH c AS (
+    SELECT run_id, coalesce(customer, '(none)') AS customer, count(*) AS calls,
+           count(*) FILTER (drifted) AS drifted_calls
+    FROM calls WHERE match_status = 'matched' GROUP BY ALL),
+s AS (
+    SELECT run_id, coalesce(customer, '(none)') AS customer, count(*) AS sessions,
+           count(*) FILTER (any_drift) AS sessions_with_drift, avg(compounded_p) AS compounded_session_drift
+    FROM sessions WHERE matched_calls > 0 GROUP BY ALL)
+SELECT c.run_id, c.customer, c.calls, c.drifted_calls, c.drifted_calls / c.calls AS drift_rate,
+       wilson_low(c.drifted_calls, c.calls) AS ci_low, wilson_high(c.drifted_calls, c.calls) AS ci_high,
+       s.sessions, s.sessions_with_drift, s.sessions_with_drift / s.sessions AS observed_session_drift,
+       s.compounded_session_drift
+FROM c LEFT JOIN s USING (run_id, customer);
+
+CREATE VIEW argument_drift AS
+WITH per_tool AS (
+    SELECT run_id, tool_name, count(*) AS tool_calls FROM calls WHERE match_status = 'matched' GROUP BY ALL)
+SELECT d.run_id, d.tool_name, d.arg_path, count(*) AS diffs,
+       count(DISTINCT (d.session_id, d.call_index)) AS calls_with_diff, p.tool_calls,
+       count(DISTINCT (d.session_id, d.call_index)) / p.tool_calls AS rate,
+       string_agg(DISTINCT d.diff_kind, ',' ORDER BY d.diff_kind) AS diff_kinds,
+       any_value(d.baseline_value) AS example_baseline, any_value(d.candidate_value) AS example_candidate
+FROM arg_diffs d LEFT JOIN per_tool p ON p.run_id = d.run_id AND p.tool_name IS NOT DISTINCT FROM d.tool_name
+GROUP BY d.run_id, d.tool_name, d.arg_path, p.tool_calls;
+"""),
+    (2, "decode evidence for replays", """
+ALTER TABLE outputs ADD COLUMN token_ids INTEGER[];
+ALTER TABLE outputs ADD COLUMN prompt_tokens INTEGER;
+ALTER TABLE outputs ADD COLUMN completion_tokens INTEGER;
+ALTER TABLE outputs ADD COLUMN latency_s DOUBLE;
+ALTER TABLE outputs ADD COLUMN ttft_s DOUBLE;
+ALTER TABLE outputs ADD COLUMN tokens_per_s DOUBLE;
+ALTER TABLE outputs ADD COLUMN drafted_tokens INTEGER;
+ALTER TABLE outputs ADD COLUMN accepted_tokens INTEGER;
+ALTER TABLE outputs ADD COLUMN forward_passes INTEGER;
+ALTER TABLE outputs ADD COLUMN error VARCHAR;
+ALTER TABLE calls ADD COLUMN first_divergence INTEGER;
+ALTER TABLE calls ADD COLUMN baseline_token VARCHAR;
+ALTER TABLE calls ADD COLUMN candidate_token VARCHAR;
+ALTER TABLE calls ADD COLUMN baseline_margin DOUBLE;
+ALTER TABLE calls ADD COLUMN candidate_margin DOUBLE;
+"""),
+    (3, "per-batch replay timings", """
+CREATE TABLE replay_batches (
+    run_id BIGINT NOT NULL,
+    batch_no INTEGER NOT NULL,
+    side VARCHAR NOT NULL,
+    path_name VARCHAR,
+    calls INTEGER NOT NULL,
+    wall_s DOUBLE NOT NULL,
+    completion_tokens BIGINT,
+    drafted_tokens BIGINT,
+    accepted_tokens BIGINT,
+    forward_passes BIGINT,
+    errors INTEGER
+);
+
+CREATE VIEW path_performance AS
+SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum(wall_s) AS wall_s,
+       sum(completion_tokens) AS completion_tokens,
+       sum(completion_tokens) / nullif(sum(wall_s), 0) AS tokens_per_s,
+       sum(drafted_tokens) AS drafted_tokens, sum(accepted_tokens) AS accepted_tokens,
+       sum(accepted_tokens) / nullif(sum(drafted_tokens), 0) AS acceptance_rate,
+       sum(completion_tokens) / nullif(sum(forward_passes), 0) AS tokens_per_forward_pass,
+       sum(errors) AS errors
+FROM replay_batches GROUP BY run_id, side;
+"""),
+    (4, "views generated from the drift vocabulary", views_sql()),
+]

@@ -1,0 +1,114 @@
+"""Named read queries: the SQL behind the run figures, the gate and the `runs` listing, in one place.
+
+Each takes a `Store` and returns plain rows; the statistics (intervals, bounds) are computed by the callers.
+A `customer` argument narrows a query to that customer's calls (`(none)` for calls without one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolaudit.records import SEVERITY, MatchStatus
+from toolaudit.store.db import Store
+
+NONE_CUSTOMER = "(none)"
+_MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
+
+
+def _slice(customer: str | None) -> tuple[str, list]:
+    return ("", []) if customer is None else (" AND coalesce(customer, '(none)') = ?", [customer])
+
+
+def list_runs(store: Store) -> tuple[list[str], list[tuple]]:
+    return store.query(f"""
+        SELECT r.run_id, r.name, r.kind, r.status, r.created_at, r.baseline_name, r.candidate_name,
+               count(c.run_id) FILTER (c.{_MATCHED}) AS calls,
+               count(c.run_id) FILTER (c.drifted) AS drifted_calls
+        FROM runs r LEFT JOIN calls c USING (run_id)
+        GROUP BY ALL ORDER BY r.run_id""")
+
+
+def slice_counts(store: Store, run_id: int, customer: str | None = None) -> dict[str, Any]:
+    """Matched, drifted and exact calls, sessions, and both compounded session figures of a run or a customer.
+
+    `compounded_run_rates`: mean over sessions of 1 - prod(1 - p_tool), p_tool the RUN-WIDE drift rate of each
+    call's tool (the `sessions.compounded_p` column; what `summary` and the `customer_drift` view show).
+    `compounded_own_rates`: the same with the slice's OWN per-tool rates (what a customer's report shows: it must
+    not depend on other customers' traffic). For a whole run the two are equal.
+    """
+    where, params = _slice(customer)
+    row = store.rows(f"""
+        WITH c AS (SELECT * FROM calls WHERE run_id = ? AND {_MATCHED}{where}),
+        own AS (SELECT tool_name, avg(drifted::DOUBLE) AS p FROM c GROUP BY tool_name),
+        s AS (SELECT c.session_id, count(*) AS n, bool_or(c.drifted) AS any_drift,
+                     1 - product(1 - own.p) AS own_p
+              FROM c JOIN own ON own.tool_name IS NOT DISTINCT FROM c.tool_name GROUP BY c.session_id)
+        SELECT (SELECT count(*) FROM c) AS calls,
+               (SELECT count(*) FILTER (drifted) FROM c) AS drifted_calls,
+               (SELECT count(*) FILTER (exact_text_match) FROM c) AS exact_text_matches,
+               count(*) AS sessions, count(*) FILTER (any_drift) AS sessions_with_drift,
+               avg(n) AS mean_calls_per_session, avg(own_p) AS compounded_own_rates,
+               (SELECT avg(compounded_p) FROM sessions
+                WHERE run_id = ? AND matched_calls > 0{where}) AS compounded_run_rates
+        FROM s""", [run_id, *params, run_id, *params])[0]
+    return row
+
+
+def drift_kind_counts(store: Store, run_id: int, customer: str | None = None) -> dict[str, int]:
+    where, params = _slice(customer)
+    return dict(store.query(f"""SELECT drift_kind, count(*) FROM calls
+        WHERE run_id = ? AND {_MATCHED}{where} GROUP BY 1 ORDER BY 2 DESC, 1""", [run_id, *params])[1])
+
+
+def status_counts(store: Store, run_id: int, customer: str | None = None) -> dict[str, int]:
+    """Calls per match status other than matched (one side only, engine errors)."""
+    where, params = _slice(customer)
+    return dict(store.query(f"""SELECT match_status, count(*) FROM calls
+        WHERE run_id = ? AND NOT {_MATCHED}{where} GROUP BY 1""", [run_id, *params])[1])
+
+
+def trace_error_count(store: Store, run_id: int) -> int:
+    return store.query("SELECT count(*) FROM trace_errors WHERE run_id = ?", [run_id])[1][0][0]
+
+
+def customer_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
+    return store.rows("""SELECT customer, calls, drifted_calls, drift_rate, ci_low, ci_high, sessions,
+        sessions_with_drift, observed_session_drift, compounded_session_drift
+        FROM customer_drift WHERE run_id = ? ORDER BY customer""", [run_id])
+
+
+def path_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
+    return store.rows("""SELECT side, path_name, calls, wall_s, completion_tokens, tokens_per_s,
+        drafted_tokens, accepted_tokens, acceptance_rate, tokens_per_forward_pass, errors
+        FROM path_performance WHERE run_id = ? ORDER BY side""", [run_id])
+
+
+def margin_evidence(store: Store, run_id: int) -> dict[str, Any]:
+    return store.rows("""SELECT count(*) FILTER (first_divergence IS NOT NULL) AS with_evidence,
+        median(baseline_margin) AS median_margin FROM calls WHERE run_id = ? AND drifted""", [run_id])[0]
+
+
+def worst_example(store: Store, run_id: int) -> dict[str, Any] | None:
+    """The most severe drifted call (see `records.SEVERITY`) with both outputs and its argument diffs."""
+    order = " ".join(f"WHEN '{k.value}' THEN {i}" for i, k in enumerate(SEVERITY))
+    rows = store.rows(f"""SELECT session_id, call_index, customer, tool_name, drift_kind, detail,
+        first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin
+        FROM calls WHERE run_id = ? AND drifted
+        ORDER BY CASE drift_kind {order} ELSE 9 END, baseline_margin DESC NULLS LAST, session_id, call_index
+        LIMIT 1""", [run_id])
+    if not rows:
+        return None
+    example = rows[0]
+    key = [run_id, example["session_id"], example["call_index"]]
+    outputs = {r["side"]: r["text"] for r in store.rows(
+        "SELECT side, text FROM outputs WHERE run_id = ? AND session_id = ? AND call_index = ?", key)}
+    example["baseline_text"], example["candidate_text"] = outputs.get("baseline"), outputs.get("candidate")
+    example["arg_diffs"] = store.rows("""SELECT arg_path, diff_kind, baseline_value, candidate_value
+        FROM arg_diffs WHERE run_id = ? AND session_id = ? AND call_index = ? ORDER BY arg_path""", key)
+    return example
+
+
+def other_runs_fingerprints(store: Store, exclude_run: int) -> list[dict[str, Any]]:
+    """Every other run's fingerprints and options, newest first (to explain a changed fingerprint)."""
+    return store.rows("""SELECT run_id, options, baseline_fingerprint, candidate_fingerprint FROM runs
+                         WHERE run_id <> ? ORDER BY run_id DESC""", [exclude_run])

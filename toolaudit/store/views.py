@@ -1,0 +1,98 @@
+"""The reporting views, generated from the drift vocabulary (`records.DriftKind`, `records.MatchStatus`) so the
+SQL can never spell a kind or status differently from the code that writes it.
+
+Migrations apply these with CREATE OR REPLACE; a change to the vocabulary needs a new numbered migration that
+calls `views_sql()` again (released migrations are never edited).
+"""
+
+from __future__ import annotations
+
+from toolaudit.records import DRIFTED_KINDS, MatchStatus
+
+MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
+
+
+def _call_drift() -> str:
+    return f"""
+CREATE OR REPLACE VIEW call_drift AS
+SELECT c.run_id, r.name AS run_name, c.session_id, c.call_index, coalesce(c.customer, '(none)') AS customer,
+       c.tool_name, c.drift_kind, c.drifted, c.exact_text_match, c.baseline_valid, c.candidate_valid,
+       c.arg_diff_count, c.detail
+FROM calls c JOIN runs r USING (run_id)
+WHERE c.{MATCHED};"""
+
+
+def _session_drift() -> str:
+    return """
+CREATE OR REPLACE VIEW session_drift AS
+SELECT s.run_id, r.name AS run_name, s.session_id, coalesce(s.customer, '(none)') AS customer, s.calls,
+       s.matched_calls, s.drifted_calls, s.any_drift, s.compounded_p
+FROM sessions s JOIN runs r USING (run_id);"""
+
+
+def _tool_drift() -> str:
+    per_kind = ",\n       ".join(f"count(*) FILTER (drift_kind = '{k.value}') AS {k.value}" for k in DRIFTED_KINDS)
+    return f"""
+CREATE OR REPLACE VIEW tool_drift AS
+SELECT run_id, tool_name, count(*) AS calls, count(*) FILTER (drifted) AS drifted_calls,
+       count(*) FILTER (drifted) / count(*) AS drift_rate,
+       wilson_low(count(*) FILTER (drifted), count(*)) AS ci_low,
+       wilson_high(count(*) FILTER (drifted), count(*)) AS ci_high,
+       {per_kind}
+FROM calls WHERE {MATCHED}
+GROUP BY run_id, tool_name;"""
+
+
+def _customer_drift() -> str:
+    return f"""
+CREATE OR REPLACE VIEW customer_drift AS
+WITH c AS (
+    SELECT run_id, coalesce(customer, '(none)') AS customer, count(*) AS calls,
+           count(*) FILTER (drifted) AS drifted_calls
+    FROM calls WHERE {MATCHED} GROUP BY ALL),
+s AS (
+    SELECT run_id, coalesce(customer, '(none)') AS customer, count(*) AS sessions,
+           count(*) FILTER (any_drift) AS sessions_with_drift, avg(compounded_p) AS compounded_session_drift
+    FROM sessions WHERE matched_calls > 0 GROUP BY ALL)
+SELECT c.run_id, c.customer, c.calls, c.drifted_calls, c.drifted_calls / c.calls AS drift_rate,
+       wilson_low(c.drifted_calls, c.calls) AS ci_low, wilson_high(c.drifted_calls, c.calls) AS ci_high,
+       s.sessions, s.sessions_with_drift, s.sessions_with_drift / s.sessions AS observed_session_drift,
+       s.compounded_session_drift
+FROM c LEFT JOIN s USING (run_id, customer);"""
+
+
+def _argument_drift() -> str:
+    return f"""
+CREATE OR REPLACE VIEW argument_drift AS
+WITH per_tool AS (
+    SELECT run_id, tool_name, count(*) AS tool_calls FROM calls WHERE {MATCHED} GROUP BY ALL)
+SELECT d.run_id, d.tool_name, d.arg_path, count(*) AS diffs,
+       count(DISTINCT (d.session_id, d.call_index)) AS calls_with_diff, p.tool_calls,
+       count(DISTINCT (d.session_id, d.call_index)) / p.tool_calls AS rate,
+       string_agg(DISTINCT d.diff_kind, ',' ORDER BY d.diff_kind) AS diff_kinds,
+       any_value(d.baseline_value) AS example_baseline, any_value(d.candidate_value) AS example_candidate
+FROM arg_diffs d LEFT JOIN per_tool p ON p.run_id = d.run_id AND p.tool_name IS NOT DISTINCT FROM d.tool_name
+GROUP BY d.run_id, d.tool_name, d.arg_path, p.tool_calls;"""
+
+
+def _path_performance() -> str:
+    return """
+CREATE OR REPLACE VIEW path_performance AS
+SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum(wall_s) AS wall_s,
+       sum(completion_tokens) AS completion_tokens,
+       sum(completion_tokens) / nullif(sum(wall_s), 0) AS tokens_per_s,
+       sum(drafted_tokens) AS drafted_tokens, sum(accepted_tokens) AS accepted_tokens,
+       sum(accepted_tokens) / nullif(sum(drafted_tokens), 0) AS acceptance_rate,
+       sum(completion_tokens) / nullif(sum(forward_passes), 0) AS tokens_per_forward_pass,
+       sum(errors) AS errors
+FROM replay_batches GROUP BY run_id, side;"""
+
+
+VIEW_BUILDERS = {"call_drift": _call_drift, "session_drift": _session_drift, "tool_drift": _tool_drift,
+                 "customer_drift": _customer_drift, "argument_drift": _argument_drift,
+                 "path_performance": _path_performance}
+
+
+def views_sql() -> str:
+    """CREATE OR REPLACE statements for every reporting view."""
+    return "\n".join(build() for build in VIEW_BUILDERS.values())
