@@ -185,3 +185,41 @@ def test_same_path_with_another_batch_size_is_a_noise_floor_run(tmp_path, paths_
         assert json.loads(store.run_row(run_id)["options"])["noise_floor"] is True
         run_id, _ = replay_traces(store, options(paths_file, limit=4))
         assert json.loads(store.run_row(run_id)["options"])["noise_floor"] is False
+
+
+def _outputs(store: Store, run_id: int) -> list[tuple]:
+    return store.query("""SELECT session_id, call_index, side, text, token_ids, drafted_tokens
+                          FROM outputs WHERE run_id = ? ORDER BY ALL""", [run_id])[1]
+
+
+def test_path_major_replay_equals_the_interleaved_one(tmp_path, paths_file):
+    """One path over the whole selection, then the other (engines that cannot be held together): same rows,
+    and nothing left staged."""
+    with Store(tmp_path / "r.duckdb") as store:
+        inter, _ = replay_traces(store, options(paths_file, limit=12, path_major=False))
+        major, counts = replay_traces(store, options(paths_file, limit=12, path_major=True))
+        assert counts.replayed == 12 and counts.errors == 0
+        assert stored_calls(store, major) == stored_calls(store, inter)
+        assert _outputs(store, major) == _outputs(store, inter)
+        assert store.query("SELECT count(*) FROM staged_results")[1][0][0] == 0
+        sides = store.query("""SELECT side, count(*), sum(calls) FROM replay_batches WHERE run_id = ?
+                               GROUP BY side ORDER BY side""", [major])[1]
+        assert sides == [("baseline", 3, 12), ("candidate", 3, 12)]
+
+
+def test_interrupted_path_major_replay_resumes_to_the_same_calls(tmp_path, paths_file):
+    """Killed in the candidate pass: the staged baseline results survive, the resume runs only what is left."""
+    with Store(tmp_path / "full.duckdb") as store:
+        full_id, _ = replay_traces(store, options(paths_file, limit=16, path_major=True))
+        full = stored_calls(store, full_id)
+    with Store(tmp_path / "cut.duckdb") as store:
+        with pytest.raises(KeyboardInterrupt):
+            replay_traces(store, options(paths_file, limit=16, path_major=True),
+                          engine_factory=_Interrupting(after=3))
+        assert len(stored_calls(store, 1)) == 8  # two candidate chunks of 4 paired, the third rolled back
+        assert store.query("SELECT count(*) FROM staged_results WHERE run_id = 1")[1][0][0] == 8
+        run_id, counts = replay_traces(store, options(paths_file, limit=16, path_major=True), resume=1)
+        assert counts.skipped == 8 and counts.replayed == 8
+        assert stored_calls(store, 1) == full
+        assert store.query("SELECT count(*) FROM staged_results")[1][0][0] == 0
+        assert store.query("SELECT count(*) FROM outputs WHERE run_id = 1")[1][0][0] == 2 * len(full)

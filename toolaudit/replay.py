@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit.engines import Engine, EngineRequest, EngineResult, make_engine
+from toolaudit.engines import ENGINES, Engine, EngineRequest, EngineResult, make_engine
 from toolaudit.engines.paths import PathConfig, load_paths
 from toolaudit.errors import ConfigError, StoreError
 from toolaudit.fingerprint import fingerprint
@@ -51,6 +51,8 @@ class ReplayOptions:
     # Calls handed to each engine per transaction. Larger than batch_size so continuous batching keeps its
     # slots full; a kill loses at most one chunk, which resume redoes.
     chunk: int = 64
+    # None: path-major when an engine cannot be held beside another (see Replayer.path_major); True/False force.
+    path_major: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -144,6 +146,7 @@ class Replayer:
         self.baseline_path, self.candidate_path = resolve_paths(options)
         self.engine_factory = engine_factory
         self._engines: dict[str, Engine] = {}
+        self._next_batch: int | None = None
 
     def engine(self, path: PathConfig) -> Engine:
         if path.name not in self._engines:
@@ -165,6 +168,14 @@ class Replayer:
             _describe(self.baseline_path), _describe(self.candidate_path), options,
             fingerprint(components["baseline"]), fingerprint(components["candidate"]))
 
+    def path_major(self) -> bool:
+        """Run one path over the whole selection, release it, then the other: for engines that must not be
+        held together (vLLM's workers spin and starve each other on a small CPU, and split GPU memory)."""
+        if self.options.path_major is not None:
+            return self.options.path_major
+        return not all(ENGINES[p.engine].holds_together for p in (self.baseline_path, self.candidate_path)
+                       if p.engine in ENGINES)
+
     def run(self, run_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None
             ) -> ReplayCounts:
         calls, bad_lines, stats = load_calls(self.options)
@@ -173,20 +184,34 @@ class Replayer:
         done = self.store.stored_call_keys(run_id)
         todo = [c for c in calls if c.key not in done]
         counts.skipped = len(calls) - len(todo)
-        if on_total:
-            on_total(len(todo))
         analyzer = Analyzer(run_id, SchemaRegistry(self.options.schema_dir))
         size = max(self.options.chunk, self.baseline_path.batch_size, self.candidate_path.batch_size)
-        batch_no = self.store.next_batch_no(run_id)
+        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
         self.store.set_status(run_id, "running")
         try:
-            for start in range(0, len(todo), size):
-                chunk = todo[start:start + size]
-                counts.errors += self._replay_chunk(run_id, batch_no, chunk, analyzer)
-                counts.replayed += len(chunk)
-                batch_no += 1
-                if progress:
-                    progress(len(chunk))
+            if self.path_major():
+                staged = self.store.staged_keys(run_id, "baseline")
+                first = [c for c in todo if c.key not in staged]
+                if on_total:
+                    on_total(len(first) + len(todo))
+                for chunk in (first[i:i + size] for i in range(0, len(first), size)):
+                    self._stage_chunk(run_id, chunk)
+                    if progress:
+                        progress(len(chunk))
+                self._release(self.baseline_path)
+                for chunk in chunks:
+                    counts.errors += self._pair_staged_chunk(run_id, chunk, analyzer)
+                    counts.replayed += len(chunk)
+                    if progress:
+                        progress(len(chunk))
+            else:
+                if on_total:
+                    on_total(len(todo))
+                for chunk in chunks:
+                    counts.errors += self._replay_chunk(run_id, chunk, analyzer)
+                    counts.replayed += len(chunk)
+                    if progress:
+                        progress(len(chunk))
         except BaseException:
             self.store.set_status(run_id, "interrupted")
             raise
@@ -195,33 +220,79 @@ class Replayer:
         return counts
 
     # -- internals ----------------------------------------------------------------------------------------
-    def _replay_chunk(self, run_id: int, batch_no: int, chunk: list[TraceCall], analyzer: Analyzer) -> int:
+    def _generate(self, run_id: int, batch_no: int, side: str, path: PathConfig, chunk: list[TraceCall],
+                  batch: RowBatch) -> tuple[list[EngineResult], float]:
+        """One engine call for a chunk; its timings become a `replay_batches` row of the same transaction."""
         requests = [EngineRequest(f"{c.session_id}\x1f{c.call_index}", c.request.get("messages") or [],
                                   c.tools) for c in chunk]
+        t0 = time.perf_counter()
+        out = self.engine(path).generate(requests)
+        wall = time.perf_counter() - t0
+        if len(out) != len(requests):
+            raise StoreError(f"engine for path {path.name!r} returned {len(out)} results for "
+                             f"{len(requests)} requests")
+        batch.add("replay_batches", run_id=run_id, batch_no=batch_no, side=side,
+                  path_name=path.name, calls=len(out), wall_s=wall,
+                  completion_tokens=sum(r.completion_tokens for r in out),
+                  drafted_tokens=sum(r.drafted_tokens for r in out),
+                  accepted_tokens=sum(r.accepted_tokens for r in out),
+                  forward_passes=sum(r.forward_passes for r in out), errors=sum(1 for r in out if r.error))
+        return out, wall
+
+    def _batch_no(self, run_id: int) -> int:
+        if self._next_batch is None:
+            self._next_batch = self.store.next_batch_no(run_id)
+        self._next_batch += 1
+        return self._next_batch - 1
+
+    def _replay_chunk(self, run_id: int, chunk: list[TraceCall], analyzer: Analyzer) -> int:
+        """Both paths on one chunk, paired and written in one transaction."""
         batch = RowBatch()
-        results: dict[str, list[EngineResult]] = {}
-        walls: dict[str, float] = {}
-        for side, path in (("baseline", self.baseline_path), ("candidate", self.candidate_path)):
-            t0 = time.perf_counter()
-            out = self.engine(path).generate(requests)
-            wall = walls[side] = time.perf_counter() - t0
-            if len(out) != len(requests):
-                raise StoreError(f"engine for path {path.name!r} returned {len(out)} results for "
-                                 f"{len(requests)} requests")
-            results[side] = out
-            batch.add("replay_batches", run_id=run_id, batch_no=batch_no, side=side, path_name=path.name,
-                      calls=len(out), wall_s=wall, completion_tokens=sum(r.completion_tokens for r in out),
-                      drafted_tokens=sum(r.drafted_tokens for r in out),
-                      accepted_tokens=sum(r.accepted_tokens for r in out),
-                      forward_passes=sum(r.forward_passes for r in out),
-                      errors=sum(1 for r in out if r.error))
+        batch_no = self._batch_no(run_id)  # both sides of a chunk share its number
+        base, b_wall = self._generate(run_id, batch_no, "baseline", self.baseline_path, chunk, batch)
+        cand, c_wall = self._generate(run_id, batch_no, "candidate", self.candidate_path, chunk, batch)
+        shares = [b_wall / len(chunk)] * len(chunk), [c_wall / len(chunk)] * len(chunk)
+        errors = self._pair(run_id, chunk, base, cand, shares, analyzer, batch)
+        self.store.write_batch(batch)
+        return errors
+
+    def _stage_chunk(self, run_id: int, chunk: list[TraceCall]) -> None:
+        """Path-major, first pass: the baseline's results wait in `staged_results` for the candidate's."""
+        batch = RowBatch()
+        results, wall = self._generate(run_id, self._batch_no(run_id), "baseline", self.baseline_path, chunk, batch)
+        for call, result in zip(chunk, results):
+            batch.add("staged_results", run_id=run_id, session_id=call.session_id, call_index=call.call_index,
+                      side="baseline", path_name=self.baseline_path.name, wall_share_s=wall / len(chunk),
+                      result=orjson.dumps(result).decode())
+        self.store.write_batch(batch)
+
+    def _pair_staged_chunk(self, run_id: int, chunk: list[TraceCall], analyzer: Analyzer) -> int:
+        """Path-major, second pass: the candidate on a chunk, paired with the staged baseline results; the
+        rows are written and the staged results dropped in one transaction."""
+        batch = RowBatch()
+        cand, c_wall = self._generate(run_id, self._batch_no(run_id), "candidate", self.candidate_path, chunk, batch)
+        keys = [c.key for c in chunk]
+        staged = self.store.staged_results(run_id, "baseline", keys)
+        missing = [k for k in keys if k not in staged]
+        if missing:
+            raise StoreError(f"run {run_id}: baseline results missing for {len(missing)} calls "
+                             f"(first: session {missing[0][0]} call {missing[0][1]}); resume the run")
+        base = [_result_from_json(staged[k]["result"]) for k in keys]
+        shares = [staged[k]["wall_share_s"] for k in keys], [c_wall / len(chunk)] * len(chunk)
+        errors = self._pair(run_id, chunk, base, cand, shares, analyzer, batch)
+        self.store.write_batch_unstaging(batch, run_id, keys)
+        return errors
+
+    def _pair(self, run_id: int, chunk: list[TraceCall], base: list[EngineResult], cand: list[EngineResult],
+              shares: tuple[list[float], list[float]], analyzer: Analyzer, batch: RowBatch) -> int:
+        """Rows for each call of a chunk; returns how many calls failed on either path (stored as error rows)."""
         errors = 0
-        decode = getattr(self.engine(self.baseline_path), "tokenizer_decode", None)
+        decode = self._decoder()
         for i, call in enumerate(chunk):
-            b_res, c_res = results["baseline"][i], results["candidate"][i]
+            b_res, c_res = base[i], cand[i]
             # a call's share of its batch's wall time: batched decoding has no per-request wall time
-            b_out = side_output(b_res, self.baseline_path, walls["baseline"] / len(chunk))
-            c_out = side_output(c_res, self.candidate_path, walls["candidate"] / len(chunk))
+            b_out = side_output(b_res, self.baseline_path, shares[0][i])
+            c_out = side_output(c_res, self.candidate_path, shares[1][i])
             if b_res.error or c_res.error:
                 errors += 1
                 message = "; ".join(f"{side}: {r.error}" for side, r in (("baseline", b_res), ("candidate", c_res))
@@ -235,8 +306,23 @@ class Replayer:
             analyzer.pair(batch, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
                           divergence)
         analyzer.flush_issues(batch)
-        self.store.write_batch(batch)
         return errors
+
+    def _decoder(self) -> Callable[[list[int]], str] | None:
+        """Token ids -> text for divergence evidence, from a live engine (the baseline's may be released)."""
+        for path in (self.baseline_path, self.candidate_path):
+            engine = self._engines.get(path.name)
+            decode = getattr(engine, "tokenizer_decode", None) if engine is not None else None
+            if decode is not None:
+                return decode
+        return None
+
+    def _release(self, path: PathConfig) -> None:
+        """Close a path's engine (frees its model, workers and memory) before the next path loads."""
+        engine = self._engines.pop(path.name, None)
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
 
     def _write_trace_errors(self, run_id: int, bad_lines: list[TraceLineError]) -> None:
         batch = RowBatch()
@@ -244,6 +330,13 @@ class Replayer:
             batch.add("trace_errors", run_id=run_id, side="input", source=err.source, line=err.line,
                       field=err.field, message=err.message, excerpt=err.excerpt)
         self.store.replace_trace_errors(run_id, batch)
+
+
+def _result_from_json(text: str) -> EngineResult:
+    data = orjson.loads(text)
+    data["top2"] = [tuple(pair) for pair in data.get("top2") or ()]
+    known = EngineResult.__dataclass_fields__
+    return EngineResult(**{k: v for k, v in data.items() if k in known})
 
 
 def options_for_resume(store: Store, run_id: int) -> ReplayOptions:

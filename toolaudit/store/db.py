@@ -78,10 +78,10 @@ class Store:
     # -- schema -------------------------------------------------------------------------------------------
     def schema_version(self) -> int:
         exists = self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'").fetchone()[0]
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'").fetchall()[0][0]
         if not exists:
             return 0
-        return self.con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+        return self.con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
 
     def _check_version(self) -> None:
         latest = MIGRATIONS[-1][0]
@@ -120,7 +120,7 @@ class Store:
     def create_run(self, kind: str, name: str | None, baseline_name: str, candidate_name: str,
                    baseline_source: str, candidate_source: str, options: dict,
                    baseline_fingerprint: str | None = None, candidate_fingerprint: str | None = None) -> int:
-        run_id = self.con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
+        run_id = self.con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0]
         self.con.execute(
             "INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name, "
             "baseline_source, candidate_source, baseline_fingerprint, candidate_fingerprint, options, "
@@ -181,7 +181,40 @@ class Store:
 
     def next_batch_no(self, run_id: int) -> int:
         return self.con.execute("SELECT coalesce(max(batch_no) + 1, 0) FROM replay_batches WHERE run_id = ?",
-                                [run_id]).fetchone()[0]
+                                [run_id]).fetchall()[0][0]
+
+    def staged_keys(self, run_id: int, side: str) -> set[tuple[str, int]]:
+        """Calls whose `side` result is staged (path-major replay: that path already ran them)."""
+        rows = self.con.execute("SELECT session_id, call_index FROM staged_results WHERE run_id = ? AND side = ?",
+                                [run_id, side]).fetchall()
+        return {(s, i) for s, i in rows}
+
+    def staged_results(self, run_id: int, side: str, keys: list[tuple[str, int]]) -> dict[tuple[str, int], dict]:
+        """(session, call index) -> {path_name, wall_share_s, result (JSON text)} for the given calls."""
+        if not keys:
+            return {}
+        wanted = pa.table({"session_id": [k[0] for k in keys], "call_index": pa.array([k[1] for k in keys],
+                                                                                      pa.int32())})
+        self.con.register("_wanted", wanted)
+        try:
+            rows = self.con.execute("""SELECT s.session_id, s.call_index, s.path_name, s.wall_share_s, s.result
+                FROM staged_results s JOIN _wanted w USING (session_id, call_index)
+                WHERE s.run_id = ? AND s.side = ?""", [run_id, side]).fetchall()
+        finally:
+            self.con.unregister("_wanted")
+        return {(r[0], r[1]): {"path_name": r[2], "wall_share_s": r[3], "result": r[4]} for r in rows}
+
+    def write_batch_unstaging(self, batch: RowBatch, run_id: int, keys: list[tuple[str, int]]) -> None:
+        """Write a batch and drop the staged results it consumed, in one transaction (a kill keeps both or
+        neither, so a resume neither loses nor repeats a call)."""
+        with self.transaction() as con:
+            _insert(con, batch.tables())
+            if keys:
+                con.register("_done", pa.table({"session_id": [k[0] for k in keys],
+                                                 "call_index": pa.array([k[1] for k in keys], pa.int32())}))
+                con.execute("DELETE FROM staged_results WHERE run_id = ? AND (session_id, call_index) IN "
+                            "(SELECT session_id, call_index FROM _done)", [run_id])
+                con.unregister("_done")
 
     # -- queries --------------------------------------------------------------------------------------------
     def query(self, sql: str, params: list | None = None) -> tuple[list[str], list[tuple]]:

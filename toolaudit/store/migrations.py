@@ -209,4 +209,16 @@ SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum
 FROM replay_batches GROUP BY run_id, side;
 """),
     (4, "views generated from the drift vocabulary", views_sql()),
+    (5, "staged results for path-major replays", """
+CREATE TABLE staged_results (
+    run_id BIGINT NOT NULL,
+    session_id VARCHAR NOT NULL,
+    call_index INTEGER NOT NULL,
+    side VARCHAR NOT NULL,
+    path_name VARCHAR,
+    wall_share_s DOUBLE,
+    result JSON NOT NULL,
+    PRIMARY KEY (run_id, session_id, call_index, side)
+);
+"""),
 ]

@@ -42,6 +42,10 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "calls": pa.int32(), "wall_s": pa.float64(), "completion_tokens": pa.int64(), "drafted_tokens": pa.int64(),
         "accepted_tokens": pa.int64(), "forward_passes": pa.int64(), "errors": pa.int32(),
     },
+    "staged_results": {
+        "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),
+        "path_name": pa.string(), "wall_share_s": pa.float64(), "result": pa.string(),
+    },
     "schema_issues": {
         "run_id": pa.int64(), "tool_name": pa.string(), "schema_source": pa.string(),
         "severity": pa.string(), "message": pa.string(),
