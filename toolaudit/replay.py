@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import orjson
 
 from toolaudit.engines import ENGINES, Engine, EngineRequest, EngineResult, make_engine
 from toolaudit.engines.paths import PathConfig, load_paths
+from toolaudit.engines.torch.config import NUMERICS
 from toolaudit.errors import ConfigError, StoreError
 from toolaudit.fingerprint import fingerprint
 from toolaudit.pairs import Analyzer, Divergence, SideOutput, message_raw_text, write_call, write_output
@@ -53,6 +54,8 @@ class ReplayOptions:
     chunk: int = 64
     # None: path-major when an engine cannot be held beside another (see Replayer.path_major); True/False force.
     path_major: bool | None = None
+    # Overrides the `numerics` key of every torch path ("auto" | "native" | "emulated"), e.g. for the demo.
+    numerics: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -88,7 +91,13 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, PathConfig]:
         if name not in paths:
             where = options.paths_file or "the built-in paths"
             raise ConfigError(f"unknown decode path {name!r} (known in {where}: {', '.join(sorted(paths))})")
-    return paths[options.baseline], paths[options.candidate]
+    chosen = paths[options.baseline], paths[options.candidate]
+    if options.numerics is not None:
+        if options.numerics not in NUMERICS:
+            raise ConfigError(f"numerics must be one of {', '.join(NUMERICS)} (got {options.numerics!r})")
+        chosen = tuple(replace(p, options={**p.options, "numerics": options.numerics}) if p.engine == "torch"
+                       else p for p in chosen)
+    return chosen
 
 
 def side_output(result: EngineResult, path: PathConfig, wall_share: float) -> SideOutput:

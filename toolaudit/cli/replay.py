@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from toolaudit.cli.common import Progress, db_option, friendly_errors, output_options, schema_dir_or_none
+from toolaudit.cli.common import (
+    Progress,
+    db_option,
+    format_option,
+    friendly_errors,
+    key_options,
+    output_options,
+    schema_dir_or_none,
+)
 from toolaudit.cli.show import show_summary
 from toolaudit.output import to_json
 
@@ -33,7 +41,7 @@ def _run_replay(db: str, options, resume: int | None, fmt: str) -> None:
         if counts.skipped:
             click.echo(f"resumed run {run_id}: {counts.skipped} calls already stored, {counts.replayed} replayed",
                        err=True)
-        show_summary(run_summary(store, run_id), fmt)
+        show_summary(run_summary(store, run_id), fmt, db)
 
 
 class _LazyBar:
@@ -67,19 +75,20 @@ class _LazyBar:
 @click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
               help="Calls per engine call and per transaction (a kill loses at most one chunk).")
 @click.option("--run-name", help="A name for this run.")
-@click.option("--session-key", default="request.metadata.session_id", show_default=True,
-              help="Dotted path of the session id in each line.")
-@click.option("--customer-key", default="request.metadata.customer", show_default=True,
-              help="Dotted path of the customer in each line.")
+@format_option
+@key_options
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
               help="Folder of <tool>.json schemas that override the request's.")
 @output_options
 @friendly_errors
 def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: str | None, db: str,
-           limit: int | None, resume: int | None, chunk: int, run_name: str | None, session_key: str,
-           customer_key: str, schema_dir: str, fmt: str) -> None:
-    """Replay recorded calls through two decode paths and diff their tool calls."""
+           limit: int | None, resume: int | None, chunk: int, run_name: str | None, trace_format: str,
+           session_key: str, customer_key: str, schema_dir: str, fmt: str) -> None:
+    """Replay recorded calls through two decode paths and diff their tool calls.
+
+    Trace files may be in any format `compare` reads (detected from the first record unless --format says)."""
     from toolaudit.replay import ReplayOptions
+    from toolaudit.traces import use_format
 
     if resume is None and not traces:
         raise click.UsageError("give trace files to replay, or --resume RUN")
@@ -89,24 +98,31 @@ def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: s
                             paths_file=paths_file, limit=limit, run_name=run_name, chunk=chunk,
                             session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir))
-    _run_replay(db, options, resume, fmt)
+    with use_format(None if trace_format == "auto" else trace_format):  # ReplayOptions has no format field
+        _run_replay(db, options, resume, fmt)
 
 
 @click.command()
 @db_option
 @click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls (quicker look).")
+@click.option("--numerics", type=click.Choice(["auto", "native", "emulated"]), default="auto", show_default=True,
+              help="bf16 numerics: native kernels, or emulated on float32 kernels (auto: native where the CPU "
+                   "has bf16 matmul, e.g. AVX512-BF16/AMX; emulated on AVX2-only CPUs).")
 @output_options
 @friendly_errors
-def demo(db: str, limit: int | None, fmt: str) -> None:
+def demo(db: str, limit: int | None, numerics: str, fmt: str) -> None:
     """Replay the bundled demo sessions through target vs spec-ngram (bf16) and print the drift."""
+    from toolaudit.engines.torch.numerics import cpu_capability, resolve
     from toolaudit.replay import ReplayOptions
 
     Path(db).resolve().parent.mkdir(parents=True, exist_ok=True)
     schemas = REPO_ROOT / "schemas"
     options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate="spec-ngram", limit=limit,
-                            run_name="demo", schema_dir=str(schemas) if schemas.is_dir() else None)
-    click.echo(f"replaying {DEMO_TRACES.name} through target and spec-ngram (bf16, CPU); results in {db}",
-               err=True)
+                            run_name="demo", schema_dir=str(schemas) if schemas.is_dir() else None,
+                            numerics=numerics)
+    used = resolve("bfloat16", "cpu", numerics)
+    click.echo(f"replaying {DEMO_TRACES.name} through target and spec-ngram (bf16 numerics {used}, CPU "
+               f"{cpu_capability()}); results in {db}", err=True)
     _run_replay(db, options, None, fmt)
 
 

@@ -25,7 +25,7 @@ def test_engine_results_in_order_with_errors_as_rows(tiny_model_dir):
         for i in range(4)
     ]
     requests.insert(2, EngineRequest(key="bad", messages=[{"role": "user", "content": "x" * 1200}], tools=tools))
-    common = dict(model=str(tiny_model_dir), dtype="float64", batch_size=3, max_tokens=12,
+    common = dict(model=str(tiny_model_dir), dtype="float64", batch_size=3, max_tokens=12, options={"threads": 1},
                   prompt=PromptConfig(few_shot=1, prefill="<tool_call>\n"))
     target = TorchEngine(PathConfig(name="target", **common))
     spec = TorchEngine(PathConfig(name="spec", speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=4),

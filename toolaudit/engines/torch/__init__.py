@@ -3,7 +3,8 @@
 It is the reference implementation, small enough to read and exact in float64 (see `loop`). Modules:
 `engine` (TorchEngine), `loop` (the decode loop), `kv` (the batched KV cache), `attention` (the split cache
 layer and the attention that reads it), `prefix_cache`, `proposers` (speculation), `models` (finding, converting
-and loading weights), `prompting` (rendering requests), `config` (its path keys). Importing this package imports
+and loading weights), `numerics` (bf16/fp16 emulated on float32 kernels where the CPU lacks them),
+`prompting` (rendering requests), `config` (its path keys). Importing this package imports
 no torch: `create` does.
 """
 

@@ -9,13 +9,18 @@ models that run this attention (`use_grouped_attention`).
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from .numerics import ROUND_TO, round_to
+
 ATTENTION = "toolaudit"  # the attention kernel the embedded engine runs (see `grouped_attention`)
 SHORT_QUERY = 16  # queries up to this length (decode steps, verification passes) take the matmul path
+KV_BLOCK = 512  # keys per block of the emulated flash attention (torch's CPU flash kernel uses 512 too)
 BASE = "toolaudit_base"  # attribute of the keys `SplitLayer.update` returns: (base keys, base values)
 
 
@@ -27,8 +32,13 @@ class SplitLayer(DynamicLayer):
     recent part; `grouped_attention` attends to both parts and merges them in one softmax, so nothing large is
     copied per step. `update` returns the recent part only, carrying the base as an attribute of the returned
     keys (`BASE`): this layer works with that attention only (`kv.new_cache` pairs them). Structural changes
-    (rows joining or leaving) fold the parts.
+    (rows joining or leaving) fold the parts. With `rounding` (emulated low-precision numerics, see `numerics`)
+    new keys are rounded as they are cached: RoPE ran in float32, and a native path caches them in that dtype.
     """
+
+    def __init__(self, rounding: torch.dtype | None = None):
+        super().__init__()
+        self.rounding = rounding
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -39,6 +49,8 @@ class SplitLayer(DynamicLayer):
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.rounding is not None:
+            key_states = round_to(key_states, self.rounding)
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
         if self.base_keys is not None:  # handed to the attention call that follows, with the keys it gets
@@ -88,9 +100,15 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
     scored and share one softmax, so no step copies the whole cache. Long queries (prefill) go to sdpa, where
     its kernel is good. Masks are 4D booleans (True = attend), as built by `KVBatch` or by transformers' sdpa
     mask function. In float64 this equals sdpa exactly (the tests in tests/engines/torch run both).
+    An emulating model's attention modules carry the dtype to round to (`numerics.ROUND_TO`): the query (after
+    RoPE), the scores and probabilities, and the output are rounded where a native bf16 run writes bf16, and
+    long queries take `_flash_rounded` (native sdpa's rounding) instead of float32 sdpa.
     """
+    rounding = getattr(module, ROUND_TO, None)
+    rnd = _same if rounding is None else partial(round_to, dtype=rounding)
+    query = rnd(query)
     batch, heads, q_len, dim = query.shape
-    kv_heads, kv_len = key.shape[1], key.shape[2]
+    kv_heads = key.shape[1]
     scale = scaling if scaling is not None else dim ** -0.5
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # additive -> boolean
@@ -98,7 +116,12 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
     if base_keys is not None and q_len > SHORT_QUERY:  # long queries are rare (prefill): join the parts
         key, value = torch.cat([base_keys, key], dim=2), torch.cat([base_values, value], dim=2)
         base_keys = base_values = None
-    total = kv_len + (0 if base_keys is None else base_keys.shape[2])
+    total = key.shape[2] + (0 if base_keys is None else base_keys.shape[2])  # after the join: all columns
+    if q_len > SHORT_QUERY and rounding is not None:
+        if attention_mask is None:
+            attention_mask = _causal(q_len, total, query.device)
+        out = _flash_rounded(query, key, value, attention_mask[:, :, -q_len:, -total:], scale, rnd)
+        return out.transpose(1, 2).contiguous(), None
     if q_len > SHORT_QUERY:
         causal = attention_mask is None and q_len == total  # a whole prompt: sdpa's fastest case
         if attention_mask is None and not causal:
@@ -111,22 +134,56 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
         attention_mask = _causal(q_len, total, query.device)
     group = heads // kv_heads
     q = query.reshape(batch, kv_heads, group * q_len, dim)  # heads of a group share their keys and values
-    scores = torch.matmul(q, key.transpose(2, 3))
+    scores = rnd(torch.matmul(q, key.transpose(2, 3)))
     if base_keys is not None:
-        scores = torch.cat([torch.matmul(q, base_keys.transpose(2, 3)), scores], dim=-1)
+        scores = torch.cat([rnd(torch.matmul(q, base_keys.transpose(2, 3))), scores], dim=-1)
     scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale  # float32 or better
     if attention_mask is not None:
         mask = attention_mask[:, :, -q_len:, -total:]  # [rows or 1, 1, q_len, total]
         scores = scores.view(batch, kv_heads, group, q_len, total).masked_fill(~mask[:, :, None], float("-inf"))
         scores = scores.view(batch, kv_heads, group * q_len, total)
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    probs = rnd(torch.softmax(scores, dim=-1).to(value.dtype))
     if base_keys is None:
-        out = torch.matmul(probs, value)
+        out = rnd(torch.matmul(probs, value))
     else:
         split = base_keys.shape[2]
-        out = torch.matmul(probs[..., :split], base_values) + torch.matmul(probs[..., split:], value)
+        out = rnd(rnd(torch.matmul(probs[..., :split], base_values)) + rnd(torch.matmul(probs[..., split:], value)))
     out = out.view(batch, heads, q_len, dim)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _flash_rounded(query, key, value, mask, scale: float, rnd) -> torch.Tensor:
+    """Flash attention's low-precision numerics on float32 kernels, for emulated prefill; [batch, heads, q, dim].
+
+    Native bf16 sdpa on CPU (like flash attention on GPUs) keeps scores, running max and softmax sum in
+    float32 but multiplies the values by exp(score - running max) rounded to bf16, block by block of keys,
+    and divides by the sum at the end. Doing the same matches native outputs bit for bit on ~97% of elements
+    (rounding float32 sdpa's output: ~80%). `mask` is boolean [rows or 1, 1, q_len, keys].
+    """
+    batch, heads, q_len, dim = query.shape
+    kv_heads, total = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    q = query.reshape(batch, kv_heads, group * q_len, dim)  # heads of a group share their keys and values
+    top = q.new_full((batch, kv_heads, group * q_len, 1), float("-inf"))
+    acc = q.new_zeros(batch, kv_heads, group * q_len, dim)
+    norm = q.new_zeros(batch, kv_heads, group * q_len, 1)
+    for start in range(0, total, KV_BLOCK):
+        end = min(start + KV_BLOCK, total)
+        scores = torch.matmul(q, key[:, :, start:end].transpose(2, 3)) * scale
+        scores = scores.view(batch, kv_heads, group, q_len, end - start).masked_fill(
+            ~mask[:, :, None, :, start:end], float("-inf")).view(batch, kv_heads, group * q_len, end - start)
+        new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
+        shift = torch.where(new_top == float("-inf"), 0.0, new_top)  # rows with every key so far masked
+        weights = torch.exp(scores - shift)
+        decay = torch.exp(top - shift)
+        acc = acc * decay + torch.matmul(rnd(weights), value[:, :, start:end])
+        norm = norm * decay + weights.sum(-1, keepdim=True)
+        top = new_top
+    return rnd(acc / norm).view(batch, heads, q_len, dim)
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 def _causal(q_len: int, kv_len: int, device):

@@ -1,6 +1,13 @@
-"""The torch engine's part of a `[paths.NAME]` table. It has no keys of its own: model, dtype, device, batch
-size, sampling, speculative, prompt and prefix caching are common keys (`toolaudit.engines.paths`). What is
-its own is which speculative methods it runs. No heavy imports: paths.toml is read before any engine loads.
+"""The torch engine's part of a `[paths.NAME]` table. Model, dtype, device, batch size, sampling, speculative,
+prompt and prefix caching are common keys (`toolaudit.engines.paths`). Its own keys:
+
+- `numerics = "auto" | "native" | "emulated"`: how a bfloat16/float16 path gets its numerics. "native" runs
+  low-precision kernels; "emulated" rounds to the dtype on float32 kernels (`numerics.py`: same numerics,
+  float32 speed on CPUs without native bf16/fp16 matmul); "auto" (default) picks native where the device has it.
+- `threads`: torch threads while this path runs (default: the cores the process may use).
+
+Also its own: which speculative methods it runs. No heavy imports: paths.toml is read before any engine loads.
+Only the keys a table sets land in the options; the engine applies the defaults.
 """
 
 from __future__ import annotations
@@ -9,12 +16,14 @@ from typing import Any, Callable
 
 from ...errors import ConfigError
 
-KEYS: frozenset[str] = frozenset()
+KEYS: frozenset[str] = frozenset({"numerics", "threads"})
 SPEC_METHODS = ("ngram", "draft_model")
+NUMERICS = ("auto", "native", "emulated")
+LOW_PRECISION_DTYPES = ("bfloat16", "float16")
 
 
 def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]) -> dict[str, Any]:
-    """Check the speculative method (common parsing checked the rest of the table); no options to return."""
+    """Check the speculative method, `numerics` and `threads` (common parsing checked the rest of the table)."""
     spec = table.get("speculative")
     if spec is not None:
         method, model = spec.get("method"), spec.get("model")
@@ -25,4 +34,18 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
                 raise fail("speculative.model", "is required for method draft_model (a model sharing the tokenizer)")
         elif model is not None:
             raise fail("speculative.model", "is only used with method draft_model")
-    return {}
+    options: dict[str, Any] = {}
+    if "numerics" in table:
+        numerics = table["numerics"]
+        if numerics not in NUMERICS:
+            raise fail("numerics", f"must be one of {', '.join(NUMERICS)} (got {numerics!r})")
+        dtype = table.get("dtype", "bfloat16")
+        if numerics == "emulated" and dtype not in LOW_PRECISION_DTYPES:
+            raise fail("numerics", f"'emulated' applies to bfloat16 and float16 only (dtype is {dtype})")
+        options["numerics"] = numerics
+    if "threads" in table:
+        threads = table["threads"]
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise fail("threads", f"must be a positive integer (got {threads!r})")
+        options["threads"] = threads
+    return options

@@ -7,7 +7,8 @@ Cost model on a 2-core CPU (SmolLM2-135M, bf16): prefill ~1 ms per uncached prom
 a verification pass with 5 proposals costs about one step at batch 1 and ~2 steps at batch 16. Hence:
 continuous batching (pass many requests per `generate` call so slots stay full), a prefix cache shared by all
 paths on the same weights (a second path replaying the same prompts runs no prefill at all), and requests
-kept in the order given (a session's calls extend each other's prompts).
+kept in the order given (a session's calls extend each other's prompts). On CPUs without native bf16/fp16
+matmul, low-precision paths run emulated numerics on float32 kernels (`numerics`, the path's `numerics` key).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..base import EngineRequest, EngineResult, error_result
 from ..paths import PathConfig
 from .loop import DecodeSettings, decode
 from .models import load_model, model_identity
+from .numerics import cpu_capability, resolve
 from .prefix_cache import PrefixCache
 from .prompting import render
 from .proposers import DraftModelProposer, NgramProposer, check_draft_compatible
@@ -48,6 +50,27 @@ class TorchEngine:
         self._model = self._tokenizer = self._draft = None
         self._pieces: dict[int, str] = {}
 
+    @property
+    def numerics(self) -> str:
+        """"native" or "emulated": the path's `numerics` key resolved for its dtype, device and this CPU."""
+        p = self.path
+        try:
+            return resolve(p.dtype, p.device, p.options.get("numerics", "auto"))
+        except ConfigError as exc:
+            raise ConfigError(f"paths.{p.name}: {exc}") from None
+
+    @property
+    def threads(self) -> int:
+        """torch threads while this path runs: the `threads` key, else every core the process may use."""
+        return self.path.options.get("threads") or available_cores()
+
+    def _use_threads(self) -> None:
+        """torch's thread count is process-global and paths may differ: set it before each load and decode."""
+        import torch
+
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+
     # ------------------------------------------------------------------ loading
 
     def load(self) -> None:
@@ -59,9 +82,11 @@ class TorchEngine:
         p = self.path
         if p.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"paths.{p.name}: device {p.device!r} but CUDA is not available")
-        model, tokenizer = load_model(p.model, p.dtype, p.device)
+        self._use_threads()
+        numerics = self.numerics
+        model, tokenizer = load_model(p.model, p.dtype, p.device, numerics)
         if p.speculative is not None and p.speculative.method == "draft_model":
-            draft, draft_tokenizer = load_model(p.speculative.model, p.dtype, p.device)
+            draft, draft_tokenizer = load_model(p.speculative.model, p.dtype, p.device, numerics)
             check_draft_compatible(model.config.vocab_size, draft.config.vocab_size, tokenizer, draft_tokenizer)
             self._draft = draft
         self._model, self._tokenizer = model, tokenizer
@@ -83,6 +108,7 @@ class TorchEngine:
             self.load()
         except Exception as exc:  # a path that cannot load fails every request, as rows, not as a crash
             return [error_result(r.key, exc) for r in requests]
+        self._use_threads()
         prompts: dict[int, tuple[list[int], str]] = {}
         limit = getattr(self._model.config, "max_position_embeddings", None)
         for i, req in enumerate(requests):
@@ -160,7 +186,8 @@ class TorchEngine:
     # ------------------------------------------------------------------ identity
 
     def fingerprint_components(self) -> dict[str, Any]:
-        """What defines this path's numerics: versions, weights, draft, dtype, batch size, device."""
+        """What defines this path's numerics: versions, weights, draft, dtype and how it runs (native kernels or
+        emulated on float32 ones, the CPU's vector ISA and low-precision flags), batch size, device, threads."""
         import torch
         import transformers
 
@@ -174,6 +201,8 @@ class TorchEngine:
             "model_identity": model_identity(p.model),
             "draft_identity": model_identity(spec.model) if spec and spec.model else None,
             "dtype": p.dtype,
+            "numerics": self.numerics,
+            "cpu_capability": cpu_capability(),
             "batch_size": p.batch_size,
             "prefix_caching": p.prefix_caching,
             "speculative": None if spec is None else {
@@ -185,8 +214,16 @@ class TorchEngine:
                          "stop": list(p.stop_strings)},
             "prompt": {"few_shot": p.prompt.few_shot, "prefill": p.prompt.prefill},
             "device": device_name(p.device),
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": self.threads,
         }
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container or taskset may allow fewer than exist)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def device_name(device: str) -> str:

@@ -13,6 +13,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from ...errors import ConfigError
 from .attention import ATTENTION, SplitLayer
+from .numerics import emulated_dtype
 from .prefix_cache import PrefixCache
 
 PAD_ID = 0  # any id works: padded positions are masked out of attention and their logits are never read
@@ -21,14 +22,15 @@ PAD_ID = 0  # any id works: padded positions are masked out of attention and the
 def new_cache(model: torch.nn.Module) -> DynamicCache:
     """A `DynamicCache` for a full-attention model: masked holes and rollback assume that every layer sees every
     column (a sliding window would count holes as tokens). With the engine's own attention the layers are
-    `SplitLayer`s (no whole-cache copy per step); with any other attention, transformers' `DynamicLayer`s.
+    `SplitLayer`s (no whole-cache copy per step; an emulating model's layers round the keys they cache), with any
+    other attention transformers' `DynamicLayer`s.
     """
     cache = DynamicCache(config=model.config)
     if any(type(layer) is not DynamicLayer for layer in cache.layers):
         raise ConfigError(f"{type(model).__name__}: the embedded engine supports full-attention models only "
                           f"(cache layers: {sorted({type(layer).__name__ for layer in cache.layers})})")
     if getattr(model.config, "_attn_implementation", None) == ATTENTION:
-        cache.layers = [SplitLayer() for _ in cache.layers]
+        cache.layers = [SplitLayer(emulated_dtype(model)) for _ in cache.layers]
     return cache
 
 

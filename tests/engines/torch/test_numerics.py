@@ -1,0 +1,267 @@
+"""Emulated bf16/fp16 numerics (`toolaudit/engines/torch/numerics.py`) on tiny random Llamas: every tensor the
+emulation says it rounds is exactly representable in the low dtype, elementwise ops equal native bf16 bit for
+bit, fp16 stays finite, and `numerics = auto | native | emulated` selects and validates as documented."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from helpers import tiny_llama  # noqa: E402
+
+from toolaudit.engines.paths import PathConfig, parse_path  # noqa: E402
+from toolaudit.engines.torch import numerics  # noqa: E402
+from toolaudit.engines.torch.attention import use_grouped_attention  # noqa: E402
+from toolaudit.engines.torch.loop import DecodeSettings, decode  # noqa: E402
+from toolaudit.errors import ConfigError  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def representable(t: torch.Tensor, dtype: torch.dtype) -> bool:
+    return torch.equal(t, t.to(dtype).to(t.dtype))
+
+
+def emulated_tiny(dtype: torch.dtype, seed: int = 0):
+    """A tiny Llama loaded as a native `dtype` path would be, then emulating it (what `load_model` does)."""
+    model = tiny_llama(seed, float64=False).to(dtype).eval()
+    use_grouped_attention(model)
+    return numerics.emulate(model, dtype)
+
+
+def native_tiny(dtype: torch.dtype, seed: int = 0):
+    model = tiny_llama(seed, float64=False).to(dtype).eval()
+    use_grouped_attention(model)
+    return model
+
+
+def prompts(n: int = 3) -> list[list[int]]:
+    g = torch.Generator().manual_seed(1)
+    # lengths 40, 29, 7: prefill on both attention paths (long queries: flash-style; short: matmul path)
+    return [torch.randint(3, 300, (length,), generator=g).tolist() for length in (40, 29, 7)][:n]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_emulation_rounds_where_it_says(dtype):
+    model = emulated_tiny(dtype)
+    assert numerics.emulated_dtype(model) is dtype
+    for p in model.parameters():
+        assert p.dtype == torch.float32 and representable(p, dtype)
+    seen: dict[str, int] = {}
+
+    def check(name):
+        def hook(module, args, output=None):
+            tensors = [output if output is not None else args[0]]
+            if isinstance(tensors[0], tuple):
+                tensors = list(tensors[0])
+            for t in tensors:
+                assert t.dtype == torch.float32 and representable(t, dtype), name
+            seen[name] = seen.get(name, 0) + 1
+        return hook
+
+    base = model.model
+    base.embed_tokens.register_forward_hook(check("embedding"))
+    base.rotary_emb.register_forward_hook(check("rotary cos/sin"))
+    base.norm.register_forward_hook(check("final norm"))
+    model.lm_head.register_forward_hook(check("logits"))
+    for layer in base.layers:
+        layer.input_layernorm.register_forward_hook(check("norm"))
+        layer.post_attention_layernorm.register_forward_pre_hook(check("residual after attention"))
+        layer.post_attention_layernorm.register_forward_hook(check("norm"))
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            getattr(layer.self_attn, proj).register_forward_hook(check(proj))
+        layer.self_attn.o_proj.register_forward_pre_hook(check("attention output"))
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            getattr(layer.mlp, proj).register_forward_hook(check(proj))
+        layer.mlp.act_fn.register_forward_hook(check("silu"))
+        layer.mlp.down_proj.register_forward_pre_hook(check("silu x up"))
+        layer.register_forward_hook(check("residual after mlp"))
+    # Speculative decoding at batch 3: prefill (both attention paths), joins, verification passes, rollback.
+    from toolaudit.engines.torch.kv import KVBatch
+    from toolaudit.engines.torch.proposers import NgramProposer
+
+    outputs = decode(model, prompts(), DecodeSettings(max_tokens=12), NgramProposer(3, 1, 2), batch_size=2)
+    assert all(len(o.token_ids) == 12 for o in outputs)
+    assert len(seen) == 17 and min(seen.values()) >= 6
+    kv = KVBatch(model)
+    logits = kv.admit(prompts(2))
+    kv.extend([[5, 6, 7], [8, 9, 10]])
+    assert representable(logits, dtype)
+    for layer in kv.cache.layers:
+        keys, values = layer.full()
+        assert representable(keys, dtype) and representable(values, dtype)
+
+
+def test_elementwise_ops_equal_native_bf16_bit_for_bit():
+    """Norms, SiLU, RoPE, residual sums: no reduction order involved, so emulated == native exactly; the
+    first attention output of a decode step equals native too (its matmuls are tiny)."""
+    native, emulated = native_tiny(torch.bfloat16), emulated_tiny(torch.bfloat16)
+    x = torch.randn(3, 5, 64).bfloat16()
+    with torch.inference_mode():
+        for a, b in zip(native.modules(), emulated.modules()):
+            if type(a).__name__ == "LlamaRMSNorm":
+                assert torch.equal(a(x).float(), b(x.float()))
+        act = native.model.layers[0].mlp.act_fn
+        assert torch.equal(act(x).float(), emulated.model.layers[0].mlp.act_fn(x.float()))
+    captured = {}
+    for name, model in (("native", native), ("emulated", emulated)):
+        layer = model.model.layers[0]
+        layer.self_attn.o_proj.register_forward_pre_hook(
+            lambda m, args, name=name: captured.setdefault(name, []).append(args[0].float()))
+        decode(model, [prompts(3)[2]], DecodeSettings(max_tokens=3))
+    for a, b in zip(captured["native"], captured["emulated"]):  # prefill of 7 tokens (short path), then steps
+        assert float((a == b).float().mean()) > 0.95  # matmul sums may round differently, rarely
+
+
+def test_float16_emulation_is_finite_and_close_to_float32():
+    emulated = emulated_tiny(torch.float16)
+    reference = tiny_llama(0, float64=False).eval()
+    use_grouped_attention(reference)
+    from toolaudit.engines.torch.kv import KVBatch
+
+    with torch.inference_mode():
+        low, high = KVBatch(emulated).admit(prompts()), KVBatch(reference).admit(prompts())
+    assert torch.isfinite(low).all()
+    assert torch.allclose(low, high, atol=0.05, rtol=0.01)
+    out = decode(emulated, prompts(), DecodeSettings(max_tokens=8))
+    assert all(len(o.token_ids) == 8 and all(m == m for m in o.margins) for o in out)
+
+
+def test_emulate_refuses_what_it_cannot_emulate():
+    model = tiny_llama(0, float64=False).eval()
+    with pytest.raises(ValueError, match="use_grouped_attention"):
+        numerics.emulate(model.to(torch.bfloat16), torch.bfloat16)
+    use_grouped_attention(model)
+    with pytest.raises(ValueError, match="loaded in"):
+        numerics.emulate(model.to(torch.float32), torch.bfloat16)
+    numerics.emulate(model.to(torch.bfloat16), torch.bfloat16)
+    with pytest.raises(ValueError, match="already"):
+        numerics.emulate(model, torch.bfloat16)
+
+
+def test_float32_models_are_untouched_by_the_rope_wrapper():
+    """The RoPE wrapper installed by emulation passes other models straight through (float64: bit-exact)."""
+    emulated_tiny(torch.bfloat16)  # installs the wrapper
+    from transformers.models.llama import modeling_llama
+
+    assert getattr(modeling_llama.apply_rotary_pos_emb, numerics.ROUND_TO, False)
+    q, k = torch.randn(1, 2, 4, 16, dtype=torch.float64), torch.randn(1, 1, 4, 16, dtype=torch.float64)
+    cos, sin = torch.randn(1, 4, 16, dtype=torch.float64), torch.randn(1, 4, 16, dtype=torch.float64)
+    got = modeling_llama.apply_rotary_pos_emb(q, k, cos, sin)
+    half = lambda x: torch.cat((-x[..., 8:], x[..., :8]), dim=-1)  # noqa: E731
+    assert torch.equal(got[0], q * cos[:, None] + half(q) * sin[:, None])
+    assert torch.equal(got[1], k * cos[:, None] + half(k) * sin[:, None])
+
+
+# ---------------------------------------------------------------------------------------------- selection
+
+@pytest.mark.parametrize(("flags", "dtype", "device", "requested", "expected"), [
+    ({"avx2", "avx512f", "avx512_bf16"}, "bfloat16", "cpu", "auto", "native"),
+    ({"avx2", "amx_bf16"}, "bfloat16", "cpu", "auto", "native"),
+    ({"avx2", "fma"}, "bfloat16", "cpu", "auto", "emulated"),
+    ({"avx2", "avx512_bf16"}, "float16", "cpu", "auto", "emulated"),  # bf16 hardware does not make fp16 fast
+    ({"avx2", "avx512_fp16"}, "float16", "cpu", "auto", "native"),
+    ({"avx2"}, "bfloat16", "cuda", "auto", "native"),
+    ({"avx2"}, "bfloat16", "cpu", "native", "native"),
+    ({"avx512_bf16"}, "bfloat16", "cpu", "emulated", "emulated"),
+    ({"avx2"}, "float32", "cpu", "auto", "native"),
+    ({"avx2"}, "float64", "cpu", "native", "native"),
+])
+def test_numerics_selection(monkeypatch, flags, dtype, device, requested, expected):
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset(flags))
+    assert numerics.resolve(dtype, device, requested) == expected
+
+
+def test_engine_resolves_numerics_and_reports_it(monkeypatch, tiny_model_dir):
+    from toolaudit.engines import make_engine
+
+    model = str(tiny_model_dir)
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2"}))
+    engine = make_engine(parse_path("p", {"model": model, "numerics": "auto", "threads": 1}))
+    components = engine.fingerprint_components()
+    assert components["numerics"] == engine.numerics == "emulated"
+    assert components["torch_threads"] == 1 and components["cpu_capability"].startswith(
+        torch.backends.cpu.get_cpu_capability())
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    assert engine.numerics == "native" and numerics.cpu_capability().endswith("+amx_bf16")
+    assert make_engine(PathConfig(name="q", model=model, dtype="float32")).numerics == "native"
+    bad = make_engine(PathConfig(name="q", model=model, dtype="float32", options={"numerics": "emulated"}))
+    with pytest.raises(ConfigError, match=r"paths\.q: numerics 'emulated' applies to bfloat16 and float16"):
+        bad.fingerprint_components()
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ({"numerics": "fast"}, "paths.p: numerics must be one of auto, native, emulated (got 'fast')"),
+    ({"numerics": "emulated", "dtype": "float32"}, "paths.p: numerics 'emulated' applies to bfloat16 and float16"),
+    ({"threads": 0}, "paths.p: threads must be a positive integer (got 0)"),
+    ({"threads": True}, "paths.p: threads must be a positive integer (got True)"),
+    ({"threads": "2"}, "paths.p: threads must be a positive integer (got '2')"),
+])
+def test_key_validation_names_path_and_key(table, message):
+    with pytest.raises(ConfigError) as info:
+        parse_path("p", table)
+    assert message in str(info.value)
+
+
+def test_options_hold_only_the_keys_given(tmp_path):
+    from toolaudit.engines.paths import load_paths
+
+    assert parse_path("p", {}).options == {}
+    assert parse_path("p", {"numerics": "emulated", "threads": 2}).options == {"numerics": "emulated", "threads": 2}
+    file = tmp_path / "paths.toml"
+    file.write_text('[paths.fast]\ndtype = "float16"\nnumerics = "native"\nthreads = 1\n')
+    assert load_paths(file)["fast"].options == {"numerics": "native", "threads": 1}
+    file.write_text('[paths.fast]\nnumerics = "yes"\n')
+    with pytest.raises(ConfigError, match=r"paths\.toml: paths\.fast: numerics must be one of"):
+        load_paths(file)
+
+
+def test_models_are_cached_per_numerics(tiny_model_dir):
+    from toolaudit.engines.torch.models import load_model
+
+    native, _ = load_model(str(tiny_model_dir), "bfloat16", "cpu", "native")
+    emulated, _ = load_model(str(tiny_model_dir), "bfloat16", "cpu", "emulated")
+    assert native is not emulated and native is load_model(str(tiny_model_dir), "bfloat16", "cpu", "native")[0]
+    assert next(native.parameters()).dtype == torch.bfloat16
+    assert next(emulated.parameters()).dtype == torch.float32 and numerics.emulated_dtype(emulated) is torch.bfloat16
+    for a, b in zip(native.parameters(), emulated.parameters()):
+        assert torch.equal(a.float(), b)  # the same weights, bit for bit
+    with pytest.raises(ValueError, match="numerics must be resolved"):
+        load_model(str(tiny_model_dir), "bfloat16", "cpu", "auto")
+
+
+def test_engine_runs_emulated_paths_and_sets_threads(tiny_model_dir):
+    from toolaudit.engines.base import EngineRequest
+    from toolaudit.engines.paths import PromptConfig, SpeculativeConfig
+    from toolaudit.engines.torch.engine import TorchEngine
+
+    requests = [EngineRequest(key=f"k{i}", messages=[{"role": "user", "content": "price of AMZN " * (i + 1)}])
+                for i in range(3)]
+    common = dict(model=str(tiny_model_dir), dtype="bfloat16", batch_size=2, max_tokens=8,
+                  prompt=PromptConfig(few_shot=0), options={"numerics": "emulated", "threads": 1})
+    target = TorchEngine(PathConfig(name="t", **common))
+    spec = TorchEngine(PathConfig(name="s", speculative=SpeculativeConfig(method="ngram"), **common))
+    torch.set_num_threads(2)
+    results = target.generate(requests) + spec.generate(requests)
+    assert torch.get_num_threads() == 1
+    assert all(r.error is None and 0 < len(r.token_ids) <= 8 for r in results), [r.error for r in results]
+    assert target._model is spec._model and numerics.emulated_dtype(target._model) is torch.bfloat16
+
+
+def test_flash_attention_of_emulated_prefill_is_exact_attention():
+    """Without rounding, in float64, the block-by-block softmax of emulated prefill equals attention computed
+    directly: after a cached prefix (queries are the last rows) and across several key blocks."""
+    from toolaudit.engines.torch.attention import KV_BLOCK, _causal, _flash_rounded
+
+    g = torch.Generator().manual_seed(3)
+    q_len, total = 40, KV_BLOCK + 300
+    query = torch.randn(2, 4, q_len, 16, generator=g, dtype=torch.float64)
+    key, value = (torch.randn(2, 2, total, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = _causal(q_len, total, "cpu").expand(2, 1, q_len, total).clone()
+    mask[1, :, :, :7] = False  # a row with left padding
+    got = _flash_rounded(query, key, value, mask, 0.25, lambda t: t)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=0.25,
+                                                                enable_gqa=True)
+    assert torch.allclose(got, expected, atol=1e-12)
