@@ -261,3 +261,139 @@ def test_unknown_tool_name_is_diffed_without_schema(tmp_path, db_path):
     b = line(session="s", tools=[CLOSE_TOOL], calls=[tool_call("delete_everything", {"really": True})])
     store, run_id, counts, errors = compare_with_bad_line(tmp_path, db_path, b, side="baseline")
     assert counts.baseline_only == 1
+
+
+# ---------------------------------------------------------------- hostile input never stalls a run
+
+def _pattern_tool(pattern: str, where: str = "pattern") -> dict:
+    prop = {"type": "string", "pattern": pattern} if where == "pattern" else {"type": "string"}
+    params = {"type": "object", "properties": {"code": prop}, "required": ["code"]}
+    if where == "patternProperties":
+        params = {"type": "object", "patternProperties": {pattern: {"type": "string"}},
+                  "additionalProperties": False}
+    return {"type": "function", "function": {"name": "set_code", "parameters": params}}
+
+
+@pytest.mark.parametrize("where", ["pattern", "patternProperties"])
+def test_redos_pattern_finishes_in_seconds(tmp_path, db_path, where):
+    """`(a+)+$` against forty `a`s and a `!`: hours in Python's backtracking `re`, milliseconds here."""
+    import time
+
+    hostile = "a" * 40 + "!"
+    args = {"code": hostile} if where == "pattern" else {hostile: "x"}
+    rec = line(session="s", tools=[_pattern_tool("(a+)+$", where)], calls=[tool_call("set_code", args)])
+    started = time.monotonic()
+    store = Store(db_path)
+    run_id, counts = compare_logs(store, write_jsonl(tmp_path / "b.jsonl", [rec]),
+                                  write_jsonl(tmp_path / "c.jsonl", [rec]), CompareOptions(schema_dir=None))
+    assert time.monotonic() - started < 10
+    row = store.rows("SELECT * FROM calls WHERE run_id = ?", [run_id])[0]
+    assert row["drift_kind"] == "identical" and row["baseline_valid"] is False  # it does not match: invalid
+
+
+def test_pattern_out_of_budget_is_a_schema_issue_and_stops_costing_time(tmp_path, db_path):
+    """A pattern the time-boxed matcher cannot finish either: each call gets the budget, validity is unknown,
+    a `timeout` schema issue says why, and after three timeouts the schema is not used again."""
+    import time
+
+    tools = [_pattern_tool("(x+x+)+y")]
+    recs = [line(session=f"s{i}", tools=tools, calls=[tool_call("set_code", {"code": "x" * (5000 + i)})])
+            for i in range(8)]
+    started = time.monotonic()
+    store = Store(db_path)
+    run_id, counts = compare_logs(store, write_jsonl(tmp_path / "b.jsonl", recs),
+                                  write_jsonl(tmp_path / "c.jsonl", recs), CompareOptions(schema_dir=None))
+    assert time.monotonic() - started < 20
+    assert counts.matched == 8
+    assert {r["baseline_valid"] for r in store.rows("SELECT baseline_valid FROM calls")} == {None}
+    issues = store.rows("SELECT * FROM schema_issues WHERE run_id = ? AND severity = 'timeout'", [run_id])
+    assert issues and all(i["tool_name"] == "set_code" for i in issues)
+    assert "did not finish within the 0.5 s validation budget" in issues[0]["message"]
+    assert any("not used again" in i["message"] for i in issues)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("where", ["line", "arguments", "content", "string value"])
+def test_hundred_thousand_deep_brackets(tmp_path, db_path, where):
+    good = line(session="s", calls=[tool_call("search_tickets", {"query": "x"})])
+    if where == "line":
+        bad = DEEP
+    elif where == "arguments":
+        bad = line(session="s", calls=[tool_call("search_tickets", DEEP)])
+    elif where == "content":
+        bad = line(session="s", content=DEEP)
+    else:
+        bad = line(session="s", calls=[tool_call("search_tickets", {"query": DEEP})])
+    store = Store(db_path)
+    run_id, counts = compare_logs(store, write_jsonl(tmp_path / "b.jsonl", [good, GOOD]),
+                                  write_jsonl(tmp_path / "c.jsonl", [bad, GOOD]), CompareOptions(schema_dir=None))
+    kinds = dict(store.query("SELECT session_id, coalesce(drift_kind, match_status) FROM calls")[1])
+    if where == "line":
+        (err,) = store.rows("SELECT * FROM trace_errors")
+        assert err["line"] == 1 and "nested too deeply" in err["message"]
+        assert kinds["s"] == "baseline_only"
+    else:
+        assert kinds["s"] == ("arguments_changed" if where == "string value" else "unparseable")
+    assert kinds["good"] == "identical"
+
+
+def test_valid_arguments_nested_900_deep_are_diffed(tmp_path, db_path):
+    """Deeper than DeepDiff, orjson's encoder (254) and repr can go: diffed by top-level argument instead."""
+    def rec(leaf: str) -> str:
+        text = json.dumps(line(session="s", calls=[tool_call("search_tickets", {"query": "q", "filters": 0})]))
+        return text.replace('\\"filters\\": 0', '\\"filters\\": ' + "[" * 900 + leaf + "]" * 900)
+
+    store = Store(db_path)
+    compare_logs(store, write_jsonl(tmp_path / "b.jsonl", [rec("1")]), write_jsonl(tmp_path / "c.jsonl", [rec("2")]),
+                 CompareOptions(schema_dir=None))
+    assert store.rows("SELECT drift_kind FROM calls")[0]["drift_kind"] == "arguments_changed"
+    assert [d["arg_path"] for d in store.rows("SELECT arg_path FROM arg_diffs")] == ["filters"]
+
+
+def test_binary_file_is_an_error_naming_the_file_and_its_first_bad_lines(tmp_path, db_path):
+    import random
+
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(random.Random(1).randrange(256) for _ in range(20_000)))
+    good = write_jsonl(tmp_path / "good.jsonl", [GOOD])
+    result = CliRunner().invoke(cli, ["compare", str(good), str(binary), "--db", str(db_path)])
+    assert result.exit_code == 1
+    assert f"Error: {binary}: no usable calls: every record failed (" in result.output
+    assert "first: line 1: " in result.output and "Read as openai (detected" in result.output
+
+
+def test_openai_file_whose_every_line_failed_is_an_error(tmp_path, db_path):
+    bad = write_jsonl(tmp_path / "bad.jsonl", [b"{", b'{"request": {"messages": "no"}}', b"[]"])
+    good = write_jsonl(tmp_path / "good.jsonl", [GOOD])
+    result = CliRunner().invoke(cli, ["compare", str(bad), str(good), "--db", str(db_path)])
+    assert result.exit_code == 1
+    assert "every record failed (3 error rows; first: line 1: not valid JSON" in result.output
+    assert "line 2: request.messages: must be a list, got a str" in result.output
+
+
+def test_file_mixing_formats_names_the_odd_lines(tmp_path, db_path):
+    otlp_line = {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "t", "spanId": "s", "attributes": [
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}]}]}]}
+    responses_line = {"request": {"input": "hi", "metadata": {"session_id": "r"}}, "response": {"output": []}}
+    store, run_id, counts, errors = compare_with_bad_line(tmp_path, db_path, otlp_line)
+    assert "looks like an OTel GenAI (OTLP/JSON) export, but the file is read as openai" in errors[0]["message"]
+    store.close()
+    db_path.unlink()
+    store, run_id, counts, errors = compare_with_bad_line(tmp_path, db_path, responses_line)
+    assert errors[0]["field"] == "request.messages" and "looks like a Responses API log line" in errors[0]["message"]
+
+
+def test_unclosed_code_fence_before_a_million_spaces_parses_in_linear_time(tmp_path, db_path):
+    import time
+
+    hostile = "Sure: ```json" + " " * 1_000_000 + "{"
+    good = line(session="s", calls=[tool_call("search_tickets", {"query": "x"})])
+    started = time.monotonic()
+    store = Store(db_path)
+    compare_logs(store, write_jsonl(tmp_path / "b.jsonl", [good]),
+                 write_jsonl(tmp_path / "c.jsonl", [line(session="s", content=hostile)]),
+                 CompareOptions(schema_dir=None))
+    assert time.monotonic() - started < 10
+    assert store.rows("SELECT drift_kind FROM calls")[0]["drift_kind"] == "call_count_changed"

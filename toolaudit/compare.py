@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -32,8 +33,10 @@ from toolaudit.traces import (
     RawCall,
     TraceCall,
     TraceLineError,
+    TraceSource,
     TraceStats,
     line_error,
+    open_source,
     open_trace,
     parse_line,
 )
@@ -51,11 +54,13 @@ class CompareOptions:
     candidate_name: str = "candidate"
     batch_rows: int = 20_000
     workers: int | None = None  # None: one per core for big logs, in-process for small ones
+    format: str | None = None  # one of toolaudit.formats.FORMATS for both files; None: detect each file's
 
 
 @dataclass
 class RunCounts:
-    """Every input line lands in exactly one bucket: blank, error row, matched or unmatched call."""
+    """Every input record lands in exactly one bucket: error row, skipped (not a model call), matched or
+    unmatched call; `formats` says how each file was read, `skipped_reasons` why records were skipped."""
 
     baseline: TraceStats = field(default_factory=TraceStats)
     candidate: TraceStats = field(default_factory=TraceStats)
@@ -64,6 +69,8 @@ class RunCounts:
     candidate_only: int = 0
     drifted: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
+    formats: dict[str, str] = field(default_factory=dict)
+    skipped_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -89,16 +96,20 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
     paths = [Path(baseline_path), Path(candidate_path)]
     for path in paths:  # fail before a run row exists for a file that cannot be read at all
         open_trace(path).close()
-    run_id = store.create_run("compare", options.run_name, options.baseline_name, options.candidate_name,
-                              str(baseline_path), str(candidate_path),
-                              {"session_key": options.session_key, "customer_key": options.customer_key,
-                               "schema_dir": options.schema_dir})
-    counts = RunCounts()
-    try:
-        _Comparison(store, run_id, paths, options, counts, progress).run()
-    except BaseException:
-        store.set_status(run_id, "interrupted")
-        raise
+    with tempfile.TemporaryDirectory(prefix="toolaudit-") as tmp:
+        # files in another format are converted first (spans arrive unordered: a call needs the whole file)
+        sources = [open_source(p, options.format, options.session_key, options.customer_key, tmp) for p in paths]
+        counts = RunCounts(formats={"baseline": sources[0].fmt, "candidate": sources[1].fmt},
+                           skipped_reasons={"baseline": sources[0].skipped, "candidate": sources[1].skipped})
+        run_id = store.create_run("compare", options.run_name, options.baseline_name, options.candidate_name,
+                                  str(baseline_path), str(candidate_path),
+                                  {"session_key": options.session_key, "customer_key": options.customer_key,
+                                   "schema_dir": options.schema_dir, "formats": counts.formats})
+        try:
+            _Comparison(store, run_id, sources, options, counts, progress).run()
+        except BaseException:
+            store.set_status(run_id, "interrupted")
+            raise
     store.finish_run(run_id, counts.as_dict())
     return run_id, counts
 
@@ -106,10 +117,14 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
 class _Comparison:
     """Streams chunk digests (baseline first, then candidate) into a join and writes rows in batches."""
 
-    def __init__(self, store: Store, run_id: int, paths: list[Path], options: CompareOptions, counts: RunCounts,
-                 progress: Progress | None):
-        self.store, self.run_id, self.paths, self.options = store, run_id, paths, options
+    def __init__(self, store: Store, run_id: int, sources: list[TraceSource], options: CompareOptions,
+                 counts: RunCounts, progress: Progress | None):
+        self.store, self.run_id, self.sources, self.options = store, run_id, sources, options
+        self.paths = [Path(src.path) for src in sources]  # what is scanned: the file, or its OpenAI-shaped copy
         self.counts, self.progress = counts, progress
+        self.first_errors: list[list[TraceLineError]] = [[], []]
+        # progress counts the user's bytes: a converted side's scanned bytes are scaled to its file's size
+        self.scale = [os.path.getsize(s.source) / max(1, os.path.getsize(s.path)) for s in sources]
         self.analyzer = Analyzer(run_id, SchemaRegistry(options.schema_dir))
         self.batch = RowBatch()
         self.issues_seen: set[tuple] = set()
@@ -119,10 +134,16 @@ class _Comparison:
     def run(self) -> None:
         workers = self.options.workers or default_workers(self.paths)
         tasks, sides = [], []
-        for side, path in enumerate(self.paths):
+        for side, (path, src) in enumerate(zip(self.paths, self.sources)):
+            stats = self._stats(side)
+            if src.preset is not None:  # a converted file: its own lines, records and skips, and its bad records
+                for name in ("lines", "blank", "records", "skipped"):
+                    setattr(stats, name, getattr(src.preset, name))
+                for err in src.errors:
+                    stats.errors += 1
+                    self._error(side, err)
             for start, end in split_file(str(path), workers * 4 if workers > 1 else 1):
-                tasks.append((str(path), start, end, self.options.session_key, self.options.customer_key,
-                              self.options.schema_dir))
+                tasks.append((str(path), start, end, src.session_key, src.customer_key, self.options.schema_dir))
                 sides.append(side)
         line_base = [0, 0]
         indexers = [CallIndexer(), CallIndexer()]
@@ -131,10 +152,12 @@ class _Comparison:
                 for side, task, chunk in zip(sides, tasks, results):
                     self._absorb(side, chunk, line_base[side], indexers[side], task[1], task[2])
                     line_base[side] += chunk.lines
-            for side, path in enumerate(self.paths):
-                stats = self.counts.baseline if side == 0 else self.counts.candidate
-                if stats.lines == stats.blank:
-                    raise TraceError(str(path), None, None, "file is empty: expected one JSON object per line")
+            for side, src in enumerate(self.sources):
+                try:
+                    src.check(self._stats(side), self.first_errors[side])
+                except TraceError:
+                    self._flush(force=True)  # keep the error rows: `toolaudit sql` shows them all
+                    raise
             for (session_id, call_index), base in self.index.items():
                 self.counts.baseline_only += 1
                 self._unmatched(session_id, call_index, base, "baseline")
@@ -147,21 +170,23 @@ class _Comparison:
     # -- per chunk --------------------------------------------------------------------------------------------
     def _absorb(self, side: int, chunk: ChunkResult, base: int, indexer: CallIndexer, start: int, end: int) -> None:
         """Fold one chunk (bytes start..end of a side's file) into the join; progress advances by bytes."""
-        stats = self.counts.baseline if side == 0 else self.counts.candidate
-        stats.lines += chunk.stats.lines
-        stats.blank += chunk.stats.blank
+        stats, src = self._stats(side), self.sources[side]
+        if not src.converted:
+            stats.lines += chunk.stats.lines
+            stats.blank += chunk.stats.blank
+            stats.records += chunk.stats.lines - chunk.stats.blank
         for issue in chunk.schema_issues:
             self._issue(issue)
         for err in chunk.errors:
             stats.errors += 1
-            self._error(side, replace(err, line=err.line + base))
+            self._error(side, src.translate(replace(err, line=err.line + base)))
         for d in chunk.digests:
             line = d.line + base
-            index = indexer.assign(d.session_id, d.explicit_index, line)
+            index = indexer.assign(d.session_id, d.explicit_index, src.where(line)[1])
             if isinstance(index, str):
                 stats.errors += 1
                 raw = self._reread(side, d.offset)
-                self._error(side, line_error(raw, str(self.paths[side]), line, CALL_INDEX_KEY, index))
+                self._error(side, src.translate(line_error(raw, str(self.paths[side]), line, CALL_INDEX_KEY, index)))
                 continue
             stats.calls += 1
             d = d._replace(line=line)
@@ -170,11 +195,14 @@ class _Comparison:
             else:
                 self._candidate(d, index)
             if self.progress:
-                self.progress(d.offset - start)
+                self.progress(round((d.offset - start) * self.scale[side]))
                 start = d.offset
             self._flush()
         if self.progress:
-            self.progress(end - start)
+            self.progress(round((end - start) * self.scale[side]))
+
+    def _stats(self, side: int) -> TraceStats:
+        return self.counts.baseline if side == 0 else self.counts.candidate
 
     def _candidate(self, cand: Digest, call_index: int) -> None:
         base = self.index.pop((cand.session_id, call_index), None)
@@ -204,8 +232,9 @@ class _Comparison:
 
     # -- rows -------------------------------------------------------------------------------------------------
     def _row(self, side: int, d: Digest) -> OutputRow:
+        source, line = self.sources[side].where(d.line)
         return OutputRow(self.options.baseline_name if side == 0 else self.options.candidate_name, d.raw,
-                         d.tool_calls, d.status, d.fmt, d.error, str(self.paths[side]), d.line, d.schema_errors,
+                         d.tool_calls, d.status, d.fmt, d.error, source, line, d.schema_errors,
                          d.system_fingerprint)
 
     def _unmatched(self, session_id: str, call_index: int, d: Digest, side: str) -> None:
@@ -220,6 +249,8 @@ class _Comparison:
             self.batch.add("schema_issues", run_id=self.run_id, **issue)
 
     def _error(self, side: int, err: TraceLineError) -> None:
+        if len(self.first_errors[side]) < 3:
+            self.first_errors[side].append(err)
         self.batch.add("trace_errors", run_id=self.run_id, side="baseline" if side == 0 else "candidate",
                        source=err.source, line=err.line, field=err.field, message=err.message, excerpt=err.excerpt)
 
@@ -237,11 +268,12 @@ class _Comparison:
         return handle.readline()
 
     def _call(self, side: int, d: Digest, call_index: int) -> TraceCall:
-        item = parse_line(self._reread(side, d.offset), str(self.paths[side]), d.line, self.options.session_key,
-                          self.options.customer_key, True)
+        src = self.sources[side]
+        item = parse_line(self._reread(side, d.offset), str(self.paths[side]), d.line, src.session_key,
+                          src.customer_key, True)
         assert isinstance(item, RawCall), "a line that digested cleanly parses again"
-        return TraceCall(str(self.paths[side]), d.line, item.session_id, call_index, item.customer, item.request,
-                         item.response)
+        source, line = src.where(d.line)
+        return TraceCall(source, line, item.session_id, call_index, item.customer, item.request, item.response)
 
 
 @contextmanager

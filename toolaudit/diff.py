@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from deepdiff import DeepDiff
 
+from toolaudit import deepjson
 from toolaudit.records import ArgDiff, ArgDiffKind, CallDiff, DriftKind, ParsedOutput, ToolCall
 
 # Returns True/False for valid/invalid arguments, None when validity is unknown (no or invalid schema).
@@ -35,8 +36,8 @@ def canonical_json(value: Any) -> bytes:
     """Key order and whitespace independent encoding of a JSON value."""
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # non-str keys or exotic values: still deterministic, never a crash
-        return repr(value).encode()
+    except TypeError:  # non-str keys, exotic values, nesting past orjson's 254 levels: still deterministic
+        return deepjson.dumps(value).encode()
 
 
 def call_signature(call: ToolCall) -> tuple[str, bytes]:
@@ -59,7 +60,10 @@ def format_path(parts: list) -> str:
 
 def argument_diffs(position: int, tool: str, baseline: Any, candidate: Any) -> list[ArgDiff]:
     """Argument-level differences between two argument objects, addressed by path."""
-    tree = DeepDiff(baseline, candidate, view="tree", verbose_level=2, ignore_order=False)
+    try:
+        tree = DeepDiff(baseline, candidate, view="tree", verbose_level=2, ignore_order=False)
+    except RecursionError:  # nested deeper than DeepDiff can walk: report the differing top-level arguments
+        return _shallow_diffs(position, tool, baseline, candidate)
     diffs: list[ArgDiff] = []
     for report_type, items in tree.items():
         kind = _DEEPDIFF_KINDS.get(report_type)
@@ -71,6 +75,22 @@ def argument_diffs(position: int, tool: str, baseline: Any, candidate: Any) -> l
             after = None if item.t2 is _NOTPRESENT else item.t2
             diffs.append(ArgDiff(position, tool, path, kind, before, after))
     diffs.sort(key=lambda d: d.path)
+    return diffs
+
+
+def _shallow_diffs(position: int, tool: str, baseline: Any, candidate: Any) -> list[ArgDiff]:
+    if not isinstance(baseline, dict) or not isinstance(candidate, dict):
+        return [ArgDiff(position, tool, "(root)", ArgDiffKind.VALUE_CHANGED, baseline, candidate)]
+    diffs = []
+    for key in sorted(set(baseline) | set(candidate), key=str):
+        if key not in candidate:
+            diffs.append(ArgDiff(position, tool, str(key), ArgDiffKind.MISSING, baseline[key], None))
+        elif key not in baseline:
+            diffs.append(ArgDiff(position, tool, str(key), ArgDiffKind.ADDED, None, candidate[key]))
+        elif canonical_json(baseline[key]) != canonical_json(candidate[key]):
+            same_type = type(baseline[key]) is type(candidate[key])
+            kind = ArgDiffKind.VALUE_CHANGED if same_type else ArgDiffKind.TYPE_CHANGED
+            diffs.append(ArgDiff(position, tool, str(key), kind, baseline[key], candidate[key]))
     return diffs
 
 

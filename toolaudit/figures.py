@@ -104,6 +104,7 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
     if by_side.get("baseline", {}).get("tokens_per_s") and by_side.get("candidate", {}).get("tokens_per_s"):
         speedup = by_side["candidate"]["tokens_per_s"] / by_side["baseline"]["tokens_per_s"]
     margins = q.margin_evidence(store, rid)
+    counts = orjson.loads(run["counts"]) if run["counts"] else None
     return {
         "run_id": rid,
         "run_name": run["name"],
@@ -120,6 +121,9 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "unmatched_calls": {"baseline_only": unmatched.get("baseline_only", 0),
                             "candidate_only": unmatched.get("candidate_only", 0)},
         "error_rows": q.trace_error_count(store, rid),
+        "first_errors": q.first_trace_errors(store, rid),
+        "errors_sql": q.trace_errors_sql(rid),
+        "skipped": skipped_records(counts),
         "sessions": f.sessions,
         "sessions_with_drift": f.sessions_with_drift,
         "observed_session_drift": f.observed_session_drift or 0.0,
@@ -133,5 +137,20 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "median_drift_margin": margins["median_margin"],
         "worst_example": q.worst_example(store, rid),
         "customers": q.customer_rows(store, rid),
-        "counts": orjson.loads(run["counts"]) if run["counts"] else None,
+        "counts": counts,
     }
+
+
+def skipped_records(counts: dict | None) -> dict[str, dict[str, Any]]:
+    """Per side, the records skipped as not model calls and why (reasons are known for compare runs)."""
+    out: dict[str, dict[str, Any]] = {}
+    counts = counts or {}
+    # a replay reads one set of files for both paths: its per-side counts are the same input, shown once
+    sides = (("input", "baseline"),) if "replay" in counts else (("baseline", "baseline"), ("candidate", "candidate"))
+    for label, side in sides:
+        stats = counts.get(side)
+        n = stats.get("skipped", 0) if isinstance(stats, dict) else 0
+        if n:
+            reasons = (counts.get("skipped_reasons") or {}).get(side) or {}
+            out[label] = {"count": n, "reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))}
+    return out

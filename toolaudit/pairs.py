@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from toolaudit import deepjson
 from toolaudit.diff import diff_outputs
 from toolaudit.records import CallDiff, DriftKind, MatchStatus, ParsedOutput, ToolCall
 from toolaudit.schemas import CompiledSchema, SchemaRegistry, tool_schemas_from_request
@@ -138,7 +139,10 @@ class Analyzer:
 
     def schemas_for(self, tools: list) -> dict[str, CompiledSchema | None]:
         """Compiled schemas of a request's tools, computed once per distinct tools list."""
-        key = orjson.dumps(tools) if tools else b""
+        try:
+            key = orjson.dumps(tools) if tools else b""
+        except TypeError:  # nested past orjson's limit, or not JSON at all: still a stable key
+            key = deepjson.dumps(tools, sort_keys=False).encode()
         cached = self._schemas_by_tools.get(key)
         if cached is not None:
             return cached
@@ -170,6 +174,8 @@ class Analyzer:
         if compiled is None or call.arguments_error is not None:
             return None
         errs = compiled.errors(call.arguments)
+        while compiled.notes:  # a pattern ran out of its validation budget: say so once per message
+            self._issue(compiled.tool_name, compiled.source, "timeout", compiled.notes.pop(0))
         if errs:
             errors.append({"tool": call.name, "errors": errs})
         return None if errs is None else not errs

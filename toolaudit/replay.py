@@ -56,6 +56,8 @@ class ReplayOptions:
     path_major: bool | None = None
     # Overrides the `numerics` key of every torch path ("auto" | "native" | "emulated"), e.g. for the demo.
     numerics: str | None = None
+    # Trace format (see `toolaudit.formats`); None detects it from each file's first record. Kept for --resume.
+    trace_format: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -77,7 +79,8 @@ def load_calls(options: ReplayOptions) -> tuple[list[TraceCall], list[TraceLineE
     stats: dict[str, dict] = {}
     for path in options.traces:
         st = TraceStats()
-        for item in read_trace(path, options.session_key, options.customer_key, require_response=False, stats=st):
+        for item in read_trace(path, options.session_key, options.customer_key, require_response=False, stats=st,
+                               fmt=options.trace_format):
             (errors if isinstance(item, TraceLineError) else calls).append(item)
         stats[str(path)] = st.__dict__
     if options.limit is not None:
@@ -187,17 +190,17 @@ class Replayer:
 
     def run(self, run_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None
             ) -> ReplayCounts:
-        calls, bad_lines, stats = load_calls(self.options)
-        counts = ReplayCounts(traces=stats, calls=len(calls))
-        self._write_trace_errors(run_id, bad_lines)
-        done = self.store.stored_call_keys(run_id)
-        todo = [c for c in calls if c.key not in done]
-        counts.skipped = len(calls) - len(todo)
-        analyzer = Analyzer(run_id, SchemaRegistry(self.options.schema_dir))
-        size = max(self.options.chunk, self.baseline_path.batch_size, self.candidate_path.batch_size)
-        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
         self.store.set_status(run_id, "running")
         try:
+            calls, bad_lines, stats = load_calls(self.options)
+            counts = ReplayCounts(traces=stats, calls=len(calls))
+            self._write_trace_errors(run_id, bad_lines)
+            done = self.store.stored_call_keys(run_id)
+            todo = [c for c in calls if c.key not in done]
+            counts.skipped = len(calls) - len(todo)
+            analyzer = Analyzer(run_id, SchemaRegistry(self.options.schema_dir))
+            size = max(self.options.chunk, self.baseline_path.batch_size, self.candidate_path.batch_size)
+            chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
             if self.path_major():
                 staged = self.store.staged_keys(run_id, "baseline")
                 first = [c for c in todo if c.key not in staged]

@@ -6,13 +6,17 @@ turns such a schema into nested closures once; it answers only "definitely valid
 decide exactly (an unknown keyword, a non-string enum) makes it return None at compile time, and an invalid
 instance is always re-checked by jsonschema, which alone produces the error messages. So the verdict is
 jsonschema's; only the common "valid" answer is fast.
+
+Patterns are untrusted (they come from recorded requests): they are matched by `patterns.search`, time-boxed,
+never by Python's backtracking `re`; running out of budget raises `PatternTimeout` to the caller.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
+
+from toolaudit.patterns import PatternError, compile_pattern, search
 
 Check = Callable[[Any], bool]
 
@@ -107,11 +111,12 @@ def _string(schema: dict) -> list[Check]:
         n2 = schema["maxLength"]
         out.append(lambda x: not isinstance(x, str) or len(x) <= n2)
     if "pattern" in schema:
+        pattern = schema["pattern"]
         try:
-            rx = re.compile(schema["pattern"])
-        except (re.error, TypeError):
+            compile_pattern(pattern)
+        except PatternError:
             raise _Unsupported from None
-        out.append(lambda x: not isinstance(x, str) or rx.search(x) is not None)
+        out.append(lambda x: not isinstance(x, str) or search(pattern, x))
     return out
 
 

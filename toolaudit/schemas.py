@@ -19,8 +19,11 @@ from jsonschema import Draft6Validator, Draft7Validator, Draft201909Validator, D
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
+from toolaudit import deepjson
 from toolaudit.errors import TraceError
+from toolaudit.patterns import DEFAULT_BUDGET_S, PatternTimeout, budget
 from toolaudit.schema_fastpath import compile_fast
+from toolaudit.schema_keywords import safe_class, unsupported_reason
 
 # BFCL and Python-flavoured type names -> JSON Schema. Looked up after lower-casing ("String" -> "string").
 _TYPE_ALIASES = {
@@ -37,6 +40,7 @@ _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "contains")
 _MEMO_SIZE = 4096
+_MAX_TIMEOUTS = 3  # a schema whose patterns ran out of budget this often is no longer used in the run
 
 
 def _normalize_type(value: Any, where: str, warnings: list[str]) -> Any:
@@ -72,7 +76,7 @@ def _normalize(schema: Any, where: str, warnings: list[str]) -> Any:
         else:
             out["type"] = new_type
     if "optional" in out:  # not JSON Schema; the parent drops an optional property from its `required`
-        warnings.append(f"{where}: 'optional: {orjson.dumps(out.pop('optional')).decode()}' flag removed")
+        warnings.append(f"{where}: 'optional: {deepjson.dumps(out.pop('optional'))}' flag removed")
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
             out[key] = {
@@ -139,50 +143,71 @@ class CompiledSchema:
     _validator: Any = field(default=None, repr=False, compare=False)
     _memo: dict = field(default_factory=dict, repr=False, compare=False)
     _fast: Any = field(default=None, repr=False, compare=False)  # schema_fastpath: True = valid, else jsonschema
+    budget_s: float = field(default=DEFAULT_BUDGET_S, repr=False, compare=False)
+    timeouts: int = field(default=0, repr=False, compare=False)
+    # messages for the caller to record as schema issues (a pattern that ran out of its validation budget)
+    notes: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def errors(self, arguments: Any) -> list[str] | None:
-        """None when the schema is invalid, [] when the arguments are valid, else one message per error.
+        """None when validity cannot be judged (invalid schema, a pattern out of budget), [] when the arguments
+        are valid, else one message per error.
 
         Baseline and candidate usually send identical arguments, so results are memoised by canonical JSON.
         orjson writes NaN as null, so arguments holding NaN are not memoised (NaN and null validate apart).
+        Pattern matching of one call shares `budget_s` seconds (see `patterns`); a schema that runs out
+        `_MAX_TIMEOUTS` times is not used again, so hostile input costs a run seconds, not hours.
         """
-        if self._validator is None:
+        if self._validator is None or self.timeouts >= _MAX_TIMEOUTS:
             return None
+        try:
+            key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):  # big ints, non-str keys, deep nesting...
+            key = None
+        if key is not None and b"null" in key and _has_nan(arguments):
+            key = None
+        if key is not None and key in self._memo:
+            memo = self._memo[key]
+            return None if memo is None else list(memo)
+        with budget(self.budget_s):
+            try:
+                result = self._judge(arguments)
+            except PatternTimeout as exc:
+                self.timeouts += 1
+                note = f"{exc}; validity of this call is unknown"
+                if self.timeouts >= _MAX_TIMEOUTS:
+                    note += f" (out of budget {self.timeouts} times: this schema is not used again in the run)"
+                self.notes.append(note)
+                result = None
+            except Exception:  # noqa: BLE001 -- e.g. an unresolvable $ref: the schema is at fault, not the arguments
+                return None
+        if key is not None:
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo.clear()
+            self._memo[key] = result
+        return None if result is None else list(result)
+
+    def _judge(self, arguments: Any) -> list[str]:
         fast = self._fast
         if fast is not None:
             try:
                 if fast(arguments):
                     return []
+            except PatternTimeout:
+                raise
             except Exception:  # noqa: BLE001 -- anything odd: let jsonschema decide
                 pass
-        try:
-            key = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
-        except (TypeError, orjson.JSONEncodeError):  # big ints, non-str keys...
-            key = None
-        if key is not None and b"null" in key and _has_nan(arguments):
-            key = None
-        if key is not None and key in self._memo:
-            return list(self._memo[key])
-        try:
-            if self._validator.is_valid(arguments):
-                result: list[str] = []
-            else:
-                paths = (
-                    (_error_path(e.absolute_path), e.message) for e in self._validator.iter_errors(arguments)
-                )
-                result = sorted(f"{path}: {message}" if path else message for path, message in paths)
-        except Exception:  # noqa: BLE001 -- e.g. an unresolvable $ref: the schema is at fault, not the arguments
-            return None
-        if key is not None:
-            if len(self._memo) >= _MEMO_SIZE:
-                self._memo.clear()
-            self._memo[key] = result
-        return list(result)
+        if self._validator.is_valid(arguments):
+            return []
+        paths = ((_error_path(e.absolute_path), e.message) for e in self._validator.iter_errors(arguments))
+        return sorted(f"{path}: {message}" if path else message for path, message in paths)
 
 
 def compile_schema(tool_name: str, schema: Any, source: str) -> CompiledSchema:
     """Normalise, pick the dialect (`$schema`, else Draft 2020-12), check the schema, build the validator."""
-    normalised, warnings = normalize_schema(schema) if isinstance(schema, dict) else (schema, [])
+    try:
+        normalised, warnings = normalize_schema(schema) if isinstance(schema, dict) else (schema, [])
+    except RecursionError:
+        return CompiledSchema(tool_name, schema, source, [], "schema is nested too deeply to be checked")
     compiled = CompiledSchema(tool_name, normalised, source, warnings)
     try:
         cls = (
@@ -191,7 +216,11 @@ def compile_schema(tool_name: str, schema: Any, source: str) -> CompiledSchema:
             else Draft202012Validator
         )
         cls.check_schema(normalised)
-        compiled._validator = cls(normalised)
+        unsupported = unsupported_reason(normalised)
+        if unsupported:
+            compiled.invalid_reason = unsupported
+            return compiled
+        compiled._validator = safe_class(cls)(normalised)  # pattern keywords time-boxed (see schema_keywords)
         if cls in _FAST_DIALECTS:  # draft 4 and older type 1.0 as not an integer: no fast path there
             compiled._fast = compile_fast(normalised)
     except SchemaError as exc:
@@ -257,8 +286,8 @@ class SchemaRegistry:
             schema, source = request_parameters, "request"
             try:
                 key = (tool_name, orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode())
-            except (TypeError, orjson.JSONEncodeError):
-                key = (tool_name, repr(schema))
+            except (TypeError, orjson.JSONEncodeError):  # deep nesting, non-str keys
+                key = (tool_name, deepjson.dumps(schema))
         else:
             return None
         compiled = self._compiled.get(key)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +23,7 @@ from toolaudit.records import ParsedOutput, ToolCall
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _MISTRAL, _MISTRAL_ARGS, _MISTRAL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 _PYTHON_TAG = "<|python_tag|>"  # Llama 3.x prefix before a JSON call
-_FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
+_TICKS = "```"
 _TYPE_NAMES = {
     list: "array",
     str: "string",
@@ -340,10 +339,11 @@ def _parse_text(text: str) -> ParsedOutput:
         stripped = stripped[len(_PYTHON_TAG) :].lstrip()
     if stripped[:1] in ("{", "["):
         return _parse_json(stripped)
-    fence = _FENCE.search(stripped) if "```" in stripped else None
+    fence = _find_fence(stripped)
     if fence is not None:
-        body = fence.group(1).strip()
-        before, after = stripped[: fence.start()], stripped[fence.end() :]
+        start, end, body = fence
+        body = body.strip()
+        before, after = stripped[:start], stripped[end:]
         if stripped.startswith("```"):
             return _parse_json(body, before, after)
         # A fence in the middle of prose is a call only if it parses as one; otherwise it is just prose.
@@ -352,3 +352,24 @@ def _parse_text(text: str) -> ParsedOutput:
             if parsed.status == "ok":
                 return parsed
     return ParsedOutput(status="no_tool_call", text=stripped)
+
+
+def _find_fence(text: str) -> tuple[int, int, str] | None:
+    """The first ```json ... ``` block: (start, end, body), in linear time. (The regular expression
+    "```(?:json)?[ \\t]*\\r?\\n?(.*?)```" means the same, but backtracks quadratically over a long run of
+    spaces after an unclosed fence: model output must never be able to stall a run.)"""
+    start = text.find(_TICKS)
+    if start < 0:
+        return None
+    i = start + len(_TICKS)
+    if text.startswith(("json", "JSON"), i):
+        i += 4
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if text.startswith("\r", i):
+        i += 1
+    if text.startswith("\n", i):
+        i += 1
+    end = text.find(_TICKS, i)
+    # no closing fence after this opening one: none after any later opening either (they would close this one)
+    return None if end < 0 else (start, end + len(_TICKS), text[i:end])

@@ -65,6 +65,29 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) 
         click.echo(format_table(columns, rows))
 
 
+TRACE_FORMATS = ("auto", "openai", "otel", "openinference", "langfuse", "responses")  # = formats.FORMATS
+
+
+def format_option(func: Callable) -> Callable:
+    """--format: how trace files are read (auto: detected from each file's first record)."""
+    return click.option("--format", "trace_format", type=click.Choice(TRACE_FORMATS), default="auto",
+                        show_default=True, help="Trace file format (see docs/formats.md): OpenAI Chat Completions "
+                        "logs, OTel GenAI or OpenInference spans (OTLP/JSON), Langfuse exports, Responses API "
+                        "logs.")(func)
+
+
+def key_options(func: Callable) -> Callable:
+    """--session-key / --customer-key, which mean a dotted path in line formats and an attribute in spans."""
+    func = click.option("--customer-key", default="request.metadata.customer", show_default=True,
+                        help="Dotted path of the customer in each line (OpenAI, Responses logs); for spans the "
+                        "attribute (span, then resource; default user.id), for Langfuse the observation/trace "
+                        "field (default the trace's userId).")(func)
+    return click.option("--session-key", default="request.metadata.session_id", show_default=True,
+                        help="Dotted path of the session id in each line (OpenAI, Responses logs); for spans the "
+                        "attribute (span, then resource; default gen_ai.conversation.id / session.id, else the "
+                        "trace id), for Langfuse the observation/trace field (default sessionId).")(func)
+
+
 def schema_dir_or_none(schema_dir: str) -> str | None:
     return schema_dir if os.path.isdir(schema_dir) else None
 

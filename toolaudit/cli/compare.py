@@ -7,7 +7,15 @@ import sys
 
 import click
 
-from toolaudit.cli.common import Progress, db_option, friendly_errors, output_options, schema_dir_or_none
+from toolaudit.cli.common import (
+    Progress,
+    db_option,
+    format_option,
+    friendly_errors,
+    key_options,
+    output_options,
+    schema_dir_or_none,
+)
 from toolaudit.cli.show import show_summary
 
 
@@ -20,10 +28,8 @@ def _total_bytes(paths: list[str]) -> int:
 @click.argument("candidate", type=click.Path(dir_okay=False))
 @db_option
 @click.option("--run-name", help="A name for this run (default run-<id>).")
-@click.option("--session-key", default="request.metadata.session_id", show_default=True,
-              help="Dotted path of the session id in each line.")
-@click.option("--customer-key", default="request.metadata.customer", show_default=True,
-              help="Dotted path of the customer in each line.")
+@format_option
+@key_options
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True,
               type=click.Path(file_okay=False), help="Folder of <tool>.json schemas that override the request's.")
 @click.option("--baseline-name", default="baseline", show_default=True, help="Label of the baseline path.")
@@ -32,18 +38,23 @@ def _total_bytes(paths: list[str]) -> int:
               "for logs over 64 MB, else 1).")
 @output_options
 @friendly_errors
-def compare(baseline: str, candidate: str, db: str, run_name: str | None, session_key: str, customer_key: str,
-            schema_dir: str, baseline_name: str, candidate_name: str, workers: int | None, fmt: str) -> None:
-    """Compare two recorded logs of the same requests, call by call and argument by argument."""
+def compare(baseline: str, candidate: str, db: str, run_name: str | None, trace_format: str, session_key: str,
+            customer_key: str, schema_dir: str, baseline_name: str, candidate_name: str, workers: int | None,
+            fmt: str) -> None:
+    """Compare two recorded logs of the same requests, call by call and argument by argument.
+
+    Each log may be an OpenAI Chat Completions log, an OTel GenAI or OpenInference export (OTLP/JSON), a
+    Langfuse export or a Responses API log: detected from its first record unless --format says."""
     from toolaudit.compare import CompareOptions, compare_logs
     from toolaudit.figures import run_summary
     from toolaudit.store import Store
 
     options = CompareOptions(session_key=session_key, customer_key=customer_key,
                              schema_dir=schema_dir_or_none(schema_dir), run_name=run_name,
-                             baseline_name=baseline_name, candidate_name=candidate_name, workers=workers)
+                             baseline_name=baseline_name, candidate_name=candidate_name, workers=workers,
+                             format=None if trace_format == "auto" else trace_format)
     with Store(db) as store:
         total = _total_bytes([baseline, candidate]) if sys.stderr.isatty() else 0
         with Progress("comparing", total, unit=" bytes") as bar:
             run_id, _ = compare_logs(store, baseline, candidate, options, progress=bar.update if total else None)
-        show_summary(run_summary(store, run_id), fmt)
+        show_summary(run_summary(store, run_id), fmt, db)

@@ -33,7 +33,7 @@ def summary(db: str, run_id: int | None, fmt: str) -> None:
     from toolaudit.store import Store
 
     with Store(db, read_only=True) as store:
-        show_summary(run_summary(store, run_id), fmt)
+        show_summary(run_summary(store, run_id), fmt, db)
 
 
 @click.command()

@@ -88,7 +88,6 @@ def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: s
 
     Trace files may be in any format `compare` reads (detected from the first record unless --format says)."""
     from toolaudit.replay import ReplayOptions
-    from toolaudit.traces import use_format
 
     if resume is None and not traces:
         raise click.UsageError("give trace files to replay, or --resume RUN")
@@ -97,9 +96,9 @@ def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: s
     options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidate,
                             paths_file=paths_file, limit=limit, run_name=run_name, chunk=chunk,
                             session_key=session_key,
-                            customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir))
-    with use_format(None if trace_format == "auto" else trace_format):  # ReplayOptions has no format field
-        _run_replay(db, options, resume, fmt)
+                            customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
+                            trace_format=None if trace_format == "auto" else trace_format)
+    _run_replay(db, options, resume, fmt)
 
 
 @click.command()

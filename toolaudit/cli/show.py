@@ -8,7 +8,26 @@ from toolaudit.cli.common import print_rows
 from toolaudit.output import format_table, pct, to_json
 
 
-def show_summary(s: dict, fmt: str) -> None:
+def problem_lines(s: dict, db: str | None = None) -> list[str]:
+    """The first error rows as `FILE:LINE: field: message`, the total and how to see them all; then the
+    records skipped as not model calls, with their reasons."""
+    lines = []
+    shown = s.get("first_errors") or []
+    for e in shown:
+        lines.append(f"    {e['source']}:{e['line']}: {e['field'] + ': ' if e['field'] else ''}{e['message']}")
+    if s["error_rows"] > len(shown):
+        lines.append(f"    ... {s['error_rows'] - len(shown)} more")
+    if shown:
+        where = f" --db {db}" if db else ""
+        lines.append(f"    all {s['error_rows']}: toolaudit sql \"{s['errors_sql']}\"{where}")
+    for side, info in (s.get("skipped") or {}).items():
+        reasons = ", ".join(f"{n} {reason}" for reason, n in list(info["reasons"].items())[:4])
+        label = f"skipped ({side})"
+        lines.append(f"  {label:<21} {info['count']} records, not model calls" + (f": {reasons}" if reasons else ""))
+    return lines
+
+
+def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
     if fmt == "json":
         click.echo(to_json(s))
         return
@@ -29,6 +48,7 @@ def show_summary(s: dict, fmt: str) -> None:
         f"compounded {pct(s['compounded_session_drift'])}",
         f"  unmatched calls       baseline only {un['baseline_only']}, candidate only {un['candidate_only']}",
         f"  error rows            {s['error_rows']}",
+        *problem_lines(s, db),
         "",
     ]
     click.echo("\n".join(lines))

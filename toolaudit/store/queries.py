@@ -71,6 +71,17 @@ def trace_error_count(store: Store, run_id: int) -> int:
     return store.query("SELECT count(*) FROM trace_errors WHERE run_id = ?", [run_id])[1][0][0]
 
 
+def trace_errors_sql(run_id: int) -> str:
+    """The query that lists all of a run's error rows (printed for the user to run with `toolaudit sql`)."""
+    return (f"SELECT side, source, line, field, message FROM trace_errors WHERE run_id = {int(run_id)} "
+            "ORDER BY side, source, line")
+
+
+def first_trace_errors(store: Store, run_id: int, limit: int = 5) -> list[dict[str, Any]]:
+    """The first error rows of a run, by side, file and line."""
+    return store.rows(f"{trace_errors_sql(run_id)} LIMIT ?", [limit])
+
+
 def customer_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
     return store.rows("""SELECT customer, calls, drifted_calls, drift_rate, ci_low, ci_high, sessions,
         sessions_with_drift, observed_session_drift, compounded_session_drift

@@ -8,6 +8,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from toolaudit import deepjson
+
 # Column order and Arrow types of the tables written in bulk.
 TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
     "calls": {
@@ -89,5 +91,5 @@ def json_text(value: Any) -> str | None:
         return None
     try:
         return orjson.dumps(value).decode()
-    except TypeError:
-        return orjson.dumps(repr(value)).decode()
+    except TypeError:  # nesting past orjson's 254 levels, non-str keys, exotic values
+        return deepjson.dumps(value, sort_keys=False)

@@ -1,0 +1,83 @@
+"""`toolaudit import`: a trace file in any readable format, written as an OpenAI Chat Completions log."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from toolaudit.cli.common import format_option, friendly_errors, key_options
+
+SHOWN_ERRORS = 5
+
+
+@click.command(name="import")
+@click.argument("trace_file", type=click.Path(dir_okay=False))
+@format_option
+@key_options
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="OpenAI-log JSONL to write ('-': standard output).")
+@friendly_errors
+def import_cmd(trace_file: str, trace_format: str, session_key: str, customer_key: str, output: str) -> None:
+    """Convert a trace file (OTel, OpenInference, Langfuse, Responses API) into an OpenAI Chat Completions log.
+
+    One {"request", "response"} line per call, with session, customer and call index in request.metadata (and
+    source_record, the span or observation id). Bad records are listed on stderr as FILE:LINE: field: message;
+    a file with no usable call is an error (exit 1) and writes nothing."""
+    import orjson
+
+    from toolaudit import deepjson
+    from toolaudit.traces import TraceLineError, TraceSource, TraceStats, read_trace
+
+    stats = TraceStats()
+    errors: list[TraceLineError] = []
+    seen: list[TraceSource] = []
+    target = None if output == "-" else Path(output)
+    handle = sys.stdout.buffer if target is None else tempfile.NamedTemporaryFile(
+        "wb", dir=target.resolve().parent, prefix=f".{target.name}.", delete=False)
+    try:
+        for item in read_trace(trace_file, session_key, customer_key, require_response=False, stats=stats,
+                               fmt=None if trace_format == "auto" else trace_format, on_source=seen.append):
+            if isinstance(item, TraceLineError):
+                errors.append(item)
+                continue
+            metadata = dict(item.request.get("metadata") or {})
+            metadata.update(session_id=item.session_id, call_index=str(item.call_index))
+            if item.customer is not None:
+                metadata["customer"] = item.customer
+            if item.record is not None:
+                metadata["source_record"] = item.record
+            line = {"request": {**item.request, "metadata": metadata}}
+            if item.response is not None:
+                line["response"] = item.response
+            try:
+                handle.write(orjson.dumps(line) + b"\n")
+            except TypeError:  # nested past orjson's 254 levels
+                handle.write(deepjson.dumps(line, sort_keys=False).encode() + b"\n")
+    except BaseException:
+        if target is not None:
+            handle.close()
+            os.unlink(handle.name)
+        raise
+    if target is not None:
+        handle.close()
+        os.replace(handle.name, target)
+    else:
+        handle.flush()
+    _report(trace_file, output, stats, errors, seen[0] if seen else None)
+
+
+def _report(trace_file: str, output: str, stats, errors: list, src) -> None:
+    how = f"{src.fmt}, {'detected' if src.detected else 'as asked'}" if src else "?"
+    click.echo(f"{trace_file} ({how}): {stats.calls} calls written to {output}; {stats.errors} error records, "
+               f"{stats.skipped} skipped", err=True)
+    for err in sorted(errors, key=lambda e: e.line)[:SHOWN_ERRORS]:
+        click.echo(f"  {err}", err=True)
+    if len(errors) > SHOWN_ERRORS:
+        click.echo(f"  ... {len(errors) - SHOWN_ERRORS} more", err=True)
+    if src is not None and src.skipped:
+        reasons = sorted(src.skipped.items(), key=lambda kv: (-kv[1], kv[0]))
+        click.echo("  skipped: " + ", ".join(f"{n} {reason}" for reason, n in reasons), err=True)
