@@ -35,6 +35,7 @@ ENGINES: dict[str, EngineEntry] = {entry.name: entry for entry in (
     # vLLM's CPU workers spin while waiting and two instances starve each other (or split GPU memory):
     # replays run one vLLM path over the whole selection, release it, then the next.
     EngineEntry("vllm", "toolaudit.engines.vllm", "toolaudit.engines.vllm.config", holds_together=False),
+    EngineEntry("hf", "toolaudit.engines.hf", "toolaudit.engines.hf.config"),
 )}
 
 
