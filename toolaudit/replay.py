@@ -24,6 +24,7 @@ from toolaudit.fingerprint import fingerprint
 from toolaudit.pairs import Analyzer, Divergence, SideOutput, message_raw_text, write_call, write_output
 from toolaudit.records import MatchStatus
 from toolaudit.schemas import SchemaRegistry
+from toolaudit.shards import shard_from_options
 from toolaudit.store import RowBatch, Store
 from toolaudit.toolcalls import parse_message, parse_text
 from toolaudit.traces import (
@@ -58,6 +59,10 @@ class ReplayOptions:
     numerics: str | None = None
     # Trace format (see `toolaudit.formats`); None detects it from each file's first record. Kept for --resume.
     trace_format: str | None = None
+    # Replay only the first K calls of each session: a sample that keeps every session (and customer) in.
+    calls_per_session: int | None = None
+    # Only the sessions of one shard ({"index": K, "count": N}, see toolaudit.shards), after `limit`.
+    shard: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -83,8 +88,20 @@ def load_calls(options: ReplayOptions) -> tuple[list[TraceCall], list[TraceLineE
                                fmt=options.trace_format):
             (errors if isinstance(item, TraceLineError) else calls).append(item)
         stats[str(path)] = st.__dict__
+    if options.calls_per_session is not None:
+        seen: dict[str, int] = {}
+        kept = []
+        for call in calls:
+            seen[call.session_id] = seen.get(call.session_id, 0) + 1
+            if seen[call.session_id] <= options.calls_per_session:
+                kept.append(call)
+        calls = kept
     if options.limit is not None:
         calls = calls[: options.limit]
+    shard = shard_from_options({"shard": options.shard})
+    if shard is not None:  # whole sessions; input error rows belong to no session and are shard 1's
+        calls = [c for c in calls if shard.holds(c.session_id)]
+        errors = errors if shard.owns_unkeyed else []
     return calls, errors, stats
 
 
@@ -227,8 +244,9 @@ class Replayer:
         except BaseException:
             self.store.set_status(run_id, "interrupted")
             raise
+        shard = {"shard": self.options.shard} if self.options.shard else {}
         self.store.finish_run(run_id, {"replay": counts.__dict__, "baseline": _sum_stats(stats),
-                                       "candidate": _sum_stats(stats)})
+                                       "candidate": _sum_stats(stats), **shard})
         return counts
 
     # -- internals ----------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from toolaudit.cli.common import (
     key_options,
     output_options,
     schema_dir_or_none,
+    shard_option,
 )
 from toolaudit.cli.show import show_summary
 from toolaudit.output import to_json
@@ -71,6 +72,8 @@ class _LazyBar:
               help="paths.toml with [paths.NAME] tables (default: built-in target and spec-ngram).")
 @db_option
 @click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls.")
+@click.option("--calls-per-session", type=click.IntRange(1), metavar="K",
+              help="Replay only the first K calls of each session (a sample that keeps every session).")
 @click.option("--resume", type=int, metavar="RUN", help="Finish an interrupted replay run.")
 @click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
               help="Calls per engine call and per transaction (a kill loses at most one chunk).")
@@ -79,11 +82,13 @@ class _LazyBar:
 @key_options
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
               help="Folder of <tool>.json schemas that override the request's.")
+@shard_option
 @output_options
 @friendly_errors
 def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: str | None, db: str,
-           limit: int | None, resume: int | None, chunk: int, run_name: str | None, trace_format: str,
-           session_key: str, customer_key: str, schema_dir: str, fmt: str) -> None:
+           limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
+           run_name: str | None, trace_format: str, session_key: str, customer_key: str, schema_dir: str,
+           shard, fmt: str) -> None:
     """Replay recorded calls through two decode paths and diff their tool calls.
 
     Trace files may be in any format `compare` reads (detected from the first record unless --format says)."""
@@ -91,13 +96,15 @@ def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: s
 
     if resume is None and not traces:
         raise click.UsageError("give trace files to replay, or --resume RUN")
-    if resume is not None and traces:
-        raise click.UsageError("--resume takes its traces and paths from the run; do not pass trace files")
+    if resume is not None and (traces or shard):
+        raise click.UsageError("--resume takes its traces, paths and shard from the run; do not pass trace "
+                               "files or --shard")
     options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidate,
-                            paths_file=paths_file, limit=limit, run_name=run_name, chunk=chunk,
-                            session_key=session_key,
+                            paths_file=paths_file, limit=limit, calls_per_session=calls_per_session,
+                            run_name=run_name, chunk=chunk, session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
-                            trace_format=None if trace_format == "auto" else trace_format)
+                            trace_format=None if trace_format == "auto" else trace_format,
+                            shard=shard.as_dict() if shard else None)
     _run_replay(db, options, resume, fmt)
 
 
