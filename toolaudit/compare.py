@@ -23,6 +23,7 @@ from toolaudit.errors import TraceError
 from toolaudit.pairs import Analyzer, OutputRow, SideOutput, message_raw_text, write_call, write_output, write_unmatched
 from toolaudit.records import DriftKind, MatchStatus
 from toolaudit.schemas import SchemaRegistry
+from toolaudit.shards import Shard
 from toolaudit.store import RowBatch, Store
 from toolaudit.toolcalls import parse_message
 from toolaudit.traces import (
@@ -55,6 +56,7 @@ class CompareOptions:
     batch_rows: int = 20_000
     workers: int | None = None  # None: one per core for big logs, in-process for small ones
     format: str | None = None  # one of toolaudit.formats.FORMATS for both files; None: detect each file's
+    shard: Shard | None = None  # only this shard's sessions (see toolaudit.shards)
 
 
 @dataclass
@@ -71,9 +73,15 @@ class RunCounts:
     kinds: dict[str, int] = field(default_factory=dict)
     formats: dict[str, str] = field(default_factory=dict)
     skipped_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
+    # sharded runs only: {index, count, elsewhere: {side: records stored by other shards}}, so that per side
+    # records = calls + errors + skipped + elsewhere
+    shard: dict[str, Any] | None = None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if out["shard"] is None:
+            del out["shard"]
+        return out
 
 
 def side_output(call: TraceCall, path_name: str) -> SideOutput:
@@ -101,10 +109,13 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
         sources = [open_source(p, options.format, options.session_key, options.customer_key, tmp) for p in paths]
         counts = RunCounts(formats={"baseline": sources[0].fmt, "candidate": sources[1].fmt},
                            skipped_reasons={"baseline": sources[0].skipped, "candidate": sources[1].skipped})
+        run_options: dict[str, Any] = {"session_key": options.session_key, "customer_key": options.customer_key,
+                                       "schema_dir": options.schema_dir, "formats": counts.formats}
+        if options.shard is not None:
+            run_options["shard"] = options.shard.as_dict()
+            counts.shard = {**options.shard.as_dict(), "elsewhere": {"baseline": 0, "candidate": 0}}
         run_id = store.create_run("compare", options.run_name, options.baseline_name, options.candidate_name,
-                                  str(baseline_path), str(candidate_path),
-                                  {"session_key": options.session_key, "customer_key": options.customer_key,
-                                   "schema_dir": options.schema_dir, "formats": counts.formats})
+                                  str(baseline_path), str(candidate_path), run_options)
         try:
             _Comparison(store, run_id, sources, options, counts, progress).run()
         except BaseException:
@@ -130,6 +141,8 @@ class _Comparison:
         self.issues_seen: set[tuple] = set()
         self.index: dict[tuple[str, int], Digest] = {}
         self.handles: dict[int, Any] = {}
+        self.shard = options.shard
+        self.other_calls = [0, 0]
 
     def run(self) -> None:
         workers = self.options.workers or default_workers(self.paths)
@@ -140,10 +153,14 @@ class _Comparison:
                 for name in ("lines", "blank", "records", "skipped"):
                     setattr(stats, name, getattr(src.preset, name))
                 for err in src.errors:
+                    if self.shard is not None and not self.shard.owns_unkeyed:
+                        self._elsewhere(side, 1)
+                        continue
                     stats.errors += 1
                     self._error(side, err)
             for start, end in split_file(str(path), workers * 4 if workers > 1 else 1):
-                tasks.append((str(path), start, end, src.session_key, src.customer_key, self.options.schema_dir))
+                tasks.append((str(path), start, end, src.session_key, src.customer_key, self.options.schema_dir,
+                              self.shard))
                 sides.append(side)
         line_base = [0, 0]
         indexers = [CallIndexer(), CallIndexer()]
@@ -153,8 +170,9 @@ class _Comparison:
                     self._absorb(side, chunk, line_base[side], indexers[side], task[1], task[2])
                     line_base[side] += chunk.lines
             for side, src in enumerate(self.sources):
-                try:
-                    src.check(self._stats(side), self.first_errors[side])
+                try:  # a shard may hold none of a file's calls: the file as a whole must hold some
+                    src.check(replace(self._stats(side), calls=self._stats(side).calls + self.other_calls[side]),
+                              self.first_errors[side])
                 except TraceError:
                     self._flush(force=True)  # keep the error rows: `toolaudit sql` shows them all
                     raise
@@ -177,6 +195,9 @@ class _Comparison:
             stats.records += chunk.stats.lines - chunk.stats.blank
         for issue in chunk.schema_issues:
             self._issue(issue)
+        if chunk.other_calls or chunk.other_errors:
+            self.other_calls[side] += chunk.other_calls
+            self._elsewhere(side, chunk.other_calls + chunk.other_errors)
         for err in chunk.errors:
             stats.errors += 1
             self._error(side, src.translate(replace(err, line=err.line + base)))
@@ -200,6 +221,11 @@ class _Comparison:
             self._flush()
         if self.progress:
             self.progress(round((end - start) * self.scale[side]))
+
+    def _elsewhere(self, side: int, n: int) -> None:
+        """Records of this file that other shards store (their sessions' calls, or bad lines for shard 1)."""
+        if self.counts.shard is not None:
+            self.counts.shard["elsewhere"]["candidate" if side else "baseline"] += n
 
     def _stats(self, side: int) -> TraceStats:
         return self.counts.baseline if side == 0 else self.counts.candidate

@@ -18,6 +18,7 @@ from toolaudit.diff import call_signature
 from toolaudit.pairs import Analyzer, message_raw_text, tool_calls_json
 from toolaudit.records import ToolCall
 from toolaudit.schemas import SchemaRegistry
+from toolaudit.shards import Shard
 from toolaudit.toolcalls import parse_message
 from toolaudit.traces import RawCall, TraceLineError, TraceStats, first_message, parse_line
 
@@ -51,6 +52,8 @@ class ChunkResult:
     stats: TraceStats = field(default_factory=TraceStats)
     lines: int = 0
     schema_issues: list[dict] = field(default_factory=list)
+    other_calls: int = 0  # calls of sessions in other shards (not digested)
+    other_errors: int = 0  # bad lines left to shard 1 (they belong to no session)
 
 
 def split_file(path: str, parts: int) -> list[tuple[int, int]]:
@@ -104,8 +107,9 @@ def _bytes(value: Any) -> str:
 
 
 def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: str,
-               schema_dir: str | None) -> ChunkResult:
-    """Digest every line in [start, end) of `path`. Line numbers are relative to the chunk (1-based)."""
+               schema_dir: str | None, shard: Shard | None = None) -> ChunkResult:
+    """Digest every line in [start, end) of `path`. Line numbers are relative to the chunk (1-based).
+    With a shard, only its sessions' lines are digested (and bad lines only by shard 1); the rest are counted."""
     result = ChunkResult()
     analyzer = Analyzer(0, SchemaRegistry(schema_dir))
     stats = result.stats
@@ -124,8 +128,13 @@ def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: 
                 continue
             item = parse_line(raw, path, line_no, session_key, customer_key, True)
             if isinstance(item, TraceLineError):
+                if shard is not None and not shard.owns_unkeyed:
+                    result.other_errors += 1
+                    continue
                 stats.errors += 1
                 result.errors.append(item)
+            elif shard is not None and not shard.holds(item.session_id):
+                result.other_calls += 1
             else:
                 result.digests.append(digest(item, here, analyzer))
     result.lines = line_no

@@ -6,10 +6,13 @@ from __future__ import annotations
 import click
 
 from toolaudit import __version__
+from toolaudit.cli.batch import batch
 from toolaudit.cli.common import CONTEXT
 from toolaudit.cli.compare import compare
+from toolaudit.cli.export import export_cmd
 from toolaudit.cli.gate import check, report
 from toolaudit.cli.imports import import_cmd
+from toolaudit.cli.merge import merge
 from toolaudit.cli.query import runs, sql, summary
 from toolaudit.cli.replay import demo, fingerprint_cmd, replay
 from toolaudit.cli.serve import serve
@@ -21,7 +24,8 @@ def cli() -> None:
     """Measure how often two decode paths produce different tool calls for the same requests."""
 
 
-for command in (compare, import_cmd, runs, summary, sql, report, check, replay, demo, fingerprint_cmd, serve):
+for command in (compare, import_cmd, runs, summary, sql, report, check, replay, demo, fingerprint_cmd, serve,
+                merge, export_cmd, batch):
     cli.add_command(command)
 
 

@@ -88,6 +88,29 @@ def key_options(func: Callable) -> Callable:
                         "trace id), for Langfuse the observation/trace field (default sessionId).")(func)
 
 
+class ShardParam(click.ParamType):
+    """`K/N`: shard K (1-based) of N, by a stable hash of the session id (see toolaudit.shards)."""
+
+    name = "K/N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from toolaudit.errors import ConfigError
+        from toolaudit.shards import Shard, parse_shard
+
+        if isinstance(value, Shard):
+            return value
+        try:
+            return parse_shard(value)
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def shard_option(func: Callable) -> Callable:
+    return click.option("--shard", type=ShardParam(), help="Only the sessions of shard K of N (1-based, by a "
+                        "stable hash of the session id); each shard writes its own --db, `toolaudit merge` "
+                        "combines them exactly.")(func)
+
+
 def schema_dir_or_none(schema_dir: str) -> str | None:
     return schema_dir if os.path.isdir(schema_dir) else None
 

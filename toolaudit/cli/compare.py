@@ -15,6 +15,7 @@ from toolaudit.cli.common import (
     key_options,
     output_options,
     schema_dir_or_none,
+    shard_option,
 )
 from toolaudit.cli.show import show_summary
 
@@ -36,11 +37,12 @@ def _total_bytes(paths: list[str]) -> int:
 @click.option("--candidate-name", default="candidate", show_default=True, help="Label of the candidate path.")
 @click.option("--workers", type=click.IntRange(1, 64), help="Processes that parse the logs (default: one per core "
               "for logs over 64 MB, else 1).")
+@shard_option
 @output_options
 @friendly_errors
 def compare(baseline: str, candidate: str, db: str, run_name: str | None, trace_format: str, session_key: str,
             customer_key: str, schema_dir: str, baseline_name: str, candidate_name: str, workers: int | None,
-            fmt: str) -> None:
+            shard, fmt: str) -> None:
     """Compare two recorded logs of the same requests, call by call and argument by argument.
 
     Each log may be an OpenAI Chat Completions log, an OTel GenAI or OpenInference export (OTLP/JSON), a
@@ -52,7 +54,7 @@ def compare(baseline: str, candidate: str, db: str, run_name: str | None, trace_
     options = CompareOptions(session_key=session_key, customer_key=customer_key,
                              schema_dir=schema_dir_or_none(schema_dir), run_name=run_name,
                              baseline_name=baseline_name, candidate_name=candidate_name, workers=workers,
-                             format=None if trace_format == "auto" else trace_format)
+                             format=None if trace_format == "auto" else trace_format, shard=shard)
     with Store(db) as store:
         total = _total_bytes([baseline, candidate]) if sys.stderr.isatty() else 0
         with Progress("comparing", total, unit=" bytes") as bar:

@@ -227,20 +227,24 @@ class Store:
         return [dict(zip(columns, row)) for row in rows]
 
 
-# Per session: observed drift, and the compounded probability from run-wide per-tool drift rates.
+# Per session: observed drift, and the compounded probability from run-wide per-tool drift rates. Floating
+# aggregates take their inputs in a fixed order (call index), so the result does not depend on the physical
+# row order: a run merged from shards gives the same bits as the unsharded run.
 _M = f"match_status = '{MatchStatus.MATCHED.value}'"
 SESSIONS_SQL = f"""
 INSERT INTO sessions
 WITH tool_rates AS (
     SELECT tool_name, avg(drifted::DOUBLE) AS p FROM calls
     WHERE run_id = ? AND {_M} GROUP BY tool_name)
-SELECT c.run_id, c.session_id, any_value(c.customer) AS customer, count(*) AS calls,
+SELECT c.run_id, c.session_id, arg_min(c.customer, c.call_index) FILTER (c.customer IS NOT NULL) AS customer,
+       count(*) AS calls,
        count(*) FILTER (c.{_M}) AS matched_calls,
        count(*) FILTER (c.drifted) AS drifted_calls,
        CASE WHEN count(*) FILTER (c.{_M}) > 0 THEN coalesce(bool_or(c.drifted), false) END
            AS any_drift,
        CASE WHEN count(*) FILTER (c.{_M}) > 0 THEN
-           1 - coalesce(product(1 - coalesce(t.p, 0)) FILTER (c.{_M}), 1) END AS compounded_p
+           1 - coalesce(product(1 - coalesce(t.p, 0) ORDER BY c.call_index) FILTER (c.{_M}), 1) END
+           AS compounded_p
 FROM calls c LEFT JOIN tool_rates t ON t.tool_name IS NOT DISTINCT FROM c.tool_name
 WHERE c.run_id = ?
 GROUP BY c.run_id, c.session_id

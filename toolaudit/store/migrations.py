@@ -221,4 +221,5 @@ CREATE TABLE staged_results (
     PRIMARY KEY (run_id, session_id, call_index, side)
 );
 """),
+    (6, "views with order-independent aggregates (exact merges of shards)", views_sql()),
 ]

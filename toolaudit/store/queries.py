@@ -41,14 +41,14 @@ def slice_counts(store: Store, run_id: int, customer: str | None = None) -> dict
         WITH c AS (SELECT * FROM calls WHERE run_id = ? AND {_MATCHED}{where}),
         own AS (SELECT tool_name, avg(drifted::DOUBLE) AS p FROM c GROUP BY tool_name),
         s AS (SELECT c.session_id, count(*) AS n, bool_or(c.drifted) AS any_drift,
-                     1 - product(1 - own.p) AS own_p
+                     1 - product(1 - own.p ORDER BY c.call_index) AS own_p
               FROM c JOIN own ON own.tool_name IS NOT DISTINCT FROM c.tool_name GROUP BY c.session_id)
         SELECT (SELECT count(*) FROM c) AS calls,
                (SELECT count(*) FILTER (drifted) FROM c) AS drifted_calls,
                (SELECT count(*) FILTER (exact_text_match) FROM c) AS exact_text_matches,
                count(*) AS sessions, count(*) FILTER (any_drift) AS sessions_with_drift,
-               avg(n) AS mean_calls_per_session, avg(own_p) AS compounded_own_rates,
-               (SELECT avg(compounded_p) FROM sessions
+               avg(n) AS mean_calls_per_session, avg(own_p ORDER BY session_id) AS compounded_own_rates,
+               (SELECT avg(compounded_p ORDER BY session_id) FROM sessions
                 WHERE run_id = ? AND matched_calls > 0{where}) AS compounded_run_rates
         FROM s""", [run_id, *params, run_id, *params])[0]
     return row

@@ -1,6 +1,9 @@
 """The reporting views, generated from the drift vocabulary (`records.DriftKind`, `records.MatchStatus`) so the
 SQL can never spell a kind or status differently from the code that writes it.
 
+Aggregates whose result depends on input order (floating averages, examples) take their rows in a fixed
+order (session, call), so a run merged from shards reads exactly as the unsharded run.
+
 Migrations apply these with CREATE OR REPLACE; a change to the vocabulary needs a new numbered migration that
 calls `views_sql()` again (released migrations are never edited).
 """
@@ -52,7 +55,8 @@ WITH c AS (
     FROM calls WHERE {MATCHED} GROUP BY ALL),
 s AS (
     SELECT run_id, coalesce(customer, '(none)') AS customer, count(*) AS sessions,
-           count(*) FILTER (any_drift) AS sessions_with_drift, avg(compounded_p) AS compounded_session_drift
+           count(*) FILTER (any_drift) AS sessions_with_drift,
+           avg(compounded_p ORDER BY session_id) AS compounded_session_drift
     FROM sessions WHERE matched_calls > 0 GROUP BY ALL)
 SELECT c.run_id, c.customer, c.calls, c.drifted_calls, c.drifted_calls / c.calls AS drift_rate,
        wilson_low(c.drifted_calls, c.calls) AS ci_low, wilson_high(c.drifted_calls, c.calls) AS ci_high,
@@ -70,7 +74,8 @@ SELECT d.run_id, d.tool_name, d.arg_path, count(*) AS diffs,
        count(DISTINCT (d.session_id, d.call_index)) AS calls_with_diff, p.tool_calls,
        count(DISTINCT (d.session_id, d.call_index)) / p.tool_calls AS rate,
        string_agg(DISTINCT d.diff_kind, ',' ORDER BY d.diff_kind) AS diff_kinds,
-       any_value(d.baseline_value) AS example_baseline, any_value(d.candidate_value) AS example_candidate
+       arg_min(d.baseline_value, (d.session_id, d.call_index, d.call_position)) AS example_baseline,
+       arg_min(d.candidate_value, (d.session_id, d.call_index, d.call_position)) AS example_candidate
 FROM arg_diffs d LEFT JOIN per_tool p ON p.run_id = d.run_id AND p.tool_name IS NOT DISTINCT FROM d.tool_name
 GROUP BY d.run_id, d.tool_name, d.arg_path, p.tool_calls;"""
 
