@@ -4,7 +4,7 @@ Per request (`batch = "per_prompt"`, the default) or per left-padded batch (`"pa
 `model.generate(input_ids, attention_mask, max_new_tokens=path.max_tokens, do_sample=temperature > 0, ...)`
 with the torch engine's prompt rendering (`torch.prompting.render`, same tokenizer: identical prompt tokens on
 hf, torch and vLLM paths). Sampling seeds torch's global generator per call with the torch engine's per-request
-seed (`_row_seed(path.seed, key)`; a padded batch takes its first request's) and passes `top_k=0, top_p=1.0`,
+seed (`row_seed(path.seed, key)`; a padded batch takes its first request's) and passes `top_k=0, top_p=1.0`,
 so `temperature` alone shapes the distribution, as on the other engines (transformers' own default is
 top_k=50; set it in `generate_args` to match a harness). Speculation: `speculative.method = "ngram"` ->
 `prompt_lookup_num_tokens=k, max_matching_ngram_size=prompt_lookup_max`; `"draft_model"` -> `assistant_model`
@@ -53,7 +53,8 @@ from transformers import StoppingCriteria, StoppingCriteriaList, StopStringCrite
 
 from ...errors import ConfigError
 from ..base import EngineRequest, EngineResult, error_result
-from ..torch.engine import _cut_after_stop, _row_seed, available_cores, device_name
+from ..completion import available_cores, cut_after_stop, row_seed, use_torch_threads
+from ..torch.engine import device_name
 from ..torch.models import converted_dir, load_model, model_identity, resolve
 from ..torch.prompting import render
 from ..torch.proposers import check_draft_compatible
@@ -129,8 +130,7 @@ class HFEngine:
         return self.options["threads"] or available_cores()
 
     def _use_threads(self) -> None:
-        if torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)
+        use_torch_threads(self.threads)
 
     # ------------------------------------------------------------------ loading
 
@@ -281,7 +281,7 @@ class HFEngine:
                 setattr(self._draft.generation_config, name, value)
             kwargs["assistant_model"] = self._draft
         if p.temperature > 0:
-            torch.manual_seed(_row_seed(p.seed, requests[0].key))
+            torch.manual_seed(row_seed(p.seed, requests[0].key))
         counter = _DraftCounter(model if p.speculative is not None else None)
         start = time.perf_counter()
         with torch.inference_mode(), counter:
@@ -307,7 +307,7 @@ class HFEngine:
             passes = len(recorder.calls) if speculative else n
             text = prefill + self._tokenizer.decode(token_ids, skip_special_tokens=True)
             results.append(EngineResult(
-                key=req.key, text=_cut_after_stop(text, len(prefill), p.stop_strings), token_ids=token_ids,
+                key=req.key, text=cut_after_stop(text, len(prefill), p.stop_strings), token_ids=token_ids,
                 prompt_tokens=len(ids), completion_tokens=len(token_ids),
                 latency_s=recorder.time_at(width + n, end) - start,
                 ttft_s=(recorder.calls[0][1] if recorder.calls else end) - start,

@@ -13,7 +13,6 @@ matmul, low-precision paths run emulated numerics on float32 kernels (`numerics`
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import weakref
@@ -21,6 +20,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from ..base import EngineRequest, EngineResult, error_result
+from ..completion import available_cores, cut_after_stop, row_seed, use_torch_threads
 from ..paths import PathConfig
 from .loop import DecodeSettings, decode
 from .models import load_model, model_identity
@@ -65,11 +65,7 @@ class TorchEngine:
         return self.path.options.get("threads") or available_cores()
 
     def _use_threads(self) -> None:
-        """torch's thread count is process-global and paths may differ: set it before each load and decode."""
-        import torch
-
-        if torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)
+        use_torch_threads(self.threads)
 
     # ------------------------------------------------------------------ loading
 
@@ -143,7 +139,7 @@ class TorchEngine:
         settings = DecodeSettings(
             max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos_ids(),
             stop_strings=p.stop_strings, piece=self._piece,
-            seeds=tuple(_row_seed(p.seed, r.key) for r in requests),
+            seeds=tuple(row_seed(p.seed, r.key) for r in requests),
         )
         cache = prefix_cache_for(self._model) if p.prefix_caching else None
         outputs = decode(self._model, [ids for ids, _ in prompts], settings, self._proposer(), cache,
@@ -152,7 +148,7 @@ class TorchEngine:
         for req, (ids, prefill), out in zip(requests, prompts, outputs):
             text = prefill + self._tokenizer.decode(out.token_ids, skip_special_tokens=True)
             results.append(EngineResult(
-                key=req.key, text=_cut_after_stop(text, len(prefill), p.stop_strings),
+                key=req.key, text=cut_after_stop(text, len(prefill), p.stop_strings),
                 token_ids=out.token_ids, prompt_tokens=len(ids), completion_tokens=len(out.token_ids),
                 latency_s=out.latency_s, ttft_s=out.ttft_s, drafted_tokens=out.drafted,
                 accepted_tokens=out.accepted, forward_passes=out.forward_passes, margins=out.margins,
@@ -218,14 +214,6 @@ class TorchEngine:
         }
 
 
-def available_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container or taskset may allow fewer than exist)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
-
-
 def device_name(device: str) -> str:
     """The accelerator's or CPU's model name: a different chip is a different numerical path."""
     if device.startswith("cuda"):
@@ -240,14 +228,3 @@ def device_name(device: str) -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def _row_seed(seed: int, key: str) -> int:
-    """A per-request seed: a sampled replay of a request does not depend on which batch it landed in."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big") & (2**63 - 1)
-
-
-def _cut_after_stop(text: str, start: int, stops: tuple[str, ...]) -> str:
-    """Drop what a stop token carried past the stop string (e.g. a newline fused into the same token)."""
-    ends = [text.find(s, start) + len(s) for s in stops if text.find(s, start) >= 0]
-    return text[: min(ends)] if ends else text

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import importlib.metadata
 import logging
 import os
@@ -32,6 +31,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from ..base import EngineRequest, EngineResult, error_result
+from ..completion import cut_after_stop, row_seed
 from .config import options_of
 
 try:  # the embedded engine's modules (after the engines/ restructure) ...
@@ -212,7 +212,7 @@ class VLLMEngine:
         p = self.path
         return SamplingParams(
             temperature=p.temperature, max_tokens=p.max_tokens, logprobs=2, stop=list(p.stop_strings) or None,
-            include_stop_str_in_output=True, seed=_row_seed(p.seed, key) if p.temperature > 0 else None,
+            include_stop_str_in_output=True, seed=row_seed(p.seed, key) if p.temperature > 0 else None,
         )
 
     def _run(self, requests: list[EngineRequest], prepared: list[tuple[Any, str]]) -> list[EngineResult]:
@@ -285,7 +285,7 @@ class VLLMEngine:
             latency = ttft + max(0.0, stats.last_token_ts - stats.first_token_ts)
         finish = c.finish_reason if c.finish_reason in ("stop", "length") else None
         result = EngineResult(
-            key=req.key, text=_cut_after_stop(text, len(prefill), p.stop_strings), token_ids=ids,
+            key=req.key, text=cut_after_stop(text, len(prefill), p.stop_strings), token_ids=ids,
             prompt_tokens=len(out.prompt_token_ids or []), completion_tokens=len(ids), latency_s=latency,
             ttft_s=ttft, forward_passes=len(ids), margins=margins, top2=top2, finish_reason=finish,
         )
@@ -465,14 +465,3 @@ def _shares(total: int, weights: list[int]) -> list[int]:
 
 def _is_engine_dead(exc: BaseException) -> bool:
     return type(exc).__name__ in ("EngineDeadError", "EngineGenerateError") or "EngineCore" in str(exc)
-
-
-def _row_seed(seed: int, key: str) -> int:
-    """A per-request seed, the same formula as the torch engine's: a sampled request does not depend on its batch."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big") & (2**63 - 1)
-
-
-def _cut_after_stop(text: str, start: int, stops: tuple[str, ...]) -> str:
-    """Drop what a stop token carried past the stop string (as `TorchEngine` does, so equal tokens give equal text)."""
-    ends = [text.find(s, start) + len(s) for s in stops if text.find(s, start) >= 0]
-    return text[: min(ends)] if ends else text
