@@ -11,6 +11,7 @@ origins into file and line numbers.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +160,17 @@ def canonical_bytes(value: Any) -> bytes:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # nested past orjson's 254 levels
         return deepjson.dumps(value).encode()
+
+
+def record_lines(path: str, conv: "Conversion") -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of a file with their line numbers; every line and blank is counted in `conv`."""
+    with open(path, "rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            conv.lines += 1
+            if not raw.strip():
+                conv.blank += 1
+                continue
+            yield line_no, raw
 
 
 def load_line(raw: bytes) -> tuple[Any, str | None]:

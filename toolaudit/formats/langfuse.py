@@ -35,6 +35,7 @@ from toolaudit.formats.base import (
     check_role,
     get_dotted,
     load_line,
+    record_lines,
     usage_block,
 )
 from toolaudit.formats.detect import looks_like_langfuse, mixed
@@ -48,30 +49,25 @@ def read(path: str, keys: Keys) -> Conversion:
     conv = Conversion("langfuse", by_session=True)
     traces: dict[str, dict] = {}
     found: list[tuple[int, Any, str | None]] = []  # (line, observation, trace id of the enclosing trace)
-    with open(path, "rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            conv.lines += 1
-            if not raw.strip():
-                conv.blank += 1
-                continue
-            record, error = load_line(raw)
-            if error is None and isinstance(record, dict) and isinstance(record.get("data"), list):
-                items = record["data"]
+    for line_no, raw in record_lines(path, conv):
+        record, error = load_line(raw)
+        if error is None and isinstance(record, dict) and isinstance(record.get("data"), list):
+            items = record["data"]
+        else:
+            items = [record]
+        for item in items if error is None else [None]:
+            if error is None and isinstance(item, dict) and isinstance(item.get("observations"), list):
+                if isinstance(item.get("id"), str):
+                    traces.setdefault(item["id"], item)
+                found.extend((line_no, obs, item.get("id")) for obs in item["observations"]
+                             if not isinstance(obs, str))  # ids only: the observation has a line of its own
+            elif error is None and isinstance(item, dict) and looks_like_langfuse(item):
+                found.append((line_no, item, None))
             else:
-                items = [record]
-            for item in items if error is None else [None]:
-                if error is None and isinstance(item, dict) and isinstance(item.get("observations"), list):
-                    if isinstance(item.get("id"), str):
-                        traces.setdefault(item["id"], item)
-                    found.extend((line_no, obs, item.get("id")) for obs in item["observations"]
-                                 if not isinstance(obs, str))  # ids only: the observation has a line of its own
-                elif error is None and isinstance(item, dict) and looks_like_langfuse(item):
-                    found.append((line_no, item, None))
-                else:
-                    conv.records += 1
-                    conv.problem(line_no, None, None, error or (
-                        "not a Langfuse trace (with \"observations\") or observation (with \"traceId\" and "
-                        "\"type\")" + mixed(item, "langfuse")), raw)
+                conv.records += 1
+                conv.problem(line_no, None, None, error or (
+                    "not a Langfuse trace (with \"observations\") or observation (with \"traceId\" and "
+                    "\"type\")" + mixed(item, "langfuse")), raw)
     seen: dict[str, tuple[int, bytes]] = {}
     for position, (line_no, obs, trace_id) in enumerate(found):
         conv.records += 1

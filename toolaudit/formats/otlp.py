@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolaudit.formats.base import Call, Conversion, Invalid, Keys, as_key, canonical_bytes, load_line
+from toolaudit.formats.base import Call, Conversion, Invalid, Keys, as_key, canonical_bytes, load_line, record_lines
 
 # A convention's reader: a decoded span -> a call, or the reason it is skipped. Raises Invalid.
 SpanReader = Callable[["Span", Keys], "Call | str"]
@@ -197,30 +197,25 @@ def read_spans(path: str, fmt: str, keys: Keys, reader: SpanReader, hint: Callab
     conv = Conversion(fmt, by_session=True)
     seen: dict[tuple[str, str], tuple[int, bytes]] = {}
     position = 0
-    with open(path, "rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            conv.lines += 1
-            if not raw.strip():
-                conv.blank += 1
-                continue
-            doc, error = load_line(raw)
-            if error is None and (not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list)):
-                error = "not an OTLP/JSON ExportTraceServiceRequest (no \"resourceSpans\" list)" + hint(doc)
-            try:
-                pairs = _spans_of(doc) if error is None else []
-            except Invalid as exc:
-                conv.records += 1
-                conv.problem(line_no, None, exc.field, exc.message, raw)
-                continue
-            if error is not None:
-                conv.records += 1
-                conv.problem(line_no, None, None, error, raw)
-                continue
-            resources: dict[int, dict] = {}
-            for (_, r, attrs), span_raw in pairs:
-                conv.records += 1
-                position += 1
-                _one_span(conv, seen, keys, reader, resources, r, attrs, span_raw, line_no, position)
+    for line_no, raw in record_lines(path, conv):
+        doc, error = load_line(raw)
+        if error is None and (not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list)):
+            error = "not an OTLP/JSON ExportTraceServiceRequest (no \"resourceSpans\" list)" + hint(doc)
+        try:
+            pairs = _spans_of(doc) if error is None else []
+        except Invalid as exc:
+            conv.records += 1
+            conv.problem(line_no, None, exc.field, exc.message, raw)
+            continue
+        if error is not None:
+            conv.records += 1
+            conv.problem(line_no, None, None, error, raw)
+            continue
+        resources: dict[int, dict] = {}
+        for (_, r, attrs), span_raw in pairs:
+            conv.records += 1
+            position += 1
+            _one_span(conv, seen, keys, reader, resources, r, attrs, span_raw, line_no, position)
     return conv
 
 

@@ -29,6 +29,7 @@ from toolaudit.formats.base import (
     check_role,
     get_dotted,
     load_line,
+    record_lines,
     text_content,
     usage_block,
 )
@@ -40,23 +41,18 @@ _COPIED = ("model", "temperature", "top_p", "parallel_tool_calls", "user", "seed
 
 def read(path: str, keys: Keys) -> Conversion:
     conv = Conversion("responses")
-    with open(path, "rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            conv.lines += 1
-            if not raw.strip():
-                conv.blank += 1
-                continue
-            conv.records += 1
-            record, error = load_line(raw)
-            if error is not None:
-                conv.problem(line_no, None, None, error, raw)
-                continue
-            try:
-                conv.calls.append(record_to_call(record, keys, line_no))
-            except Invalid as exc:
-                conv.problem(line_no, None, exc.field, exc.message, raw)
-            except RecursionError:
-                conv.problem(line_no, None, None, "nested too deeply", raw)
+    for line_no, raw in record_lines(path, conv):
+        conv.records += 1
+        record, error = load_line(raw)
+        if error is not None:
+            conv.problem(line_no, None, None, error, raw)
+            continue
+        try:
+            conv.calls.append(record_to_call(record, keys, line_no))
+        except Invalid as exc:
+            conv.problem(line_no, None, exc.field, exc.message, raw)
+        except RecursionError:
+            conv.problem(line_no, None, None, "nested too deeply", raw)
     return conv
 
 
