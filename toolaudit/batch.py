@@ -15,6 +15,7 @@ written like a replayed call. Importing again is idempotent: paired calls are ke
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,29 +130,33 @@ def _error_row(errors: RowBatch, run_id: int, side: str, source: str, line: int,
                message=message, excerpt=raw[:EXCERPT_CHARS].decode("utf-8", "replace").rstrip())
 
 
-def _read_requests(path: str, run_id: int, side: str, errors: RowBatch) -> dict[tuple[str, int], _Request]:
-    requests: dict[tuple[str, int], _Request] = {}
+def _json_lines(path: str, run_id: int, side: str, errors: RowBatch) -> Iterator[tuple[int, bytes, Any]]:
+    """(line number, raw line, parsed JSON) of each non-blank line; a line that is not JSON becomes an error row."""
     with open(path, "rb") as handle:
         for n, raw in enumerate(handle, start=1):
             if not raw.strip():
                 continue
             try:
-                line = orjson.loads(raw)
+                yield n, raw, orjson.loads(raw)
             except orjson.JSONDecodeError:
                 _error_row(errors, run_id, side, path, n, "not valid JSON", raw)
-                continue
-            key = parse_custom_id(line.get("custom_id")) if isinstance(line, dict) else None
-            body = line.get("body") if isinstance(line, dict) else None
-            if key is None or not isinstance(body, dict):
-                _error_row(errors, run_id, side, path, n, "not a toolaudit batch request (custom_id "
-                           "[session, call_index, customer] and a body)", raw, "custom_id")
-                continue
-            if key[:2] in requests:
-                _error_row(errors, run_id, side, path, n, f"duplicate custom_id (first at line "
-                           f"{requests[key[:2]].line})", raw, "custom_id")
-                continue
-            tools = body.get("tools")
-            requests[key[:2]] = _Request(n, key[2], tools if isinstance(tools, list) else [])
+
+
+def _read_requests(path: str, run_id: int, side: str, errors: RowBatch) -> dict[tuple[str, int], _Request]:
+    requests: dict[tuple[str, int], _Request] = {}
+    for n, raw, line in _json_lines(path, run_id, side, errors):
+        key = parse_custom_id(line.get("custom_id")) if isinstance(line, dict) else None
+        body = line.get("body") if isinstance(line, dict) else None
+        if key is None or not isinstance(body, dict):
+            _error_row(errors, run_id, side, path, n, "not a toolaudit batch request (custom_id "
+                       "[session, call_index, customer] and a body)", raw, "custom_id")
+            continue
+        if key[:2] in requests:
+            _error_row(errors, run_id, side, path, n, f"duplicate custom_id (first at line "
+                       f"{requests[key[:2]].line})", raw, "custom_id")
+            continue
+        tools = body.get("tools")
+        requests[key[:2]] = _Request(n, key[2], tools if isinstance(tools, list) else [])
     return requests
 
 
@@ -209,31 +214,23 @@ def import_results(store: Store, requests_path: str, results_path: str, side: st
     requests = _read_requests(str(requests_path), run_id, side, errors)
     counts.requests = len(requests)
     results: dict[tuple[str, int], tuple[int, EngineResult]] = {}
-    with open(results_path, "rb") as handle:
-        for n, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                line = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                _error_row(errors, run_id, side, str(results_path), n, "not valid JSON", raw)
-                continue
-            cid = line.get("custom_id") if isinstance(line, dict) else None
-            key = parse_custom_id(cid)
-            if key is None or key[:2] not in requests:
-                counts.unknown += 1
-                _error_row(errors, run_id, side, str(results_path), n,
-                           f"custom_id {cid!r} is not a request of {requests_path}", raw, "custom_id")
-                continue
-            if key[:2] in results:
-                counts.unknown += 1
-                _error_row(errors, run_id, side, str(results_path), n, f"second result for custom_id {cid!r} "
-                           f"(first at line {results[key[:2]][0]})", raw, "custom_id")
-                continue
-            counts.results += 1
-            result = result_from_line(cid, line)
-            counts.result_errors += result.error is not None
-            results[key[:2]] = (n, result)
+    for n, raw, line in _json_lines(str(results_path), run_id, side, errors):
+        cid = line.get("custom_id") if isinstance(line, dict) else None
+        key = parse_custom_id(cid)
+        if key is None or key[:2] not in requests:
+            counts.unknown += 1
+            _error_row(errors, run_id, side, str(results_path), n,
+                       f"custom_id {cid!r} is not a request of {requests_path}", raw, "custom_id")
+            continue
+        if key[:2] in results:
+            counts.unknown += 1
+            _error_row(errors, run_id, side, str(results_path), n, f"second result for custom_id {cid!r} "
+                       f"(first at line {results[key[:2]][0]})", raw, "custom_id")
+            continue
+        counts.results += 1
+        result = result_from_line(cid, line)
+        counts.result_errors += result.error is not None
+        results[key[:2]] = (n, result)
     done = sb.final_keys(store, run_id)
     staged = RowBatch()
     todo = []
