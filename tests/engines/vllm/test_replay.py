@@ -171,6 +171,11 @@ def test_replays_release_every_vllm_process(replayed):
 
 
 def test_print_figures(replayed, capsys):
+    """Prints the figures quoted in docs/benchmarks.md, after checking they cover every call on both sides."""
+    for dtype in PAIRS:
+        perf = replayed[dtype]["figures"]["path_performance"]
+        assert sorted(p["side"] for p in perf) == ["baseline", "candidate"]
+        assert all(p["calls"] == LIMIT and p["completion_tokens"] > 0 for p in perf), perf
     with capsys.disabled():
         print(f"\nvLLM replay figures (also in {replayed['figures_file']}):")
         for dtype in PAIRS:

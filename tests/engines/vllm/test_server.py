@@ -200,6 +200,9 @@ def test_sampled_candidate_stores_divergences_with_server_margins(runs):
 
 
 def test_print_figures(runs, server, capsys):
+    """Prints the figures quoted in the note, after checking each run stored every call with both outputs."""
+    for label in ("noise", "sampled"):
+        assert len(runs[label]["calls"]) == LIMIT and len(runs[label]["outputs"]) == 2 * LIMIT
     with capsys.disabled():
         print(f"\nvLLM server: healthy after {server['start_s']:.0f} s")
         for label in ("noise", "sampled"):
