@@ -175,3 +175,104 @@ def test_worker_processes_give_exactly_the_sequential_result(tmp_path):
     errors = tables[3]["trace_errors"]
     assert any(e[2] == broken_at + 1 and "not valid JSON" in e[4] for e in errors)
     assert sum("duplicate call index" in e[4] for e in errors) == len(base_lines) + 1
+
+
+def test_call_indices_and_duplicates_match_a_sequential_read(tmp_path):
+    """Explicit and implicit call indices mixed in one session, and a repeated index, exactly as read_trace
+    (traces.CallIndexer, line by line) assigns them; compare assigns them in SQL (compare_sql)."""
+    from toolaudit.traces import TraceLineError, read_trace
+
+    close = [tool_call("close_ticket", {"ticket_id": 1})]
+    records = []
+    for n, index in enumerate([None, 3, None, 1, None, 3, None, 0, None]):
+        records.append(line(session="m", call_index=index, calls=close))
+        records.append(line(session=f"other{n % 2}", calls=close))  # interleaved sessions
+    path = write_jsonl(tmp_path / "log.jsonl", records)
+    want_calls, want_errors = set(), set()
+    for item in read_trace(path):
+        if isinstance(item, TraceLineError):
+            want_errors.add((item.line, item.message))
+        else:
+            want_calls.add((item.session_id, item.call_index, item.line))
+    assert len(want_errors) == 2  # the second explicit 3 and the explicit 0 repeat earlier indices
+    for workers in (1, 2):
+        with Store(tmp_path / f"w{workers}.duckdb") as store:
+            compare_logs(store, path, path, CompareOptions(schema_dir=None, workers=workers))
+            got = set(store.query("SELECT session_id, call_index, line FROM outputs WHERE side = 'baseline'")[1])
+            errors = set(store.query("SELECT line, message FROM trace_errors WHERE side = 'baseline'")[1])
+            kinds = set(store.query("SELECT DISTINCT drift_kind FROM calls")[1])
+        assert got == want_calls and errors == want_errors and kinds == {("identical",)}
+
+
+def test_identical_pairs_get_each_sides_own_schema_verdict(tmp_path, db_path):
+    """The candidate side is scanned without validating; an identical pair reuses the baseline's verdict only
+    when that cannot differ (same tools, no schema errors). Otherwise the candidate is validated on its own."""
+    from conftest import SEARCH_TOOL
+
+    lenient = json.loads(json.dumps(SEARCH_TOOL))
+    del lenient["function"]["parameters"]["properties"]["limit"]["minimum"]
+    zero = {"query": "a", "limit": 0}
+    baseline = [line(session="invalid", calls=[tool_call("search_tickets", {"query": 5})]),
+                line(session="tools", calls=[tool_call("search_tickets", zero)], tools=[lenient]),
+                line(session="ok", calls=[tool_call("search_tickets", {"query": "a"})])]
+    candidate = [line(session="invalid", calls=[tool_call("search_tickets", '{ "query" : 5 }')]),
+                 line(session="tools", calls=[tool_call("search_tickets", zero)]),
+                 line(session="ok", calls=[tool_call("search_tickets", {"query": "a"})]),
+                 line(session="only", calls=[tool_call("search_tickets", {"limit": 2})])]
+    store, run_id, counts = run_compare(tmp_path, db_path, baseline, candidate)
+    rows = calls_by_key(store, run_id)
+    verdicts = {s: (rows[(s, 0)]["drift_kind"], rows[(s, 0)]["baseline_valid"], rows[(s, 0)]["candidate_valid"])
+                for s in ("invalid", "tools", "ok")}
+    assert verdicts == {"invalid": ("identical", False, False), "tools": ("identical", True, False),
+                        "ok": ("identical", True, True)}
+    errors = {(r[0], r[1]): r[2] for r in store.query(
+        "SELECT session_id, side, schema_errors FROM outputs WHERE run_id = ?", [run_id])[1]}
+    assert errors[("invalid", "baseline")] and errors[("invalid", "baseline")] == errors[("invalid", "candidate")]
+    assert errors[("tools", "baseline")] is None and "minimum" in errors[("tools", "candidate")]
+    assert errors[("ok", "baseline")] is None and errors[("ok", "candidate")] is None
+    assert "required" in errors[("only", "candidate")]  # a call in one log only still gets its verdict
+    assert (counts.matched, counts.candidate_only, counts.kinds) == (3, 1, {"identical": 3})
+
+
+def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch):
+    """Ctrl-C while differing pairs are being diffed, or while the agreeing pairs are written: the run is
+    marked interrupted and holds whole batches only, each call once."""
+    import toolaudit.compare as compare
+    from toolaudit.compare_sql import Staging
+
+    b = write_jsonl(tmp_path / "b.jsonl", [line(session=f"s{i}", calls=[tool_call("close_ticket", {"ticket_id": i})])
+                                           for i in range(50)])
+    c = write_jsonl(tmp_path / "c.jsonl", [line(session=f"s{i}", calls=[tool_call("close_ticket", {"ticket_id": -i})])
+                                           for i in range(50)])
+    store = Store(db_path)
+    calls = {"n": 0}
+    original = compare._Comparison._candidate
+
+    def exploding(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 30:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(compare._Comparison, "_candidate", exploding)
+    with pytest.raises(KeyboardInterrupt):
+        compare_logs(store, b, c, CompareOptions(schema_dir=None, batch_rows=10))
+    monkeypatch.undo()
+
+    def broken_insert(self, *args, **kwargs):
+        self.con.execute("BEGIN TRANSACTION")
+        self.con.execute("ROLLBACK")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Staging, "write_rows", broken_insert)
+    with pytest.raises(KeyboardInterrupt):
+        compare_logs(store, b, b, CompareOptions(schema_dir=None))
+    monkeypatch.undo()
+    statuses = dict(store.query("SELECT run_id, status FROM runs")[1])
+    assert sorted(statuses.values()) == ["interrupted", "interrupted"]
+    n, distinct = store.query("SELECT count(*), count(DISTINCT session_id) FROM calls WHERE run_id = 1")[1][0]
+    assert n == distinct == 20  # two whole batches of 10 before the 30th pair
+    assert store.query("SELECT count(*) FROM calls WHERE run_id = 2")[1][0][0] == 0
+    # nothing left behind on the connection: a new comparison on the same store runs
+    run_id, counts = compare_logs(store, b, b, CompareOptions(schema_dir=None))
+    assert counts.matched == 50 and counts.kinds == {"identical": 50}

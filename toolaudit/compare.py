@@ -1,10 +1,10 @@
 """Compare two recorded logs of the same requests (e.g. the nightly canary: target-only vs speculative).
 
-Both logs are scanned in chunks (by worker processes for big logs) into compact digests; the baseline's
-digests form an index that the candidate's stream is joined against, so memory grows with the number of calls,
-not with the size of the prompts. Pairs whose canonical tool calls agree (~99%) are stored straight from their
-digests; the rest are re-read and diffed argument by argument. Calls are matched by (session, call index); a
-call in one log only is counted as unmatched, never as drift.
+Both logs are scanned in chunks (by worker processes for big logs) into compact digests, which stream into a
+DuckDB staging table; call indices and the join by (session, call index) are computed there (`compare_sql`), so
+memory stays flat however many calls the logs hold. Pairs whose canonical tool calls agree (~99%) and calls in
+one log only (counted as unmatched, never as drift) are written with INSERT ... SELECT straight from their
+digests; the rest are re-read by byte offset and diffed argument by argument in Python.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from toolaudit.compare_scan import ChunkResult, Digest, scan_task, split_file
-from toolaudit.errors import TraceError
-from toolaudit.pairs import Analyzer, OutputRow, SideOutput, message_raw_text, write_call, write_output, write_unmatched
-from toolaudit.records import DriftKind, MatchStatus
+import pyarrow as pa
+
+from toolaudit.compare_scan import ChunkResult, digest, scan_task, split_file
+from toolaudit.compare_sql import BASELINE_ONLY, CANDIDATE_ONLY, FAST, Staging, staging
+from toolaudit.pairs import Analyzer, SideOutput, message_raw_text
+from toolaudit.records import DriftKind
 from toolaudit.schemas import SchemaRegistry
 from toolaudit.shards import Shard
 from toolaudit.store import RowBatch, Store
@@ -30,7 +32,6 @@ from toolaudit.traces import (
     CALL_INDEX_KEY,
     DEFAULT_CUSTOMER_KEY,
     DEFAULT_SESSION_KEY,
-    CallIndexer,
     RawCall,
     TraceCall,
     TraceLineError,
@@ -42,6 +43,7 @@ from toolaudit.traces import (
     parse_line,
 )
 
+CHUNK_BYTES = 16 << 20  # one chunk's digests are a few MB: memory stays flat however big the logs are
 Progress = Callable[[int], None]  # called with the number of input bytes just consumed (total: the files' sizes)
 
 
@@ -126,7 +128,8 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
 
 
 class _Comparison:
-    """Streams chunk digests (baseline first, then candidate) into a join and writes rows in batches."""
+    """Streams chunk digests (baseline first, then candidate) into DuckDB staging tables, joins them there, diffs
+    the pairs that differ in Python and writes every other row with INSERT ... SELECT (see `compare_sql`)."""
 
     def __init__(self, store: Store, run_id: int, sources: list[TraceSource], options: CompareOptions,
                  counts: RunCounts, progress: Progress | None):
@@ -139,10 +142,12 @@ class _Comparison:
         self.analyzer = Analyzer(run_id, SchemaRegistry(options.schema_dir))
         self.batch = RowBatch()
         self.issues_seen: set[tuple] = set()
-        self.index: dict[tuple[str, int], Digest] = {}
         self.handles: dict[int, Any] = {}
         self.shard = options.shard
         self.other_calls = [0, 0]
+        # a converted log's line N is line shown[N-1] of the user's file
+        self.shown = [None if src.origins is None else pa.array([o.line for o in src.origins], pa.int64())
+                      for src in sources]
 
     def run(self) -> None:
         workers = self.options.workers or default_workers(self.paths)
@@ -158,36 +163,33 @@ class _Comparison:
                         continue
                     stats.errors += 1
                     self._error(side, err)
-            for start, end in split_file(str(path), workers * 4 if workers > 1 else 1):
+            size = path.stat().st_size
+            parts = max(workers * 4 if workers > 1 else 1, size // CHUNK_BYTES)
+            for start, end in split_file(str(path), parts):
                 tasks.append((str(path), start, end, src.session_key, src.customer_key, self.options.schema_dir,
-                              self.shard))
+                              self.shard, side == 0))
                 sides.append(side)
         line_base = [0, 0]
-        indexers = [CallIndexer(), CallIndexer()]
         try:
-            with _results(tasks, workers) as results:
-                for side, task, chunk in zip(sides, tasks, results):
-                    self._absorb(side, chunk, line_base[side], indexers[side], task[1], task[2])
-                    line_base[side] += chunk.lines
-            for side, src in enumerate(self.sources):
-                try:  # a shard may hold none of a file's calls: the file as a whole must hold some
+            with staging(self.store.con) as stage:
+                with _results(tasks, workers) as results:
+                    for side, task, chunk in zip(sides, tasks, results):
+                        self._absorb(stage, side, chunk, line_base[side], task[2] - task[1])
+                        line_base[side] += chunk.lines
+                self._duplicates(stage)
+                self._flush(force=True)
+                for side, src in enumerate(self.sources):
+                    # a shard may hold none of a file's calls: the file as a whole must hold some
                     src.check(replace(self._stats(side), calls=self._stats(side).calls + self.other_calls[side]),
                               self.first_errors[side])
-                except TraceError:
-                    self._flush(force=True)  # keep the error rows: `toolaudit sql` shows them all
-                    raise
-            for (session_id, call_index), base in self.index.items():
-                self.counts.baseline_only += 1
-                self._unmatched(session_id, call_index, base, "baseline")
-                self._flush()
-            self._flush(force=True)
+                self._pair(stage)
         finally:
             for handle in self.handles.values():
                 handle.close()
 
     # -- per chunk --------------------------------------------------------------------------------------------
-    def _absorb(self, side: int, chunk: ChunkResult, base: int, indexer: CallIndexer, start: int, end: int) -> None:
-        """Fold one chunk (bytes start..end of a side's file) into the join; progress advances by bytes."""
+    def _absorb(self, stage: Staging, side: int, chunk: ChunkResult, base: int, size: int) -> None:
+        """Fold one chunk (`size` bytes of a side's file) into the staging table; progress advances by bytes."""
         stats, src = self._stats(side), self.sources[side]
         if not src.converted:
             stats.lines += chunk.stats.lines
@@ -201,26 +203,25 @@ class _Comparison:
         for err in chunk.errors:
             stats.errors += 1
             self._error(side, src.translate(replace(err, line=err.line + base)))
-        for d in chunk.digests:
-            line = d.line + base
-            index = indexer.assign(d.session_id, d.explicit_index, src.where(line)[1])
-            if isinstance(index, str):
-                stats.errors += 1
-                raw = self._reread(side, d.offset)
-                self._error(side, src.translate(line_error(raw, str(self.paths[side]), line, CALL_INDEX_KEY, index)))
-                continue
-            stats.calls += 1
-            d = d._replace(line=line)
-            if side == 0:
-                self.index[(d.session_id, index)] = d
-            else:
-                self._candidate(d, index)
-            if self.progress:
-                self.progress(round((d.offset - start) * self.scale[side]))
-                start = d.offset
-            self._flush()
+        if chunk.table is not None and len(chunk.table):
+            stats.calls += len(chunk.table)
+            stage.append(side, chunk.table, base, self.shown[side])
+        self._flush()
         if self.progress:
-            self.progress(round((end - start) * self.scale[side]))
+            self.progress(round(size * self.scale[side]))
+
+    def _duplicates(self, stage: Staging) -> None:
+        """A second call with the same (session, call index) is an error row, as in a sequential read."""
+        for dup in stage.index():
+            side = dup["side"]
+            stats = self._stats(side)
+            stats.calls -= 1
+            stats.errors += 1
+            message = (f"duplicate call index {dup['call_index']} for session {dup['session_id']!r} "
+                       f"(first seen at line {dup['first_shown']})")
+            raw = self._reread(side, dup["offset"])
+            self._error(side, self.sources[side].translate(
+                line_error(raw, str(self.paths[side]), dup["line"], CALL_INDEX_KEY, message)))
 
     def _elsewhere(self, side: int, n: int) -> None:
         """Records of this file that other shards store (their sessions' calls, or bad lines for shard 1)."""
@@ -230,43 +231,53 @@ class _Comparison:
     def _stats(self, side: int) -> TraceStats:
         return self.counts.baseline if side == 0 else self.counts.candidate
 
-    def _candidate(self, cand: Digest, call_index: int) -> None:
-        base = self.index.pop((cand.session_id, call_index), None)
-        if base is None:
-            self.counts.candidate_only += 1
-            self._unmatched(cand.session_id, call_index, cand, "candidate")
-            return
-        customer = base.customer or cand.customer
-        if base.simple and cand.simple and base.status == cand.status and base.signature == cand.signature:
-            kind = DriftKind.IDENTICAL if base.text == cand.text else DriftKind.TEXT_ONLY
-            write_call(self.batch, self.run_id, cand.session_id, call_index, MatchStatus.MATCHED, customer=customer,
-                       tool_name=base.tool_name or cand.tool_name, kind=kind, exact_text_match=base.raw == cand.raw,
-                       baseline_valid=base.valid, candidate_valid=cand.valid, arg_diff_count=0)
-            write_output(self.batch, self.run_id, cand.session_id, call_index, "baseline", self._row(0, base))
-            write_output(self.batch, self.run_id, cand.session_id, call_index, "candidate", self._row(1, cand))
-        else:  # the rare pair that differs: re-read both lines and diff in full
-            b_call, c_call = self._call(0, base, call_index), self._call(1, cand, call_index)
-            kind = DriftKind(self.analyzer.pair(self.batch, cand.session_id, call_index, customer, b_call.tools,
-                                                side_output(b_call, self.options.baseline_name),
-                                                side_output(c_call, self.options.candidate_name)).kind)
-            for issue in self.analyzer.pending_issues:
-                self._issue(issue)
-            self.analyzer.pending_issues.clear()
+    # -- the join -----------------------------------------------------------------------------------------------
+    def _pair(self, stage: Staging) -> None:
+        """Join the sides; diff the pairs that differ; validate the candidates that need it; write the rest."""
+        how = stage.pair()
+        page = max(1, self.options.batch_rows)
+        for rows in stage.differing(page):
+            for row in rows:
+                self._candidate(row)
+                self._flush()
+        for rows in stage.candidates_to_check(page):
+            stage.add_checked([self._check(row["line"], row["offset"]) for row in rows])
+        for issue in self.analyzer.pending_issues:
+            self._issue(issue)
+        self.analyzer.pending_issues.clear()
+        self._flush(force=True)
+        names = (self.options.baseline_name, self.options.candidate_name)
+        stage.write_rows(self.run_id, names, (self.sources[0].source, self.sources[1].source))
+        for kind, n in stage.fast_kinds().items():
+            self.counts.kinds[kind] = self.counts.kinds.get(kind, 0) + n
+        self.counts.matched += how.get(FAST, 0)
+        self.counts.baseline_only += how.get(BASELINE_ONLY, 0)
+        self.counts.candidate_only += how.get(CANDIDATE_ONLY, 0)
+
+    def _candidate(self, row: dict[str, Any]) -> None:
+        """A matched pair whose canonical tool calls differ: re-read both lines and diff in full."""
+        session_id, call_index = row["session_id"], row["call_index"]
+        b_call = self._call(0, row["bl"], row["b_offset"], call_index)
+        c_call = self._call(1, row["cl"], row["c_offset"], call_index)
+        kind = DriftKind(self.analyzer.pair(self.batch, session_id, call_index, row["customer"], b_call.tools,
+                                            side_output(b_call, self.options.baseline_name),
+                                            side_output(c_call, self.options.candidate_name)).kind)
+        for issue in self.analyzer.pending_issues:
+            self._issue(issue)
+        self.analyzer.pending_issues.clear()
         self.counts.matched += 1
         self.counts.drifted += kind.drifted
         self.counts.kinds[kind.value] = self.counts.kinds.get(kind.value, 0) + 1
 
+    def _check(self, line: int, offset: int) -> tuple[int, bool | None, str | None]:
+        """The schema verdict of a candidate line scanned without validating."""
+        src = self.sources[1]
+        item = parse_line(self._reread(1, offset), str(self.paths[1]), line, src.session_key, src.customer_key, True)
+        assert isinstance(item, RawCall), "a line that digested cleanly parses again"
+        d = digest(item, offset, self.analyzer)
+        return line, d.valid, d.schema_errors
+
     # -- rows -------------------------------------------------------------------------------------------------
-    def _row(self, side: int, d: Digest) -> OutputRow:
-        source, line = self.sources[side].where(d.line)
-        return OutputRow(self.options.baseline_name if side == 0 else self.options.candidate_name, d.raw,
-                         d.tool_calls, d.status, d.fmt, d.error, source, line, d.schema_errors,
-                         d.system_fingerprint)
-
-    def _unmatched(self, session_id: str, call_index: int, d: Digest, side: str) -> None:
-        write_unmatched(self.batch, self.run_id, session_id, call_index, side, d.customer, d.tool_name,
-                        self._row(0 if side == "baseline" else 1, d))
-
     def _issue(self, issue: dict) -> None:
         """Schema issues arrive from every chunk: store each once per run."""
         key = tuple(issue.values())
@@ -293,13 +304,13 @@ class _Comparison:
         handle.seek(offset)
         return handle.readline()
 
-    def _call(self, side: int, d: Digest, call_index: int) -> TraceCall:
+    def _call(self, side: int, line: int, offset: int, call_index: int) -> TraceCall:
         src = self.sources[side]
-        item = parse_line(self._reread(side, d.offset), str(self.paths[side]), d.line, src.session_key,
+        item = parse_line(self._reread(side, offset), str(self.paths[side]), line, src.session_key,
                           src.customer_key, True)
         assert isinstance(item, RawCall), "a line that digested cleanly parses again"
-        source, line = src.where(d.line)
-        return TraceCall(source, line, item.session_id, call_index, item.customer, item.request, item.response)
+        source, shown = src.where(line)
+        return TraceCall(source, shown, item.session_id, call_index, item.customer, item.request, item.response)
 
 
 @contextmanager

@@ -1,18 +1,25 @@
 """Scan a byte range of a recorded log into compact per-call digests, in a worker process or in-process.
 
-A digest holds what the comparison needs for the common case (the two answers agree): a canonical signature
-of the tool calls, schema validity, and the row values to store. The rare pairs whose signatures differ are
-re-read from the file by byte offset and diffed in full. Chunks carry line numbers relative to their start;
+A digest holds what the comparison needs for the common case (the two answers agree): a hash of the canonical
+signature of the tool calls, schema validity, and the row values to store. A chunk's digests travel as one Arrow
+table (`DIGEST_COLUMNS`), which `compare_sql` appends to a staging table; the rare pairs whose signatures differ
+are re-read from the file by byte offset and diffed in full. Chunks carry line numbers relative to their start;
 the caller adds the lines of the chunks before, so results equal a sequential read exactly.
+
+The candidate side is scanned without running its schemas (`validate=False`): an identical pair's candidate has
+the baseline's verdict when both requests offer the same tools and the baseline's calls raised no schema error;
+`compare_sql` validates the few other candidates afterwards. Schema problems are still reported from both sides.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
+import pyarrow as pa
 
 from toolaudit.diff import call_signature
 from toolaudit.pairs import Analyzer, message_raw_text, tool_calls_json
@@ -45,9 +52,23 @@ class Digest(NamedTuple):
     system_fingerprint: str | None
 
 
+# The staging columns of one scanned line (the caller adds side, absolute line and original line).
+DIGEST_COLUMNS: dict[str, pa.DataType] = {
+    "line": pa.int64(), "offset": pa.int64(), "session_id": pa.string(), "explicit_index": pa.int64(),
+    "customer": pa.string(), "sig": pa.binary(), "simple": pa.bool_(), "text_hash": pa.binary(),
+    "status": pa.string(), "fmt": pa.string(), "error": pa.string(), "raw": pa.string(), "tool_calls": pa.string(),
+    "valid": pa.bool_(), "schema_errors": pa.string(), "tool_name": pa.string(), "fingerprint": pa.string(),
+    "tools_hash": pa.binary(),
+}
+
+
+def _hash(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
 @dataclass
 class ChunkResult:
-    digests: list[Digest] = field(default_factory=list)
+    table: pa.Table | None = None  # one row per digested line, DIGEST_COLUMNS
     errors: list[TraceLineError] = field(default_factory=list)
     stats: TraceStats = field(default_factory=TraceStats)
     lines: int = 0
@@ -73,18 +94,24 @@ def split_file(path: str, parts: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _validity(analyzer: Analyzer, tools: list, calls: tuple[ToolCall, ...]) -> tuple[bool | None, str | None]:
-    """All calls valid -> True, any invalid -> False, else None; plus the error messages as JSON."""
+def _validity(analyzer: Analyzer, tools: list, calls: tuple[ToolCall, ...],
+              validate: bool = True) -> tuple[bool | None, str | None]:
+    """All calls valid -> True, any invalid -> False, else None; plus the error messages as JSON.
+    With validate=False only the schemas' own problems are reported (issues), and (None, None) returned."""
     if not calls:
         return None, None
     schemas = analyzer.schemas_for(tools)
+    if not validate:
+        for call in calls:
+            analyzer._schema(schemas, call.name)  # reports a schema's warnings once, as validating would
+        return None, None
     errors: list = []
     verdicts = [analyzer.validate_call(schemas, call, errors) for call in calls]
     valid = False if False in verdicts else None if None in verdicts else True
     return valid, (orjson.dumps(errors).decode() if errors else None)
 
 
-def digest(item: RawCall, offset: int, analyzer: Analyzer) -> Digest:
+def digest(item: RawCall, offset: int, analyzer: Analyzer, validate: bool = True) -> Digest:
     """Parse, sign and validate one call's recorded answer."""
     response = item.response or {}
     message = first_message(response)
@@ -93,7 +120,7 @@ def digest(item: RawCall, offset: int, analyzer: Analyzer) -> Digest:
     simple = parsed.status != "unparseable" and not any(c.arguments_error for c in calls)
     signature = orjson.dumps(sorted(call_signature(c) for c in calls), default=_bytes) if calls else b""
     tools = item.request.get("tools")
-    valid, schema_errors = _validity(analyzer, tools if isinstance(tools, list) else [], calls)
+    valid, schema_errors = _validity(analyzer, tools if isinstance(tools, list) else [], calls, validate)
     return Digest(item.line, offset, item.session_id, item.explicit_index, item.customer, signature, simple,
                   parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
                   tool_calls_json(calls), valid, schema_errors, calls[0].name if calls else None,
@@ -106,11 +133,23 @@ def _bytes(value: Any) -> str:
     raise TypeError
 
 
+def tools_key(tools: Any) -> bytes:
+    """A hash of a request's tools list: equal lists, equal keys."""
+    if not isinstance(tools, list) or not tools:
+        return _hash(b"")
+    try:
+        return _hash(orjson.dumps(tools))
+    except TypeError:  # nested past orjson's limit: still a stable key
+        return _hash(repr(tools).encode("utf-8", "replace"))
+
+
 def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: str,
-               schema_dir: str | None, shard: Shard | None = None) -> ChunkResult:
+               schema_dir: str | None, shard: Shard | None = None, validate: bool = True) -> ChunkResult:
     """Digest every line in [start, end) of `path`. Line numbers are relative to the chunk (1-based).
-    With a shard, only its sessions' lines are digested (and bad lines only by shard 1); the rest are counted."""
+    With a shard, only its sessions' lines are digested (and bad lines only by shard 1); the rest are counted.
+    validate=False leaves `valid`/`schema_errors` NULL (the candidate side: see the module docstring)."""
     result = ChunkResult()
+    rows: list[tuple] = []
     analyzer = Analyzer(0, SchemaRegistry(schema_dir))
     stats = result.stats
     with open(path, "rb") as handle:
@@ -136,10 +175,22 @@ def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: 
             elif shard is not None and not shard.holds(item.session_id):
                 result.other_calls += 1
             else:
-                result.digests.append(digest(item, here, analyzer))
+                d = digest(item, here, analyzer, validate)
+                rows.append((d.line, d.offset, d.session_id, d.explicit_index, d.customer, _hash(d.signature),
+                             d.simple, _hash(d.text.encode("utf-8", "surrogatepass")), d.status, d.fmt, d.error,
+                             d.raw, d.tool_calls, d.valid, d.schema_errors, d.tool_name, d.system_fingerprint,
+                             tools_key(item.request.get("tools"))))
+    result.table = digest_table(rows)
     result.lines = line_no
     result.schema_issues = analyzer.pending_issues
     return result
+
+
+def digest_table(rows: list[tuple]) -> pa.Table:
+    """Digest rows (in DIGEST_COLUMNS order) as one Arrow table."""
+    columns = list(zip(*rows)) if rows else [()] * len(DIGEST_COLUMNS)
+    return pa.Table.from_arrays([pa.array(col, type=typ) for col, typ in zip(columns, DIGEST_COLUMNS.values())],
+                                names=list(DIGEST_COLUMNS))
 
 
 def scan_task(args: tuple) -> ChunkResult:
