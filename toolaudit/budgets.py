@@ -21,7 +21,7 @@ from toolaudit.store import Store
 from toolaudit.store.queries import other_runs_fingerprints
 
 # Float slack when comparing a measured figure with a bound: 1.50% measured against "max 1.5%" passes.
-_EPS = 1e-12
+EPS = 1e-12
 
 
 class GateUsageError(ToolauditError):
@@ -138,8 +138,24 @@ def evaluate(store: Store, run_id: int | None, bounds: Bounds) -> GateResult:
     return result
 
 
+@dataclass
+class CandidateGate:
+    """One candidate of a matrix run, gated on its own run."""
+
+    candidate: str
+    run_id: int
+    result: GateResult
+
+
+def evaluate_candidates(store: Store, run_id: int | None, bounds: Bounds) -> list[CandidateGate]:
+    """Every candidate of a matrix run gated on the same bounds (a plain run: its one candidate)."""
+    run = store.run_row(run_id)
+    members = store.matrix_members(run["run_id"]) if run["kind"] == "matrix" else [run]
+    return [CandidateGate(m["candidate_name"], m["run_id"], evaluate(store, m["run_id"], bounds)) for m in members]
+
+
 def _bound(what: str, measured: float, bound: float) -> Check:
-    ok = measured <= bound + _EPS
+    ok = measured <= bound + EPS
     return Check(what, ok, f"{what} {pct(measured)} {'<=' if ok else '>'} max {pct(bound)}")
 
 
@@ -149,7 +165,7 @@ def _increase(store: Store, figures: RunFigures, against: int, max_increase: flo
     if before.rate.n == 0:
         raise NothingToCheck(f"run {against} (--against) has no matched calls to compare with")
     rise = figures.rate.p - before.rate.p
-    ok = rise <= max_increase + _EPS
+    ok = rise <= max_increase + EPS
     change = f"rose {points(rise)}" if rise > 0 else f"fell {points(-rise)}" if rise < 0 else "unchanged"
     return Check("call drift increase", ok,
                  f"call drift {change} vs run {against} ({pct(before.rate.p)} -> {pct(figures.rate.p)}) "
@@ -237,16 +253,16 @@ def routing_advice(scope: str, rate: Rate, max_call_drift: float | None, max_ses
                    session_calls: float) -> Advice:
     """Judge one slice on the Wilson upper bound: target-only unless the data show it is within budget."""
     sess = session_upper(rate.high, session_calls) if max_session_drift is not None else None
-    call_ok = None if max_call_drift is None else rate.high <= max_call_drift + _EPS
-    sess_ok = None if sess is None or max_session_drift is None else sess <= max_session_drift + _EPS
+    call_ok = None if max_call_drift is None else rate.high <= max_call_drift + EPS
+    sess_ok = None if sess is None or max_session_drift is None else sess <= max_session_drift + EPS
     if rate.n == 0:
         return Advice(scope, 0, 0.0, 1.0, sess, None, None, "target-only", "no calls measured")
     if call_ok is not False and sess_ok is not False:
         return Advice(scope, rate.n, rate.p, rate.high, sess, call_ok, sess_ok, "candidate ok",
                       "95% upper bound within budget")
-    point_over = ((max_call_drift is not None and rate.p > max_call_drift + _EPS)
+    point_over = ((max_call_drift is not None and rate.p > max_call_drift + EPS)
                   or (max_session_drift is not None
-                      and session_upper(rate.p, session_calls) > max_session_drift + _EPS))
+                      and session_upper(rate.p, session_calls) > max_session_drift + EPS))
     reason = "drift over budget" if point_over else "not enough calls to show it is within budget"
     return Advice(scope, rate.n, rate.p, rate.high, sess, call_ok, sess_ok, "target-only", reason)
 

@@ -7,7 +7,7 @@ import re
 from click.testing import CliRunner
 
 from toolaudit.cli import cli
-from toolaudit.report.markdown import _md
+from toolaudit.report.markdown import md_cell
 
 
 def test_markdown_keeps_tables_intact(report_db, tmp_path):
@@ -38,4 +38,4 @@ def gfm_cells(row: str) -> int:
 def test_markdown_cells_never_split():
     for value in ["a|b", "a\\|b", "a\\\\|b", "a\\\\\\|b", "`|`", "x\\"]:
         for code in (False, True):
-            assert gfm_cells(f"| {_md(value, code)} |") == 2, (value, code)
+            assert gfm_cells(f"| {md_cell(value, code)} |") == 2, (value, code)

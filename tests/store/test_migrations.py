@@ -14,7 +14,7 @@ EXPECTED_TABLES = {
     "schema_migrations": ["version", "name", "applied_at"],
     "runs": ["run_id", "name", "kind", "status", "created_at", "finished_at", "baseline_name", "candidate_name",
              "baseline_source", "candidate_source", "baseline_fingerprint", "candidate_fingerprint", "options",
-             "counts", "toolaudit_version"],
+             "counts", "toolaudit_version", "matrix_id"],
     "calls": ["run_id", "session_id", "call_index", "customer", "tool_name", "match_status", "drift_kind",
               "drifted", "exact_text_match", "baseline_valid", "candidate_valid", "arg_diff_count", "detail"],
     "arg_diffs": ["run_id", "session_id", "call_index", "call_position", "tool_name", "arg_path", "diff_kind",
@@ -24,7 +24,8 @@ EXPECTED_TABLES = {
     "trace_errors": ["run_id", "side", "source", "line", "field", "message", "excerpt"],
     "schema_issues": ["run_id", "tool_name", "schema_source", "severity", "message"],
 }
-VIEWS = ["call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift", "path_performance"]
+VIEWS = ["call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift", "path_performance",
+         "frontier", "customer_frontier"]
 
 
 def columns(store, table):
@@ -80,3 +81,34 @@ def test_wilson_macro_matches_python(db_path):
 def test_tool_drift_has_a_column_per_drifted_kind(db_path):
     with Store(db_path) as store:
         assert columns(store, "tool_drift")[7:] == [k.value for k in DRIFTED_KINDS]
+
+
+def test_a_version_6_database_migrates_and_its_runs_read_as_matrices_of_one(tmp_path):
+    """Existing databases keep working: the runs written before migration 7 get `matrix_id` NULL and show in
+    the frontier views as a matrix of one candidate."""
+    import duckdb
+
+    path = tmp_path / "v6.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMP NOT NULL)")
+    for version, name, sql in MIGRATIONS[:6]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [version, name])
+    con.execute("""INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name)
+                   VALUES (1, 'old', 'replay', 'complete', now(), 'target', 'spec-ngram')""")
+    for i, drifted in enumerate([False, True, False, False]):
+        con.execute("""INSERT INTO calls (run_id, session_id, call_index, customer, tool_name, match_status,
+                       drift_kind, drifted) VALUES (1, 's', ?, 'acme', 't', 'matched', ?, ?)""",
+                    [i, "arguments_changed" if drifted else "identical", drifted])
+    con.execute("INSERT INTO sessions VALUES (1, 's', 'acme', 4, 4, 1, true, 0.5)")
+    con.close()
+    with Store(path) as store:
+        assert store.schema_version() == MIGRATIONS[-1][0]
+        row = store.rows("SELECT * FROM frontier")[0]
+        assert (row["matrix_id"], row["run_id"], row["candidate"], row["calls"], row["drifted_calls"]) == \
+            (1, 1, "spec-ngram", 4, 1)
+        assert row["mean_calls_per_session"] == 4 and abs(row["session_drift"] - (1 - 0.75 ** 4)) < 1e-12
+        assert row["speedup"] is None and row["pareto"] is None  # no timings recorded
+        assert store.rows("SELECT customer, calls FROM customer_frontier") == [{"customer": "acme", "calls": 4}]
+        assert store.run_row(None)["run_id"] == 1

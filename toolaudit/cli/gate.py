@@ -35,7 +35,11 @@ class CannotCheck(click.ClickException):
 def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customers: bool,
            formats: tuple[str, ...], out_dir: str, near_tie_margin: float, max_call_drift: float | None,
            max_session_drift: float | None, session_calls: float | None) -> None:
-    """Write per-customer drift reports (HTML, Markdown, JSON) for a run."""
+    """Write per-customer drift reports (HTML, Markdown, JSON) for a run.
+
+    For a matrix run (`replay --candidate A --candidate B ...`): each candidate's reports, and per customer a
+    remedy report (every candidate's drift and speed, the Pareto frontier, the fastest candidate within the
+    --max-call-drift / --max-session-drift budget), also printed here."""
     from toolaudit.report import ReportOptions, parse_formats, write_reports
     from toolaudit.store import Store
 
@@ -48,6 +52,11 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
                             max_session_drift=max_session_drift, session_calls=session_calls)
     with Store(db, read_only=True) as store:
         written = write_reports(store, run_id, None if all_customers else customers, wanted, out_dir, options)
+        if store.run_row(run_id)["kind"] == "matrix":  # the remedies per customer on the terminal too
+            from toolaudit.cli.remedies import show_matrix
+            from toolaudit.frontier import Budget
+
+            show_matrix(store, run_id, "table", Budget(max_call_drift, max_session_drift), session_calls)
     for path in written:
         click.echo(str(path))
 
@@ -70,8 +79,10 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
 def check(db: str, run_id: int | None, max_call_drift: float | None, max_session_drift: float | None,
           against: int | None, max_increase: float | None, expect_fingerprint: str | None,
           use_upper_bound: bool) -> None:
-    """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors."""
-    from toolaudit.budgets import Bounds, GateUsageError, evaluate
+    """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
+
+    A matrix run gates every candidate; each broken bound is printed with the candidate's name."""
+    from toolaudit.budgets import Bounds, GateUsageError, evaluate_candidates
     from toolaudit.errors import ToolauditError
     from toolaudit.store import Store
 
@@ -80,14 +91,17 @@ def check(db: str, run_id: int | None, max_call_drift: float | None, max_session
     try:
         bounds.validate()
         with Store(db, read_only=True) as store:
-            result = evaluate(store, run_id, bounds)
+            gates = evaluate_candidates(store, run_id, bounds)
     except GateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     except ToolauditError as exc:
         raise CannotCheck(str(exc)) from None
-    if result.ok:
-        click.echo(result.ok_line())
-        return
-    for violation in result.violations:
-        click.echo(violation.message)
-    sys.exit(1)
+    matrix = len(gates) > 1
+    for gate in gates:  # a matrix gates each candidate and names it; a plain run prints as before
+        label = f"candidate {gate.candidate} (run {gate.run_id}): " if matrix else ""
+        if gate.result.ok:
+            click.echo((f"candidate {gate.candidate}: " if matrix else "") + gate.result.ok_line())
+        for violation in gate.result.violations:
+            click.echo(label + violation.message)
+    if not all(g.result.ok for g in gates):
+        sys.exit(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from toolaudit.cli.common import db_option, friendly_errors, output_options, print_rows
+from toolaudit.cli.remedies import show_matrix
 from toolaudit.cli.show import show_summary
 
 
@@ -33,7 +34,10 @@ def summary(db: str, run_id: int | None, fmt: str) -> None:
     from toolaudit.store import Store
 
     with Store(db, read_only=True) as store:
-        show_summary(run_summary(store, run_id), fmt, db)
+        if store.run_row(run_id)["kind"] == "matrix":
+            show_matrix(store, run_id, fmt)
+        else:
+            show_summary(run_summary(store, run_id), fmt, db)
 
 
 @click.command()

@@ -16,6 +16,7 @@ from toolaudit.cli.common import (
     schema_dir_or_none,
     shard_option,
 )
+from toolaudit.cli.remedies import show_matrix
 from toolaudit.cli.show import show_summary
 from toolaudit.output import to_json
 
@@ -42,7 +43,10 @@ def _run_replay(db: str, options, resume: int | None, fmt: str) -> None:
         if counts.skipped:
             click.echo(f"resumed run {run_id}: {counts.skipped} calls already stored, {counts.replayed} replayed",
                        err=True)
-        show_summary(run_summary(store, run_id), fmt, db)
+        if store.run_row(run_id)["kind"] == "matrix":
+            show_matrix(store, run_id, fmt)
+        else:
+            show_summary(run_summary(store, run_id), fmt, db)
 
 
 class _LazyBar:
@@ -67,7 +71,9 @@ class _LazyBar:
 @click.command()
 @click.argument("traces", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--baseline", default="target", show_default=True, help="Baseline decode path name.")
-@click.option("--candidate", default="spec-ngram", show_default=True, help="Candidate decode path name.")
+@click.option("--candidate", "candidates", multiple=True, default=("spec-ngram",), show_default=True,
+              help="Candidate decode path name; repeat it for a remedy matrix (the baseline decoded once, each "
+                   "candidate diffed against it, see `toolaudit frontier`).")
 @click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True),
               help="paths.toml with [paths.NAME] tables (default: built-in target and spec-ngram).")
 @db_option
@@ -85,11 +91,11 @@ class _LazyBar:
 @shard_option
 @output_options
 @friendly_errors
-def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: str | None, db: str,
+def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
            run_name: str | None, trace_format: str, session_key: str, customer_key: str, schema_dir: str,
            shard, fmt: str) -> None:
-    """Replay recorded calls through two decode paths and diff their tool calls.
+    """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
 
     Trace files may be in any format `compare` reads (detected from the first record unless --format says)."""
     from toolaudit.replay import ReplayOptions
@@ -99,7 +105,8 @@ def replay(traces: tuple[str, ...], baseline: str, candidate: str, paths_file: s
     if resume is not None and (traces or shard):
         raise click.UsageError("--resume takes its traces, paths and shard from the run; do not pass trace "
                                "files or --shard")
-    options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidate,
+    options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidates[0],
+                            candidates=list(candidates) if len(candidates) > 1 else None,
                             paths_file=paths_file, limit=limit, calls_per_session=calls_per_session,
                             run_name=run_name, chunk=chunk, session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),

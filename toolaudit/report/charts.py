@@ -188,3 +188,60 @@ def interval_chart(rows: Sequence[tuple[str, float, float, float]], title: str,
     body.append(_text(f.left + f.plot_w / 2, f.height - 6, "drifted calls (dot) with 95% Wilson interval",
                       fill=INK))
     return _svg(f.width, f.height, title, body)
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    label: str
+    speedup: float
+    drift: float
+    low: float
+    high: float
+    pareto: bool
+
+
+def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | None = None) -> str:
+    """Drift (y, with its 95% interval) against speedup over the baseline (x): one dot per candidate, filled
+    when Pareto-optimal; the baseline itself sits at 1.0x and 0 drift; an optional call drift budget line."""
+    f = Frame(height=340, top=30, left=72)
+    top = nice_max(max([p.high for p in points] + ([budget] if budget else []) + [1e-6]))
+    x_max = max([p.speedup for p in points] + [1.0]) * 1.15
+    x_max = math.ceil(x_max * 4) / 4
+
+    def x(v: float) -> float:
+        return f.left + f.plot_w * min(max(v, 0.0), x_max) / x_max
+
+    def y(v: float) -> float:
+        return f.top + f.plot_h * (1 - min(v, top) / top)
+
+    body = f.y_axis(top, percent_label)
+    step = 0.25 if x_max <= 2 else 0.5 if x_max <= 4 else 1.0
+    tick = 0.0
+    while tick <= x_max + 1e-9:
+        body.append(_text(x(tick), f.top + f.plot_h + 18, f"{tick:g}x"))
+        tick += step
+    body.append(f'<line x1="{x(1.0):.1f}" x2="{x(1.0):.1f}" y1="{f.top}" y2="{f.top + f.plot_h:.1f}" '
+                f'stroke="{SLATE}" stroke-dasharray="3 3"/>')
+    body.append(f'<rect x="{x(1.0) - 5:.1f}" y="{y(0) - 5:.1f}" width="10" height="10" fill="{INK}"/>')
+    body.append(_text(x(1.0) + 8, y(0) - 8, "baseline", "start", INK))
+    if budget is not None:
+        by = y(budget)
+        body.append(f'<line x1="{f.left}" x2="{f.left + f.plot_w:.1f}" y1="{by:.1f}" y2="{by:.1f}" '
+                    f'stroke="{AMBER}" stroke-width="2" stroke-dasharray="5 4"/>')
+        body.append(_text(f.left + f.plot_w - 4, by - 6, f"call drift budget {percent_label(budget)}", "end",
+                          AMBER))
+    for p in points:
+        px = x(p.speedup)
+        body.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{y(p.high):.1f}" y2="{y(p.low):.1f}" '
+                    f'stroke="{BLUE}" stroke-width="2"/>')
+        fill = BLUE if p.pareto else "#fff"
+        body.append(f'<circle cx="{px:.1f}" cy="{y(p.drift):.1f}" r="6" fill="{fill}" stroke="{BLUE}" '
+                    f'stroke-width="2"/>')
+        label = p.label if len(p.label) <= 24 else p.label[:23] + "…"
+        body.append(_text(px + 10, y(p.drift) + 4, label, "start", INK))
+    body += [f'<circle cx="{f.left + 16}" cy="13" r="5" fill="{BLUE}"/>',
+             _text(f.left + 26, 17, "Pareto-optimal", "start", INK),
+             f'<circle cx="{f.left + 146}" cy="13" r="5" fill="#fff" stroke="{BLUE}" stroke-width="2"/>',
+             _text(f.left + 156, 17, "dominated (whisker: 95% CI)", "start", INK)]
+    body += f.axis_titles("speedup over the baseline (tokens/s)", "drifted calls")
+    return _svg(f.width, f.height, title, body)

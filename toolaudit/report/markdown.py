@@ -20,7 +20,7 @@ from toolaudit.report.text import (
 )
 
 
-def _md(value: Any, code: bool = False) -> str:
+def md_cell(value: Any, code: bool = False) -> str:
     """A Markdown table cell on one line; data values as code spans so nothing in them renders as markup."""
     text = "" if value is None else str(value)
     text = text.replace("\r", " ").replace("\n", " ")
@@ -40,7 +40,7 @@ def _escape_pipes(text: str) -> str:
     return re.sub(r"(\\*)\|", lambda m: m.group(1) + "\\" * (1 + len(m.group(1)) % 2) + "|", text)
 
 
-def _md_table(columns: Sequence[str], rows: Iterable[Sequence[str]],
+def md_table(columns: Sequence[str], rows: Iterable[Sequence[str]],
               numeric: Iterable[int] = ()) -> list[str]:
     right = set(numeric)
     align = ["---:" if i in right else "---" for i in range(len(columns))]
@@ -51,41 +51,41 @@ def _md_table(columns: Sequence[str], rows: Iterable[Sequence[str]],
 def render_markdown(r: dict) -> str:
     """Markdown for pasting into tickets: headings, lists and tables, no HTML."""
     run = r["run"]
-    out = [f"# Tool-call drift: {_md(r['customer'])}", "",
-           (f"Run {run['run_id']} ({_md(run['name'])}, {run['status']}, {run['created_at']} UTC): candidate "
-            f"{_md(run['candidate_name'], True)} against baseline {_md(run['baseline_name'], True)}."), ""]
-    out += [f"- {_md(s)}" for s in headline_sentences(r)] + [""]
+    out = [f"# Tool-call drift: {md_cell(r['customer'])}", "",
+           (f"Run {run['run_id']} ({md_cell(run['name'])}, {run['status']}, {run['created_at']} UTC): candidate "
+            f"{md_cell(run['candidate_name'], True)} against baseline {md_cell(run['baseline_name'], True)}."), ""]
+    out += [f"- {md_cell(s)}" for s in headline_sentences(r)] + [""]
     out += _md_paths(r)
     if r["routing"]:
         out += ["## Routing advice", "",
                 f"Budget: at most {budget_text(r)}, judged on the 95% Wilson upper bound.", ""]
-        out += _md_table(["scope", "calls", "drift", "upper bound", "session upper bound", "advice", "why"], [
-            [_md(a["scope"], True), f"{a['calls']:,}", pct(a["drift_rate"]), pct(a["ci_high"]),
+        out += md_table(["scope", "calls", "drift", "upper bound", "session upper bound", "advice", "why"], [
+            [md_cell(a["scope"], True), f"{a['calls']:,}", pct(a["drift_rate"]), pct(a["ci_high"]),
              pct(a["session_upper"]), f"**{a['verdict']}**", a["reason"]] for a in routing_rows(r)],
             numeric=range(1, 5))
         out += [routing_rest(r), ""] if routing_rest(r) else []
     out += ["## Drift by tool", ""]
-    out += _md_table(["tool", "calls", "drifted", "drift", "95% CI", "kinds"], [
-        [_md(t["tool_name"], True), f"{t['calls']:,}", f"{t['drifted_calls']:,}", pct(t["drift_rate"]),
-         f"{pct(t['ci_low'])} to {pct(t['ci_high'])}", _md(kinds_text(t))]
+    out += md_table(["tool", "calls", "drifted", "drift", "95% CI", "kinds"], [
+        [md_cell(t["tool_name"], True), f"{t['calls']:,}", f"{t['drifted_calls']:,}", pct(t["drift_rate"]),
+         f"{pct(t['ci_low'])} to {pct(t['ci_high'])}", md_cell(kinds_text(t))]
         for t in r["tools"][: r["settings"]["table_rows"]]], numeric=range(1, 5))
     out += [tools_rest(r), ""] if tools_rest(r) else []
     out += ["## Drift by argument", ""]
     if r["arguments"]:
-        out += _md_table(["tool", "argument", "calls with diff", "rate", "kinds", "example baseline",
+        out += md_table(["tool", "argument", "calls with diff", "rate", "kinds", "example baseline",
                           "example candidate"], [
-            [_md(a["tool_name"], True), _md(a["arg_path"], True), str(a["calls_with_diff"]), pct(a["rate"]),
-             _md(a["diff_kinds"]), _md(a["example_baseline"], True), _md(a["example_candidate"], True)]
+            [md_cell(a["tool_name"], True), md_cell(a["arg_path"], True), str(a["calls_with_diff"]), pct(a["rate"]),
+             md_cell(a["diff_kinds"]), md_cell(a["example_baseline"], True), md_cell(a["example_candidate"], True)]
             for a in r["arguments"]], numeric=(2, 3))
     else:
         out += ["No argument-level differences.", ""]
     out += ["## Expected drift vs session length", ""]
-    out += _md_table(["calls", "expected", "95% CI low", "95% CI high"], [
+    out += md_table(["calls", "expected", "95% CI low", "95% CI high"], [
         [str(s["calls"]), pct(s["p"]), pct(s["low"]), pct(s["high"])] for s in r["session_length"]],
         numeric=range(4))
     out += ["## First-divergence margins", "", margin_summary(r["margins"]), ""]
     if r["margins"]["with_evidence"]:
-        out += _md_table(["baseline margin (logit)", "drifted calls", "attribution"], [
+        out += md_table(["baseline margin (logit)", "drifted calls", "attribution"], [
             [b["label"], str(b["count"]), "near-tie" if b["near_tie"] else "large margin"]
             for b in r["margins"]["histogram"]], numeric=(1,))
     out += _md_examples(r)
@@ -99,17 +99,17 @@ def _md_paths(r: dict) -> list[str]:
     rows = []
     for p in r["paths"]:
         ref = p["side"] == "baseline"
-        rows.append([_md(p["path_name"], True), p["side"], f"{p['calls']:,}",
+        rows.append([md_cell(p["path_name"], True), p["side"], f"{p['calls']:,}",
                      "reference" if ref else pct(p["exact_match_rate"]),
                      "reference" if ref else pct(p["tool_call_mismatch_rate"]), num(p["tokens_per_s"]),
                      "n/a" if p["acceptance_rate"] is None else pct(p["acceptance_rate"]), f"{p['errors']:,}",
-                     _md(p["fingerprint"] or "not recorded", True)])
+                     md_cell(p["fingerprint"] or "not recorded", True)])
     nf = r["noise_floor"]
     if nf:
-        rows.append([_md(nf["path_name"], True), f"noise floor (run {nf['run_id']})", f"{nf['calls']:,}",
+        rows.append([md_cell(nf["path_name"], True), f"noise floor (run {nf['run_id']})", f"{nf['calls']:,}",
                      pct(nf["exact_match_rate"]), pct(nf["drift_rate"]), "", "", "", ""])
     out = ["## Decode paths", ""]
-    out += _md_table(["path", "role", "calls", "exact-match outputs", "tool-call mismatch", "tokens/s",
+    out += md_table(["path", "role", "calls", "exact-match outputs", "tool-call mismatch", "tokens/s",
                       "acceptance", "errors", "fingerprint"], rows, numeric=range(2, 8))
     if not nf:
         out += [("No noise-floor run covers this customer: run the baseline path against itself to separate "
@@ -122,18 +122,18 @@ def _md_examples(r: dict) -> list[str]:
     if not r["examples"]:
         return out + ["No drifted calls.", ""]
     for i, e in enumerate(r["examples"], 1):
-        out += [f"### {i}. {_md(e['tool_name'], True)}: {e['drift_kind']} ({e['attribution']})", "",
-                f"Session {_md(e['session_id'], True)}, call {e['call_index']}. {_md(e['detail'])}", ""]
+        out += [f"### {i}. {md_cell(e['tool_name'], True)}: {e['drift_kind']} ({e['attribution']})", "",
+                f"Session {md_cell(e['session_id'], True)}, call {e['call_index']}. {md_cell(e['detail'])}", ""]
         if e["baseline_margin"] is not None:
             out += [(f"First divergence at token {e['first_divergence']}: baseline "
-                     f"{_md(e['baseline_token'], True)} (margin {e['baseline_margin']:.3g}) against "
-                     f"candidate {_md(e['candidate_token'], True)}."), ""]
+                     f"{md_cell(e['baseline_token'], True)} (margin {e['baseline_margin']:.3g}) against "
+                     f"candidate {md_cell(e['candidate_token'], True)}."), ""]
         if e["arg_diffs"]:
-            out += _md_table(["argument", "change", "baseline", "candidate"], [
-                [_md(d["arg_path"], True), d["diff_kind"], _md(d["baseline"], True),
-                 _md(d["candidate"], True)] for d in e["arg_diffs"]])
+            out += md_table(["argument", "change", "baseline", "candidate"], [
+                [md_cell(d["arg_path"], True), d["diff_kind"], md_cell(d["baseline"], True),
+                 md_cell(d["candidate"], True)] for d in e["arg_diffs"]])
         else:
-            out += _md_table(["baseline output", "candidate output"],
-                             [[_md(e["baseline_output"], True), _md(e["candidate_output"], True)]])
+            out += md_table(["baseline output", "candidate output"],
+                             [[md_cell(e["baseline_output"], True), md_cell(e["candidate_output"], True)]])
     return out
 

@@ -9,6 +9,7 @@ from toolaudit.output import to_json
 from toolaudit.report.data import ReportError, ReportOptions, customer_report, customers_of, slugs
 from toolaudit.report.html import render_html
 from toolaudit.report.markdown import render_markdown
+from toolaudit.report.remedies import remedies_report, render_remedies_html, render_remedies_markdown
 from toolaudit.store import Store
 
 
@@ -17,6 +18,8 @@ def render_json(report: dict) -> str:
 
 
 RENDERERS: dict[str, Callable[[dict], str]] = {"html": render_html, "md": render_markdown, "json": render_json}
+MATRIX_RENDERERS: dict[str, Callable[[dict], str]] = {"html": render_remedies_html, "md": render_remedies_markdown,
+                                                      "json": render_json}
 FORMATS = tuple(RENDERERS)  # html, md, json: also the order files are written in when none are named
 
 
@@ -38,8 +41,14 @@ def parse_formats(values: Iterable[str]) -> list[str]:
 
 def write_reports(store: Store, run_id: int | None, customers: Sequence[str] | None, formats: Sequence[str],
                   out_dir: str | Path, options: ReportOptions | None = None) -> list[Path]:
-    """Write one file per customer and format under out_dir/run-<id>/; customers=None means all."""
-    rid = store.run_row(run_id)["run_id"]
+    """Write one file per customer and format under out_dir/run-<id>/; customers=None means all.
+
+    For a matrix run: each candidate's reports under its own run folder, and under the matrix's folder one
+    remedy report per customer and format that links to them."""
+    run = store.run_row(run_id)
+    if run["kind"] == "matrix":
+        return _write_matrix_reports(store, run, customers, formats, out_dir, options)
+    rid = run["run_id"]
     known = customers_of(store, rid)
     wanted = list(known) if customers is None else list(dict.fromkeys(customers))
     missing = [c for c in wanted if c not in known]
@@ -57,5 +66,35 @@ def write_reports(store: Store, run_id: int | None, customers: Sequence[str] | N
         for fmt in formats:
             path = folder / f"{names[customer]}.{fmt}"
             path.write_text(RENDERERS[fmt](report), encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def _write_matrix_reports(store: Store, run: dict, customers: Sequence[str] | None, formats: Sequence[str],
+                          out_dir: str | Path, options: ReportOptions | None) -> list[Path]:
+    members = store.matrix_members(run["run_id"])
+    known = sorted({c for m in members for c in customers_of(store, m["run_id"])})
+    wanted = list(known) if customers is None else list(dict.fromkeys(customers))
+    missing = [c for c in wanted if c not in known]
+    if missing:
+        raise ReportError(f"matrix run {run['run_id']} has no calls for customer {missing[0]!r} "
+                          f"(see `toolaudit frontier --run {run['run_id']}`)")
+    written: list[Path] = []
+    member_slugs = {}
+    for m in members:
+        mine = [c for c in wanted if c in customers_of(store, m["run_id"])]
+        if mine:
+            written += write_reports(store, m["run_id"], mine, formats, out_dir, options)
+        member_slugs[m["run_id"]] = slugs(customers_of(store, m["run_id"]))
+    names = slugs(known)
+    folder = Path(out_dir) / f"run-{run['run_id']}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for customer in wanted:
+        for fmt in formats:
+            links = {m["candidate_name"]: f"../run-{m['run_id']}/{member_slugs[m['run_id']][customer]}.{fmt}"
+                     for m in members if customer in member_slugs[m["run_id"]]}
+            report = remedies_report(store, run["run_id"], customer, options, links)
+            path = folder / f"{names[customer]}.{fmt}"
+            path.write_text(MATRIX_RENDERERS[fmt](report), encoding="utf-8")
             written.append(path)
     return written

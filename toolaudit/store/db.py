@@ -119,14 +119,19 @@ class Store:
     # -- runs -----------------------------------------------------------------------------------------------
     def create_run(self, kind: str, name: str | None, baseline_name: str, candidate_name: str,
                    baseline_source: str, candidate_source: str, options: dict,
-                   baseline_fingerprint: str | None = None, candidate_fingerprint: str | None = None) -> int:
+                   baseline_fingerprint: str | None = None, candidate_fingerprint: str | None = None,
+                   matrix_id: int | None = None) -> int:
+        """A new run row (`matrix_id`: the matrix run this run is one candidate of)."""
         run_id = self.con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0]
+        if matrix_id is not None and name is None:  # candidates are told apart by name inside a matrix
+            name = f"run-{matrix_id}/{candidate_name}"
         self.con.execute(
             "INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name, "
             "baseline_source, candidate_source, baseline_fingerprint, candidate_fingerprint, options, "
-            "toolaudit_version) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "toolaudit_version, matrix_id) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run_id, name or f"run-{run_id}", kind, _now(), baseline_name, candidate_name, baseline_source,
-             candidate_source, baseline_fingerprint, candidate_fingerprint, json_text(options), __version__])
+             candidate_source, baseline_fingerprint, candidate_fingerprint, json_text(options), __version__,
+             matrix_id])
         return run_id
 
     def write_batch(self, batch: RowBatch) -> None:
@@ -149,9 +154,9 @@ class Store:
         self.con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
 
     def run_row(self, run_id: int | None) -> dict:
-        """The given run, or the latest one."""
+        """The given run, or the latest one (a matrix rather than its last candidate)."""
         if run_id is None:
-            rows = self.rows("SELECT * FROM runs ORDER BY run_id DESC LIMIT 1")
+            rows = self.rows("SELECT * FROM runs WHERE matrix_id IS NULL ORDER BY run_id DESC LIMIT 1")
             if not rows:
                 raise StoreError(f"{self.path}: no runs yet; run `toolaudit compare` or `replay` first")
             return rows[0]
@@ -159,6 +164,10 @@ class Store:
         if not rows:
             raise StoreError(f"{self.path}: no run with id {run_id} (see `toolaudit runs`)")
         return rows[0]
+
+    def matrix_members(self, matrix_id: int) -> list[dict]:
+        """The candidate runs of a matrix run, in the order the candidates were given."""
+        return self.rows("SELECT * FROM runs WHERE matrix_id = ? ORDER BY run_id", [matrix_id])
 
     # -- replay bookkeeping ------------------------------------------------------------------------------------
     def replace_trace_errors(self, run_id: int, batch: RowBatch) -> None:
@@ -203,6 +212,11 @@ class Store:
         finally:
             self.con.unregister("_wanted")
         return {(r[0], r[1]): {"path_name": r[2], "wall_share_s": r[3], "result": r[4]} for r in rows}
+
+    def drop_staged(self, run_id: int, failed_only: bool = False) -> None:
+        """Drop a run's staged results (all, or only those whose engine failed, so a resume retries them)."""
+        failed = " AND json_extract_string(result, '$.error') IS NOT NULL" if failed_only else ""
+        self.con.execute(f"DELETE FROM staged_results WHERE run_id = ?{failed}", [run_id])
 
     def write_batch_unstaging(self, batch: RowBatch, run_id: int, keys: list[tuple[str, int]]) -> None:
         """Write a batch and drop the staged results it consumed, in one transaction (a kill keeps both or

@@ -21,7 +21,7 @@ def _slice(customer: str | None) -> tuple[str, list]:
 
 def list_runs(store: Store) -> tuple[list[str], list[tuple]]:
     return store.query(f"""
-        SELECT r.run_id, r.name, r.kind, r.status, r.created_at, r.baseline_name, r.candidate_name,
+        SELECT r.run_id, r.name, r.kind, r.status, r.matrix_id, r.created_at, r.baseline_name, r.candidate_name,
                count(c.run_id) FILTER (c.{_MATCHED}) AS calls,
                count(c.run_id) FILTER (c.drifted) AS drifted_calls
         FROM runs r LEFT JOIN calls c USING (run_id)
@@ -123,3 +123,23 @@ def other_runs_fingerprints(store: Store, exclude_run: int) -> list[dict[str, An
     """Every other run's fingerprints and options, newest first (to explain a changed fingerprint)."""
     return store.rows("""SELECT run_id, options, baseline_fingerprint, candidate_fingerprint FROM runs
                          WHERE run_id <> ? ORDER BY run_id DESC""", [exclude_run])
+
+
+_FRONTIER_COLUMNS = """run_id, candidate, calls, drifted_calls, sessions, mean_calls_per_session,
+    observed_session_drift, baseline_tokens_per_s, candidate_tokens_per_s, speedup, acceptance_rate,
+    tokens_per_forward_pass, pareto"""
+
+
+def frontier_rows(store: Store, matrix_id: int, customer: str | None = None) -> list[dict[str, Any]]:
+    """The candidates of a matrix (a plain run: its one candidate) from the `frontier` view, or from
+    `customer_frontier` for one customer, in the order the candidates were given."""
+    if customer is None:
+        return store.rows(f"SELECT {_FRONTIER_COLUMNS} FROM frontier WHERE matrix_id = ? ORDER BY run_id",
+                          [matrix_id])
+    return store.rows(f"""SELECT {_FRONTIER_COLUMNS} FROM customer_frontier WHERE matrix_id = ? AND customer = ?
+                          ORDER BY run_id""", [matrix_id, customer])
+
+
+def frontier_customers(store: Store, matrix_id: int) -> list[str]:
+    return [r["customer"] for r in store.rows(
+        "SELECT DISTINCT customer FROM customer_frontier WHERE matrix_id = ? ORDER BY customer", [matrix_id])]

@@ -93,11 +93,79 @@ SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum
 FROM replay_batches GROUP BY run_id, side;"""
 
 
+def _frontier(per_customer: bool) -> str:
+    """The remedy frontier: each candidate run of a matrix (a run outside a matrix is a matrix of one) with its
+    drift, the session drift its per-call rate implies at the observed session length, its speed against the
+    shared baseline, and whether it is Pareto-optimal (no other candidate, nor the baseline itself at 0 drift
+    and 1.0x, is at least as good on both drift and speed and better on one). Speeds come from the matched
+    calls' outputs (tokens over each call's share of its batch's wall time), so a customer's row uses only
+    that customer's calls; recorded logs have no timings, so their speed and `pareto` are NULL."""
+    name = "customer_frontier" if per_customer else "frontier"
+    cust = "coalesce(customer, '(none)') AS customer, " if per_customer else ""
+    ccust = "coalesce(c.customer, '(none)') AS customer, " if per_customer else ""
+    using = "run_id, customer" if per_customer else "run_id"
+    same = " AND o.customer = b.customer" if per_customer else ""
+    out = "coalesce(customer, '(none)') AS customer" if per_customer else "NULL AS customer"
+
+    def speed(side: str) -> str:
+        return (f"sum(o.completion_tokens) FILTER (o.side = '{side}' AND o.tokens_per_s > 0) / nullif(sum("
+                f"o.completion_tokens / o.tokens_per_s) FILTER (o.side = '{side}' AND o.tokens_per_s > 0), 0)")
+    return f"""
+CREATE OR REPLACE VIEW {name} AS
+WITH members AS (
+    SELECT run_id, coalesce(matrix_id, run_id) AS matrix_id, baseline_name AS baseline,
+           candidate_name AS candidate
+    FROM runs WHERE kind <> 'matrix'),
+by_calls AS (
+    SELECT run_id, {cust}count(*) AS calls, count(*) FILTER (drifted) AS drifted_calls
+    FROM calls WHERE {MATCHED} GROUP BY ALL),
+by_sessions AS (
+    SELECT run_id, {cust}count(*) AS sessions, sum(matched_calls) AS session_calls,
+           count(*) FILTER (any_drift) AS sessions_with_drift
+    FROM sessions WHERE matched_calls > 0 GROUP BY ALL),
+by_speed AS (
+    SELECT o.run_id, {ccust}{speed("baseline")} AS baseline_tokens_per_s,
+           {speed("candidate")} AS candidate_tokens_per_s,
+           sum(o.accepted_tokens) FILTER (o.side = 'candidate')
+               / nullif(sum(o.drafted_tokens) FILTER (o.side = 'candidate'), 0) AS acceptance_rate,
+           sum(o.completion_tokens) FILTER (o.side = 'candidate')
+               / nullif(sum(o.forward_passes) FILTER (o.side = 'candidate'), 0) AS tokens_per_forward_pass
+    FROM outputs o JOIN calls c USING (run_id, session_id, call_index)
+    WHERE c.{MATCHED} GROUP BY ALL),
+rated AS (
+    SELECT m.matrix_id, m.run_id, m.baseline, m.candidate, {"c.customer, " if per_customer else ""}c.calls,
+           c.drifted_calls, c.drifted_calls / c.calls AS drift_rate,
+           wilson_low(c.drifted_calls, c.calls) AS ci_low, wilson_high(c.drifted_calls, c.calls) AS ci_high,
+           s.sessions, s.session_calls / s.sessions AS mean_calls_per_session,
+           s.sessions_with_drift / s.sessions AS observed_session_drift,
+           p.baseline_tokens_per_s, p.candidate_tokens_per_s,
+           p.candidate_tokens_per_s / nullif(p.baseline_tokens_per_s, 0) AS speedup,
+           p.acceptance_rate, p.tokens_per_forward_pass
+    FROM members m JOIN by_calls c USING (run_id) LEFT JOIN by_sessions s USING ({using})
+    LEFT JOIN by_speed p USING ({using}))
+SELECT b.matrix_id, b.run_id, b.baseline, b.candidate, {"b.customer, " if per_customer else ""}b.calls,
+       b.drifted_calls, b.drift_rate, b.ci_low, b.ci_high, b.sessions, b.mean_calls_per_session,
+       b.observed_session_drift,
+       1 - (1 - b.drift_rate) ^ b.mean_calls_per_session AS session_drift,
+       1 - (1 - b.ci_high) ^ b.mean_calls_per_session AS session_drift_high,
+       b.baseline_tokens_per_s, b.candidate_tokens_per_s, b.speedup, b.acceptance_rate, b.tokens_per_forward_pass,
+       CASE WHEN b.speedup IS NULL THEN NULL
+            ELSE NOT (b.speedup <= 1 AND (b.drift_rate > 0 OR b.speedup < 1)) AND NOT EXISTS (
+                SELECT 1 FROM rated o WHERE o.matrix_id = b.matrix_id{same} AND o.run_id <> b.run_id
+                  AND o.speedup IS NOT NULL AND o.drift_rate <= b.drift_rate AND o.speedup >= b.speedup
+                  AND (o.drift_rate < b.drift_rate OR o.speedup > b.speedup)) END AS pareto
+FROM rated b;"""
+
+
 VIEW_BUILDERS = {"call_drift": _call_drift, "session_drift": _session_drift, "tool_drift": _tool_drift,
                  "customer_drift": _customer_drift, "argument_drift": _argument_drift,
-                 "path_performance": _path_performance}
+                 "path_performance": _path_performance, "frontier": lambda: _frontier(False),
+                 "customer_frontier": lambda: _frontier(True)}
+# The views before migration 7 (runs.matrix_id): migrations 4 and 6 create exactly these, so a fresh file
+# migrates in order (the frontier views need the column that migration 7 adds).
+CORE_VIEWS = ("call_drift", "session_drift", "tool_drift", "customer_drift", "argument_drift", "path_performance")
 
 
-def views_sql() -> str:
-    """CREATE OR REPLACE statements for every reporting view."""
-    return "\n".join(build() for build in VIEW_BUILDERS.values())
+def views_sql(names: tuple[str, ...] | None = None) -> str:
+    """CREATE OR REPLACE statements for the named reporting views (default: all of them)."""
+    return "\n".join(VIEW_BUILDERS[n]() for n in (names or tuple(VIEW_BUILDERS)))

@@ -1,0 +1,82 @@
+"""`toolaudit frontier`: a matrix run's candidates side by side (drift, session drift, speed, Pareto), and per
+customer the remedy to use within a drift budget. Also how `summary`, `replay` and `report` show a matrix."""
+
+from __future__ import annotations
+
+import click
+
+from toolaudit.cli.common import Proportion, db_option, friendly_errors, output_options, print_rows
+from toolaudit.output import format_table, pct, to_json
+
+
+def frontier_text(f, title: str) -> list[str]:
+    """One frontier as a table, with the recommendation when a budget was given."""
+    length = f.remedies[0].session_calls if f.remedies else 1.0
+    rows = []
+    for r in f.remedies:
+        rows.append([r.candidate, r.rate.n, pct(r.rate.p), f"{pct(r.rate.low)}-{pct(r.rate.high)}",
+                     f"{pct(r.session_drift)} (<= {pct(r.session_drift_high)})",
+                     "-" if r.candidate_tokens_per_s is None else f"{r.candidate_tokens_per_s:.1f}",
+                     "-" if r.speedup is None else f"{r.speedup:.2f}x",
+                     "-" if r.acceptance_rate is None else pct(r.acceptance_rate),
+                     "-" if r.pareto is None else ("yes" if r.pareto else "no"),
+                     "-" if r.within_budget is None else ("yes" if r.within_budget else "no")])
+    base = next((r.baseline_tokens_per_s for r in f.remedies if r.baseline_tokens_per_s), None)
+    lines = [title + (f" (baseline {f.baseline}: {base:.1f} tokens/s)" if base else f" (baseline {f.baseline})"),
+             format_table(["candidate", "calls", "drift", "95% CI", f"session drift @{length:.1f} calls",
+                           "tokens/s", "speedup", "acceptance", "pareto", "in budget"], rows)]
+    if f.recommendation is not None:
+        lines.append(f"  recommended: {f.recommendation.choice} ({f.recommendation.reason})")
+    return lines
+
+
+def show_frontiers(overall, per_customer: list, fmt: str, head: str) -> None:
+    if fmt == "json":
+        click.echo(to_json({"overall": overall.as_dict(), "customers": [f.as_dict() for f in per_customer]}))
+        return
+    if fmt == "csv":
+        rows = [{"customer": f.customer or "(all)", **r.as_dict()} for f in [overall, *per_customer]
+                for r in f.remedies]
+        print_rows(list(rows[0]), [list(r.values()) for r in rows], "csv")
+        return
+    lines = [head, *frontier_text(overall, "all customers")]
+    for f in per_customer:
+        lines += ["", *frontier_text(f, f"customer {f.customer}")]
+    click.echo("\n".join(lines))
+
+
+def matrix_head(store, run: dict) -> str:
+    members = store.matrix_members(run["run_id"])
+    return (f"matrix run {run['run_id']} ({run['name']}, {run['status']}): baseline {run['baseline_name']} vs "
+            f"{len(members)} candidates (runs {', '.join(str(m['run_id']) for m in members)}); "
+            f"detail of one: toolaudit summary --run RUN")
+
+
+def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls: float | None = None) -> None:
+    from toolaudit.frontier import customer_frontiers, frontier, matrix_of
+
+    run = matrix_of(store, run_id)
+    show_frontiers(frontier(store, run["run_id"], None, budget, session_calls),
+                   customer_frontiers(store, run["run_id"], budget, session_calls), fmt, matrix_head(store, run))
+
+
+@click.command(name="frontier")
+@db_option
+@click.option("--run", "run_id", type=int, help="Matrix run id, or any run (default: the latest run).")
+@click.option("--max-call-drift", type=Proportion(), help="Call drift budget for the recommendation (1.5%).")
+@click.option("--max-session-drift", type=Proportion(), help="Session drift budget for the recommendation.")
+@click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for session drift (default: "
+              "each customer's mean).")
+@output_options
+@friendly_errors
+def frontier_cmd(db: str, run_id: int | None, max_call_drift: float | None, max_session_drift: float | None,
+                 session_calls: float | None, fmt: str) -> None:
+    """Candidates of a remedy matrix side by side, and per customer the fastest one within the budget.
+
+    The recommendation uses the 95% upper bounds: a candidate is recommended only when the data show it is
+    within budget; otherwise the answer is target-only (the baseline)."""
+    from toolaudit.frontier import Budget
+    from toolaudit.store import Store
+
+    with Store(db, read_only=True) as store:
+        show_matrix(store, run_id, fmt, Budget(max_call_drift, max_session_drift), session_calls)
