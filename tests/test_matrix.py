@@ -203,3 +203,47 @@ def test_matrix_cli_replay_frontier_check_and_report(tmp_path, paths_file):
     assert one["frontier"]["recommendation"]["choice"]
     html = next(folder.glob("*.html")).read_text()
     assert "<svg" in html and "echo" in html
+
+
+def test_compare_with_several_candidate_logs_is_a_matrix_of_ordinary_compare_runs(tmp_path):
+    base, cand = REPO / "traces" / "example_baseline.jsonl", REPO / "traces" / "example_candidate.jsonl"
+    db = str(tmp_path / "c.duckdb")
+    runner = CliRunner()
+    single = runner.invoke(cli, ["compare", str(base), str(cand), "--db", db, "--json"])
+    assert single.exit_code == 0, single.output
+    alone = json.loads(single.output)
+    matrix = runner.invoke(cli, ["compare", str(base), str(cand), str(base), "--candidate-name", "spec",
+                                 "--candidate-name", "itself", "--db", db, "--run-name", "canary", "--json"])
+    assert matrix.exit_code == 0, matrix.output
+    data = json.loads(matrix.output)
+    remedies = {r["candidate"]: r for r in data["overall"]["remedies"]}
+    assert list(remedies) == ["spec", "itself"]
+    assert remedies["itself"]["drifted_calls"] == 0
+    assert (remedies["spec"]["calls"], remedies["spec"]["drifted_calls"]) == (alone["calls"], alone["drifted_calls"])
+    assert remedies["spec"]["speedup"] is None and remedies["spec"]["pareto"] is None  # logs carry no timings
+    with Store(db, read_only=True) as store:
+        m = store.run_row(None)
+        assert (m["kind"], m["name"], m["status"]) == ("matrix", "canary", "complete")
+        assert [(r["name"], r["kind"]) for r in store.matrix_members(m["run_id"])] == \
+            [("canary/spec", "compare"), ("canary/itself", "compare")]
+        choice = frontier(store, m["run_id"], budget=Budget(max_call_drift=0.5)).recommendation
+        assert choice.choice == "itself" and "speed was not measured" in choice.reason
+    bad = runner.invoke(cli, ["compare", str(base), str(cand), str(base), "--candidate-name", "a",
+                              "--candidate-name", "b", "--candidate-name", "c", "--db", db])
+    assert bad.exit_code == 2 and "3 --candidate-name" in bad.output
+    refused = runner.invoke(cli, ["merge", f"{db}@{m['run_id']}", "--db", str(tmp_path / "all.duckdb")])
+    assert refused.exit_code != 0 and "is a remedy matrix" in refused.output
+
+
+def test_session_drift_uses_the_traces_session_length_when_the_replay_samples_calls(tmp_path, paths_file):
+    """One call per session replayed: the sessions stored have 1 matched call, but the customer's sessions in
+    the traces are longer, and the implied session drift must be for those."""
+    lines = [json.loads(x) for x in DEMO.read_text().splitlines() if x.strip()]
+    sessions = Counter(x["request"]["metadata"]["session_id"] for x in lines)
+    with Store(tmp_path / "m.duckdb") as store:
+        matrix, _ = replay_traces(store, options(paths_file, calls_per_session=1))
+        overall = frontier(store, matrix)
+        assert all(r.session_calls == pytest.approx(len(lines) / len(sessions)) for r in overall.remedies)
+        echo = next(r for r in overall.remedies if r.candidate == "echo")
+        assert echo.session_drift == pytest.approx(1 - (1 - echo.rate.p) ** echo.session_calls)
+        assert frontier(store, matrix, session_calls=2).remedies[0].session_calls == 2

@@ -6,8 +6,10 @@ The recommendation is judged on the 95% Wilson upper bound (sessions: 1 - (1 - u
 the routing advice is: a candidate is used only when the data show it is within budget. Among those, the
 fastest wins; when none is, or none is faster than the baseline, the answer is the baseline itself
 ("target-only"). Pareto-optimality is judged on point estimates (it describes the measurements, not a
-decision). Figures come from the `frontier` / `customer_frontier` views, so a customer's frontier uses that
-customer's calls only.
+decision). Session figures use the customer's session length: `--session-calls` when given, else the mean
+calls per session of the replayed traces before any sampling (`options.trace_session_calls`), else the mean
+of the matched calls per session. Figures come from the `frontier` / `customer_frontier` views, so a
+customer's frontier uses that customer's calls only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from toolaudit.budgets import EPS, session_upper
 from toolaudit.errors import StoreError
+from toolaudit.figures import run_options
 from toolaudit.stats import Rate, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
@@ -101,6 +104,9 @@ def frontier(store: Store, run_id: int | None, customer: str | None = None, budg
     if not rows:
         where = f" for customer {customer!r}" if customer is not None else ""
         raise StoreError(f"run {run['run_id']} has no matched calls{where} to put on a frontier")
+    if session_calls is None:  # a replay that sampled calls knows its traces' real session lengths
+        lengths = run_options(run).get("trace_session_calls") or {}
+        session_calls = lengths.get("(all)" if customer is None else customer)
     remedies = [_remedy(row, budget, session_calls) for row in rows]
     recommendation = recommend(remedies, budget) if budget.given else None
     return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation)

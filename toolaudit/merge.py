@@ -72,6 +72,9 @@ def _pick(path: str, run_id: int | None) -> dict:
 def _check(labels: list[str], runs: list[dict]) -> list[Shard]:
     first = runs[0]
     for label, run in zip(labels, runs):
+        if run["kind"] == "matrix":
+            raise StoreError(f"cannot merge {label}: run {run['run_id']} is a remedy matrix; merge each "
+                             "candidate's run (FILE@RUN, see `toolaudit runs`) into its own database")
         if run["status"] != "complete":
             raise StoreError(f"cannot merge {label}: run {run['run_id']} is {run['status']}, not complete "
                              "(finish it first, e.g. `toolaudit replay --resume`)")

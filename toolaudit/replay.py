@@ -132,7 +132,10 @@ class Replayer:
         for rid in runs:
             self.store.set_status(rid, "running")
         try:
-            calls, bad_lines, stats = load_calls(self.options)
+            lengths: dict[str, float] = {}
+            calls, bad_lines, stats = load_calls(self.options, lengths)
+            # the traces' own session lengths, for session drift when the replay samples calls (see frontier)
+            self.store.update_options(run_id, {"trace_session_calls": lengths})
             registry = SchemaRegistry(self.options.schema_dir)
             for m in members:
                 self._write_trace_errors(m.run_id, bad_lines)

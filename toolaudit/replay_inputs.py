@@ -59,8 +59,12 @@ class ReplayOptions:
         return list(self.candidates) if self.candidates else [self.candidate]
 
 
-def load_calls(options: ReplayOptions) -> tuple[list[TraceCall], list[TraceLineError], dict[str, dict]]:
-    """All usable calls of the trace files (first `limit`), the bad lines, and per-file accounting."""
+def load_calls(options: ReplayOptions, session_lengths: dict[str, float] | None = None
+               ) -> tuple[list[TraceCall], list[TraceLineError], dict[str, dict]]:
+    """All usable calls of the trace files (first `limit`), the bad lines, and per-file accounting.
+
+    `session_lengths`, when given, is filled with the mean calls per session in the traces per customer (and
+    `(all)`), before any sampling, limit or shard: the session length a customer's traffic really has."""
     calls: list[TraceCall] = []
     errors: list[TraceLineError] = []
     stats: dict[str, dict] = {}
@@ -70,6 +74,8 @@ def load_calls(options: ReplayOptions) -> tuple[list[TraceCall], list[TraceLineE
                                fmt=options.trace_format):
             (errors if isinstance(item, TraceLineError) else calls).append(item)
         stats[str(path)] = st.__dict__
+    if session_lengths is not None:
+        session_lengths.update(mean_session_lengths(calls))
     if options.calls_per_session is not None:
         seen: dict[str, int] = {}
         kept = []
@@ -85,6 +91,21 @@ def load_calls(options: ReplayOptions) -> tuple[list[TraceCall], list[TraceLineE
         calls = [c for c in calls if shard.holds(c.session_id)]
         errors = errors if shard.owns_unkeyed else []
     return calls, errors, stats
+
+
+def mean_session_lengths(calls: list[TraceCall]) -> dict[str, float]:
+    """{customer: mean calls per session} (customer `(none)` for calls without one) and `(all)`."""
+    sessions: dict[str, tuple[str, int]] = {}
+    for call in calls:
+        customer, n = sessions.get(call.session_id, (call.customer or "(none)", 0))
+        sessions[call.session_id] = customer, n + 1
+    totals: dict[str, list[int]] = {"(all)": [0, 0]}
+    for customer, n in sessions.values():
+        for key in (customer, "(all)"):
+            total = totals.setdefault(key, [0, 0])
+            total[0] += n
+            total[1] += 1
+    return {k: calls_ / count for k, (calls_, count) in totals.items() if count}
 
 
 def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]:

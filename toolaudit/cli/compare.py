@@ -17,6 +17,7 @@ from toolaudit.cli.common import (
     schema_dir_or_none,
     shard_option,
 )
+from toolaudit.cli.remedies import show_matrix
 from toolaudit.cli.show import show_summary
 
 
@@ -26,7 +27,7 @@ def _total_bytes(paths: list[str]) -> int:
 
 @click.command()
 @click.argument("baseline", type=click.Path(dir_okay=False))
-@click.argument("candidate", type=click.Path(dir_okay=False))
+@click.argument("candidates", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @db_option
 @click.option("--run-name", help="A name for this run (default run-<id>).")
 @format_option
@@ -34,29 +35,46 @@ def _total_bytes(paths: list[str]) -> int:
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True,
               type=click.Path(file_okay=False), help="Folder of <tool>.json schemas that override the request's.")
 @click.option("--baseline-name", default="baseline", show_default=True, help="Label of the baseline path.")
-@click.option("--candidate-name", default="candidate", show_default=True, help="Label of the candidate path.")
+@click.option("--candidate-name", "candidate_names", multiple=True, help="Label of the candidate path (default "
+              "\"candidate\"); with several candidate logs, one per log in order (default: the file names).")
 @click.option("--workers", type=click.IntRange(1, 64), help="Processes that parse the logs (default: one per core "
               "for logs over 64 MB, else 1).")
 @shard_option
 @output_options
 @friendly_errors
-def compare(baseline: str, candidate: str, db: str, run_name: str | None, trace_format: str, session_key: str,
-            customer_key: str, schema_dir: str, baseline_name: str, candidate_name: str, workers: int | None,
-            shard, fmt: str) -> None:
+def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str | None, trace_format: str,
+            session_key: str, customer_key: str, schema_dir: str, baseline_name: str,
+            candidate_names: tuple[str, ...], workers: int | None, shard, fmt: str) -> None:
     """Compare two recorded logs of the same requests, call by call and argument by argument.
+
+    Several candidate logs (`compare BASE A B C`) make a remedy matrix: each compared with the same baseline,
+    shown side by side (`toolaudit frontier`, `report`, `check` per candidate).
 
     Each log may be an OpenAI Chat Completions log, an OTel GenAI or OpenInference export (OTLP/JSON), a
     Langfuse export or a Responses API log: detected from its first record unless --format says."""
     from toolaudit.compare import CompareOptions, compare_logs
     from toolaudit.figures import run_summary
+    from toolaudit.matrix import compare_matrix, default_names
     from toolaudit.store import Store
 
+    if len(candidate_names) > 1 and len(candidate_names) != len(candidates):
+        raise click.UsageError(f"{len(candidates)} candidate logs but {len(candidate_names)} --candidate-name")
     options = CompareOptions(session_key=session_key, customer_key=customer_key,
                              schema_dir=schema_dir_or_none(schema_dir), run_name=run_name,
-                             baseline_name=baseline_name, candidate_name=candidate_name, workers=workers,
-                             format=None if trace_format == "auto" else trace_format, shard=shard)
+                             baseline_name=baseline_name, candidate_name=(candidate_names or ("candidate",))[0],
+                             workers=workers, format=None if trace_format == "auto" else trace_format, shard=shard)
     with Store(db) as store:
-        total = _total_bytes([baseline, candidate]) if sys.stderr.isatty() else 0
+        total = _total_bytes([baseline, *candidates] if len(candidates) == 1 else [baseline] * len(candidates)
+                             + list(candidates)) if sys.stderr.isatty() else 0
         with Progress("comparing", total, unit=" bytes") as bar:
-            run_id, _ = compare_logs(store, baseline, candidate, options, progress=bar.update if total else None)
-        show_summary(run_summary(store, run_id), fmt, db)
+            if len(candidates) == 1:
+                run_id, _ = compare_logs(store, baseline, candidates[0], options,
+                                         progress=bar.update if total else None)
+            else:
+                names = list(candidate_names) if candidate_names else default_names(list(candidates))
+                run_id, _ = compare_matrix(store, baseline, list(candidates), names, options,
+                                           progress=bar.update if total else None)
+        if len(candidates) == 1:
+            show_summary(run_summary(store, run_id), fmt, db)
+        else:
+            show_matrix(store, run_id, fmt)

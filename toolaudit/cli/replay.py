@@ -8,6 +8,7 @@ import click
 
 from toolaudit.cli.common import (
     Progress,
+    Proportion,
     db_option,
     format_option,
     friendly_errors,
@@ -24,7 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 
 
-def _run_replay(db: str, options, resume: int | None, fmt: str) -> None:
+def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None) -> None:
     from toolaudit.figures import run_summary
     from toolaudit.replay import replay_traces
     from toolaudit.store import Store
@@ -44,7 +45,7 @@ def _run_replay(db: str, options, resume: int | None, fmt: str) -> None:
             click.echo(f"resumed run {run_id}: {counts.skipped} calls already stored, {counts.replayed} replayed",
                        err=True)
         if store.run_row(run_id)["kind"] == "matrix":
-            show_matrix(store, run_id, fmt)
+            show_matrix(store, run_id, fmt, budget)
         else:
             show_summary(run_summary(store, run_id), fmt, db)
 
@@ -115,28 +116,46 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     _run_replay(db, options, resume, fmt)
 
 
+MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32")
+
+
 @click.command()
 @db_option
 @click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls (quicker look).")
 @click.option("--numerics", type=click.Choice(["auto", "native", "emulated"]), default="auto", show_default=True,
               help="bf16 numerics: native kernels, or emulated on float32 kernels (auto: native where the CPU "
                    "has bf16 matmul, e.g. AVX512-BF16/AMX; emulated on AVX2-only CPUs).")
+@click.option("--matrix", is_flag=True, help="A remedy matrix instead: target against spec-ngram, spec-ngram-k3 "
+              "and spec-ngram-fp32 on the first 2 calls of each session, with the recommendation per customer.")
+@click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
+              help="With --matrix: the session drift budget the recommendation uses.")
 @output_options
 @friendly_errors
-def demo(db: str, limit: int | None, numerics: str, fmt: str) -> None:
+def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, fmt: str) -> None:
     """Replay the bundled demo sessions through target vs spec-ngram (bf16) and print the drift."""
     from toolaudit.engines.torch.numerics import cpu_capability, resolve
     from toolaudit.replay import ReplayOptions
 
     Path(db).resolve().parent.mkdir(parents=True, exist_ok=True)
     schemas = REPO_ROOT / "schemas"
-    options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate="spec-ngram", limit=limit,
-                            run_name="demo", schema_dir=str(schemas) if schemas.is_dir() else None,
-                            numerics=numerics)
+    candidates = list(MATRIX_CANDIDATES) if matrix else ["spec-ngram"]
+    options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate=candidates[0],
+                            candidates=candidates if matrix else None, limit=limit,
+                            calls_per_session=2 if matrix else None, run_name="demo-matrix" if matrix else "demo",
+                            schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics)
     used = resolve("bfloat16", "cpu", numerics)
-    click.echo(f"replaying {DEMO_TRACES.name} through target and spec-ngram (bf16 numerics {used}, CPU "
-               f"{cpu_capability()}); results in {db}", err=True)
-    _run_replay(db, options, None, fmt)
+    click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)} (bf16 numerics {used}, "
+               f"CPU {cpu_capability()}); results in {db}", err=True)
+    if not matrix:
+        _run_replay(db, options, None, fmt)
+        return
+    from toolaudit.frontier import Budget
+
+    _run_replay(db, options, None, fmt, Budget(max_session_drift=max_session_drift))
+    if fmt == "table":
+        click.echo(f"\nbudget: session drift <= {100 * max_session_drift:g}% on the 95% upper bound "
+                   f"(--max-session-drift); remedy reports: toolaudit report --all-customers --max-session-drift "
+                   f"{100 * max_session_drift:g}% --db {db}")
 
 
 @click.command(name="fingerprint")

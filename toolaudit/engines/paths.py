@@ -91,7 +91,9 @@ class PathConfig:
 
 
 def builtin_paths() -> dict[str, PathConfig]:
-    """`target` (greedy, bf16) and `spec-ngram` (the same plus n-gram speculation): the default comparison."""
+    """`target` (greedy, bf16) and `spec-ngram` (the same plus n-gram speculation, k=5): the default
+    comparison. Remedies for a matrix (`toolaudit demo --matrix`): `spec-ngram-k3` (fewer speculative tokens),
+    `spec-ngram-fp32` (speculation in float32), and `target-fp32`."""
     target = PathConfig(name="target")
     spec = replace(
         target,
@@ -99,7 +101,10 @@ def builtin_paths() -> dict[str, PathConfig]:
         speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=5, prompt_lookup_min=1,
                                       prompt_lookup_max=4),
     )
-    return {p.name: p for p in (target, spec)}
+    k3 = replace(spec, name="spec-ngram-k3", speculative=replace(spec.speculative, num_speculative_tokens=3))
+    fp32 = replace(spec, name="spec-ngram-fp32", dtype="float32")
+    target32 = replace(target, name="target-fp32", dtype="float32")
+    return {p.name: p for p in (target, spec, k3, fp32, target32)}
 
 
 def load_paths(file: Path | str | None = None) -> dict[str, PathConfig]:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+import orjson
 import pyarrow as pa
 
 from toolaudit import __version__
@@ -164,6 +165,16 @@ class Store:
         if not rows:
             raise StoreError(f"{self.path}: no run with id {run_id} (see `toolaudit runs`)")
         return rows[0]
+
+    def update_options(self, run_id: int, values: dict) -> None:
+        """Add (or replace) keys of a run's options JSON."""
+        raw = self.con.execute("SELECT options FROM runs WHERE run_id = ?", [run_id]).fetchall()
+        options = orjson.loads(raw[0][0]) if raw and raw[0][0] else {}
+        self.con.execute("UPDATE runs SET options = ? WHERE run_id = ?", [json_text({**options, **values}), run_id])
+
+    def join_matrix(self, run_id: int, matrix_id: int) -> None:
+        """Attach a finished run to a matrix run as one of its candidates."""
+        self.con.execute("UPDATE runs SET matrix_id = ? WHERE run_id = ?", [matrix_id, run_id])
 
     def matrix_members(self, matrix_id: int) -> list[dict]:
         """The candidate runs of a matrix run, in the order the candidates were given."""

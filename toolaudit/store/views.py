@@ -105,7 +105,6 @@ def _frontier(per_customer: bool) -> str:
     ccust = "coalesce(c.customer, '(none)') AS customer, " if per_customer else ""
     using = "run_id, customer" if per_customer else "run_id"
     same = " AND o.customer = b.customer" if per_customer else ""
-    out = "coalesce(customer, '(none)') AS customer" if per_customer else "NULL AS customer"
 
     def speed(side: str) -> str:
         return (f"sum(o.completion_tokens) FILTER (o.side = '{side}' AND o.tokens_per_s > 0) / nullif(sum("
