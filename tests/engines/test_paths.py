@@ -21,7 +21,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_builtins_differ_only_in_speculation():
     paths = load_paths(None)
-    assert set(paths) == {"target", "spec-ngram"}
+    assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32"}
     target, spec = paths["target"], paths["spec-ngram"]
     assert target.speculative is None and target.dtype == "bfloat16" and target.temperature == 0
     assert spec.speculative == SpeculativeConfig(method="ngram", num_speculative_tokens=5, prompt_lookup_min=1,
@@ -31,6 +31,13 @@ def test_builtins_differ_only_in_speculation():
     assert a["prompt"] == {"few_shot": 2, "prefill": "<tool_call>\n"}
     assert a["stop"] == ["</tool_call>"]
     json.dumps(a)
+    # the remedies differ from spec-ngram in one key each, and target-fp32 from target in dtype only
+    for name, key in (("spec-ngram-k3", "speculative"), ("spec-ngram-fp32", "dtype")):
+        c = paths[name].config_dict()
+        assert {k for k in b if b[k] != c[k]} == {key}, name
+    assert paths["spec-ngram-k3"].speculative.num_speculative_tokens == 3
+    t32 = paths["target-fp32"].config_dict()
+    assert {k for k in a if a[k] != t32[k]} == {"dtype"} and t32["dtype"] == "float32"
 
 
 def test_file_adds_and_overrides(tmp_path):
@@ -55,7 +62,7 @@ engine = "openai"
 base_url = "http://localhost:8000/v1"
 """)
     paths = load_paths(file)
-    assert set(paths) == {"target", "spec-ngram", "spec", "remote"}
+    assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32", "spec", "remote"}
     assert paths["target"].dtype == "float32" and paths["target"].batch_size == 2
     spec = paths["spec"]
     assert spec.speculative.method == "draft_model" and spec.speculative.model == "smollm2-135m"
