@@ -127,7 +127,19 @@ def generate(n: int, out_dir: Path, drift_rate: float = 0.01, seed: int = 1) -> 
     return b_path, c_path
 
 
+def _generated(n: int, out_dir: Path) -> tuple[Path, Path]:
+    """generate() once per folder: a kept folder is reused when it holds the files for the same n."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = out_dir / "n.txt"
+    if stamp.exists() and stamp.read_text() == str(n):
+        return out_dir / "baseline.jsonl", out_dir / "candidate.jsonl"
+    paths = generate(n, out_dir)
+    stamp.write_text(str(n))
+    return paths
+
+
 def run_fast(b: Path, c: Path, db: Path) -> tuple[float, dict]:
+    db.unlink(missing_ok=True)
     start = time.perf_counter()
     with Store(db) as store:
         _, counts = compare_logs(store, b, c, CompareOptions(schema_dir=None))
@@ -136,6 +148,7 @@ def run_fast(b: Path, c: Path, db: Path) -> tuple[float, dict]:
 
 def run_naive(b: Path, c: Path, db: Path, limit: int) -> tuple[float, int]:
     """The obvious loop: parse, validate each side, DeepDiff, INSERT one row per call."""
+    db.unlink(missing_ok=True)
     start = time.perf_counter()
     con = duckdb.connect(str(db))
     con.execute("CREATE TABLE calls (session_id VARCHAR, call_index INTEGER, drifted BOOLEAN, "
@@ -171,14 +184,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=1_000_000, help="call pairs for the end-to-end run")
     parser.add_argument("--naive-n", type=int, default=20_000, help="call pairs for the side-by-side comparison")
-    parser.add_argument("--keep", type=Path, help="keep generated files in this folder")
+    parser.add_argument("--keep", type=Path, help="keep generated files in this folder (and reuse them)")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="toolaudit-bench-"))
     work.mkdir(parents=True, exist_ok=True)
 
     small = work / "small"
     small.mkdir(exist_ok=True)
-    sb, sc = generate(args.naive_n, small)
+    sb, sc = _generated(args.naive_n, small)
     naive_s, naive_drifted = run_naive(sb, sc, small / "naive.duckdb", args.naive_n)
     fast_s, fast_counts = run_fast(sb, sc, small / "fast.duckdb")
     print(f"side by side on {args.naive_n:,} pairs:")
@@ -189,15 +202,30 @@ def main() -> None:
     print(f"  speedup: {naive_s / fast_s:.1f}x")
 
     t0 = time.perf_counter()
-    b, c = generate(args.n, work)
+    b, c = _generated(args.n, work / f"n{args.n}")
     gen_s = time.perf_counter() - t0
     size_mb = (b.stat().st_size + c.stat().st_size) / 1e6
+    load = os.getloadavg()[0]
     elapsed, counts = run_fast(b, c, work / "big.duckdb")
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"\nend to end on {args.n:,} pairs ({size_mb:,.0f} MB of JSONL, generated in {gen_s:.0f} s):")
     print(f"  compare + store: {elapsed:.1f} s = {args.n / elapsed:,.0f} pairs/s; "
-          f"{counts['drifted']:,} drifted ({counts['drifted'] / args.n:.2%}); peak RSS {rss_mb:,.0f} MB; "
-          f"db {(work / 'big.duckdb').stat().st_size / 1e6:,.0f} MB; cores {os.cpu_count()}")
+          f"{counts['drifted']:,} drifted ({counts['drifted'] / args.n:.2%}); peak RSS {rss_mb:,.0f} MB "
+          f"(largest worker {child_mb:,.0f} MB); db {(work / 'big.duckdb').stat().st_size / 1e6:,.0f} MB")
+    print(f"  cores {os.cpu_count()} ({_cpu()}); load average {load:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after")
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            info = handle.read()
+    except OSError:
+        return "unknown CPU"
+    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
+    return name + (", AVX-512" if "avx512f" in flags else "")
 
 
 if __name__ == "__main__":

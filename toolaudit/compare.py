@@ -59,6 +59,7 @@ class CompareOptions:
     workers: int | None = None  # None: one per core for big logs, in-process for small ones
     format: str | None = None  # one of toolaudit.formats.FORMATS for both files; None: detect each file's
     shard: Shard | None = None  # only this shard's sessions (see toolaudit.shards)
+    memory_limit: str | None = "1GB"  # DuckDB's, while the digests are staged and joined (it spills past it)
 
 
 @dataclass
@@ -119,7 +120,7 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
         run_id = store.create_run("compare", options.run_name, options.baseline_name, options.candidate_name,
                                   str(baseline_path), str(candidate_path), run_options)
         try:
-            _Comparison(store, run_id, sources, options, counts, progress).run()
+            _Comparison(store, run_id, sources, options, counts, progress, tmp).run()
         except BaseException:
             store.set_status(run_id, "interrupted")
             raise
@@ -132,8 +133,9 @@ class _Comparison:
     the pairs that differ in Python and writes every other row with INSERT ... SELECT (see `compare_sql`)."""
 
     def __init__(self, store: Store, run_id: int, sources: list[TraceSource], options: CompareOptions,
-                 counts: RunCounts, progress: Progress | None):
+                 counts: RunCounts, progress: Progress | None, tmp: str):
         self.store, self.run_id, self.sources, self.options = store, run_id, sources, options
+        self.tmp = tmp  # the workers' Parquet files of outputs columns
         self.paths = [Path(src.path) for src in sources]  # what is scanned: the file, or its OpenAI-shaped copy
         self.counts, self.progress = counts, progress
         self.first_errors: list[list[TraceLineError]] = [[], []]
@@ -167,11 +169,11 @@ class _Comparison:
             parts = max(workers * 4 if workers > 1 else 1, size // CHUNK_BYTES)
             for start, end in split_file(str(path), parts):
                 tasks.append((str(path), start, end, src.session_key, src.customer_key, self.options.schema_dir,
-                              self.shard, side == 0))
+                              self.shard, side == 0, self.tmp))
                 sides.append(side)
         line_base = [0, 0]
         try:
-            with staging(self.store.con) as stage:
+            with staging(self.store.con, self.options.memory_limit) as stage:
                 with _results(tasks, workers) as results:
                     for side, task, chunk in zip(sides, tasks, results):
                         self._absorb(stage, side, chunk, line_base[side], task[2] - task[1])
@@ -205,7 +207,7 @@ class _Comparison:
             self._error(side, src.translate(replace(err, line=err.line + base)))
         if chunk.table is not None and len(chunk.table):
             stats.calls += len(chunk.table)
-            stage.append(side, chunk.table, base, self.shown[side])
+            stage.append(side, chunk.table, base, self.shown[side], chunk.outputs_file)
         self._flush()
         if self.progress:
             self.progress(round(size * self.scale[side]))

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from toolaudit.diff import call_signature
 from toolaudit.pairs import Analyzer, message_raw_text, tool_calls_json
@@ -38,7 +40,7 @@ class Digest(NamedTuple):
     session_id: str
     explicit_index: int | None
     customer: str | None
-    signature: bytes  # canonical, order-independent encoding of all tool calls; b"" when none
+    signature: bytes  # hash of the canonical, order-independent encoding of all tool calls (signature_hash)
     simple: bool  # parsed cleanly (no unparseable output, no broken arguments): the fast path applies
     text: str  # assistant text outside tool calls, stripped
     status: str
@@ -50,15 +52,21 @@ class Digest(NamedTuple):
     schema_errors: str | None
     tool_name: str | None
     system_fingerprint: str | None
+    tools_hash: bytes  # tools_key of the request's tools
 
 
-# The staging columns of one scanned line (the caller adds side, absolute line and original line).
+# What the join needs of one scanned line (the caller adds side, absolute line and original line)...
 DIGEST_COLUMNS: dict[str, pa.DataType] = {
     "line": pa.int64(), "offset": pa.int64(), "session_id": pa.string(), "explicit_index": pa.int64(),
     "customer": pa.string(), "sig": pa.binary(), "simple": pa.bool_(), "text_hash": pa.binary(),
-    "status": pa.string(), "fmt": pa.string(), "error": pa.string(), "raw": pa.string(), "tool_calls": pa.string(),
-    "valid": pa.bool_(), "schema_errors": pa.string(), "tool_name": pa.string(), "fingerprint": pa.string(),
-    "tools_hash": pa.binary(),
+    "raw_hash": pa.binary(), "status": pa.string(), "valid": pa.bool_(), "no_errors": pa.bool_(),
+    "tool_name": pa.string(), "tools_hash": pa.binary(),
+}
+# ... and what only its outputs row needs: written by the worker to a Parquet file per chunk, read back by DuckDB
+# in the one INSERT ... SELECT that writes the outputs rows (so the bulk never passes through the parent).
+OUTPUT_COLUMNS: dict[str, pa.DataType] = {
+    "line": pa.int64(), "raw": pa.string(), "tool_calls": pa.string(), "fmt": pa.string(), "error": pa.string(),
+    "schema_errors": pa.string(), "fingerprint": pa.string(),
 }
 
 
@@ -66,9 +74,13 @@ def _hash(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+_EMPTY = _hash(b"")
+
+
 @dataclass
 class ChunkResult:
     table: pa.Table | None = None  # one row per digested line, DIGEST_COLUMNS
+    outputs_file: str | None = None  # their OUTPUT_COLUMNS (None when the chunk digested no line)
     errors: list[TraceLineError] = field(default_factory=list)
     stats: TraceStats = field(default_factory=TraceStats)
     lines: int = 0
@@ -94,48 +106,76 @@ def split_file(path: str, parts: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def _validity(analyzer: Analyzer, tools: list, calls: tuple[ToolCall, ...],
+class SchemaCache:
+    """Compiled schemas per distinct tools list, looked up by the list's hash (`tools_key`) rather than by
+    re-encoding the list for every call; and which (tools, tool name) schemas were already looked at."""
+
+    def __init__(self, analyzer: Analyzer):
+        self.analyzer = analyzer
+        self.by_key: dict[bytes, dict] = {}
+        self.noted: set[tuple[bytes, str]] = set()
+
+    def schemas(self, key: bytes, tools: list) -> dict:
+        found = self.by_key.get(key)
+        if found is None:
+            found = self.by_key[key] = self.analyzer.schemas_for(tools)
+        return found
+
+    def note(self, key: bytes, tools: list, calls: tuple[ToolCall, ...]) -> None:
+        """Report the schemas' own problems (as validating would), without validating."""
+        for call in calls:
+            if (key, call.name) not in self.noted:
+                self.noted.add((key, call.name))
+                self.analyzer._schema(self.schemas(key, tools), call.name)
+
+
+def _validity(cache: SchemaCache, key: bytes, tools: list, calls: tuple[ToolCall, ...],
               validate: bool = True) -> tuple[bool | None, str | None]:
     """All calls valid -> True, any invalid -> False, else None; plus the error messages as JSON.
     With validate=False only the schemas' own problems are reported (issues), and (None, None) returned."""
     if not calls:
         return None, None
-    schemas = analyzer.schemas_for(tools)
     if not validate:
-        for call in calls:
-            analyzer._schema(schemas, call.name)  # reports a schema's warnings once, as validating would
+        cache.note(key, tools, calls)
         return None, None
+    schemas = cache.schemas(key, tools)
     errors: list = []
-    verdicts = [analyzer.validate_call(schemas, call, errors) for call in calls]
+    verdicts = [cache.analyzer.validate_call(schemas, call, errors) for call in calls]
     valid = False if False in verdicts else None if None in verdicts else True
     return valid, (orjson.dumps(errors).decode() if errors else None)
 
 
-def digest(item: RawCall, offset: int, analyzer: Analyzer, validate: bool = True) -> Digest:
+def signature_hash(calls: tuple[ToolCall, ...]) -> bytes:
+    """A hash of the calls' canonical signatures, in a fixed order (the order of the calls does not matter)."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, canon in sorted(call_signature(c) for c in calls):
+        name_bytes = name.encode("utf-8", "surrogatepass")
+        h.update(len(name_bytes).to_bytes(4, "big") + name_bytes + len(canon).to_bytes(8, "big"))
+        h.update(canon)
+    return h.digest()
+
+
+def digest(item: RawCall, offset: int, analyzer: Analyzer | SchemaCache, validate: bool = True) -> Digest:
     """Parse, sign and validate one call's recorded answer."""
+    cache = analyzer if isinstance(analyzer, SchemaCache) else SchemaCache(analyzer)
     response = item.response or {}
     message = first_message(response)
     parsed = parse_message(message)
     calls = parsed.calls
     simple = parsed.status != "unparseable" and not any(c.arguments_error for c in calls)
-    signature = orjson.dumps(sorted(call_signature(c) for c in calls), default=_bytes) if calls else b""
     tools = item.request.get("tools")
-    valid, schema_errors = _validity(analyzer, tools if isinstance(tools, list) else [], calls, validate)
-    return Digest(item.line, offset, item.session_id, item.explicit_index, item.customer, signature, simple,
-                  parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
+    tools = tools if isinstance(tools, list) else []
+    key = tools_key(tools)
+    valid, schema_errors = _validity(cache, key, tools, calls, validate)
+    return Digest(item.line, offset, item.session_id, item.explicit_index, item.customer, signature_hash(calls),
+                  simple, parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
                   tool_calls_json(calls), valid, schema_errors, calls[0].name if calls else None,
-                  response.get("system_fingerprint"))
+                  response.get("system_fingerprint"), key)
 
 
-def _bytes(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    raise TypeError
-
-
-def tools_key(tools: Any) -> bytes:
+def tools_key(tools: list) -> bytes:
     """A hash of a request's tools list: equal lists, equal keys."""
-    if not isinstance(tools, list) or not tools:
+    if not tools:
         return _hash(b"")
     try:
         return _hash(orjson.dumps(tools))
@@ -144,13 +184,17 @@ def tools_key(tools: Any) -> bytes:
 
 
 def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: str,
-               schema_dir: str | None, shard: Shard | None = None, validate: bool = True) -> ChunkResult:
+               schema_dir: str | None, shard: Shard | None = None, validate: bool = True,
+               out_dir: str | None = None) -> ChunkResult:
     """Digest every line in [start, end) of `path`. Line numbers are relative to the chunk (1-based).
     With a shard, only its sessions' lines are digested (and bad lines only by shard 1); the rest are counted.
-    validate=False leaves `valid`/`schema_errors` NULL (the candidate side: see the module docstring)."""
+    validate=False leaves `valid`/`schema_errors` NULL (the candidate side: see the module docstring).
+    The outputs columns go to a Parquet file in `out_dir` (default: the system's temporary folder)."""
     result = ChunkResult()
     rows: list[tuple] = []
+    outs: list[tuple] = []
     analyzer = Analyzer(0, SchemaRegistry(schema_dir))
+    cache = SchemaCache(analyzer)
     stats = result.stats
     with open(path, "rb") as handle:
         handle.seek(start)
@@ -175,22 +219,30 @@ def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: 
             elif shard is not None and not shard.holds(item.session_id):
                 result.other_calls += 1
             else:
-                d = digest(item, here, analyzer, validate)
-                rows.append((d.line, d.offset, d.session_id, d.explicit_index, d.customer, _hash(d.signature),
-                             d.simple, _hash(d.text.encode("utf-8", "surrogatepass")), d.status, d.fmt, d.error,
-                             d.raw, d.tool_calls, d.valid, d.schema_errors, d.tool_name, d.system_fingerprint,
-                             tools_key(item.request.get("tools"))))
-    result.table = digest_table(rows)
+                d = digest(item, here, cache, validate)
+                rows.append((d.line, d.offset, d.session_id, d.explicit_index, d.customer, d.signature, d.simple,
+                             _text_hash(d.text), _text_hash(d.raw), d.status, d.valid, d.schema_errors is None,
+                             d.tool_name, d.tools_hash))
+                outs.append((d.line, d.raw, d.tool_calls, d.fmt, d.error, d.schema_errors, d.system_fingerprint))
+    result.table = _table(rows, DIGEST_COLUMNS)
+    if outs:
+        fd, result.outputs_file = tempfile.mkstemp(prefix=f"chunk-{start}-", suffix=".parquet", dir=out_dir)
+        os.close(fd)
+        pq.write_table(_table(outs, OUTPUT_COLUMNS), result.outputs_file, compression="lz4")
     result.lines = line_no
     result.schema_issues = analyzer.pending_issues
     return result
 
 
-def digest_table(rows: list[tuple]) -> pa.Table:
-    """Digest rows (in DIGEST_COLUMNS order) as one Arrow table."""
-    columns = list(zip(*rows)) if rows else [()] * len(DIGEST_COLUMNS)
-    return pa.Table.from_arrays([pa.array(col, type=typ) for col, typ in zip(columns, DIGEST_COLUMNS.values())],
-                                names=list(DIGEST_COLUMNS))
+def _text_hash(text: str) -> bytes:
+    return _EMPTY if not text else _hash(text.encode("utf-8", "surrogatepass"))
+
+
+def _table(rows: list[tuple], schema: dict[str, pa.DataType]) -> pa.Table:
+    """Rows (in the schema's column order) as one Arrow table."""
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
+    return pa.Table.from_arrays([pa.array(col, type=typ) for col, typ in zip(columns, schema.values())],
+                                names=list(schema))
 
 
 def scan_task(args: tuple) -> ChunkResult:

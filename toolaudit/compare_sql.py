@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from toolaudit.records import MatchStatus
 
-SCAN, INDEX, PAIRS, CVAL = "_ta_scan", "_ta_index", "_ta_pairs", "_ta_cval"
+SCAN, INDEX, PAIRS, CVAL, CHUNKS, OUT = "_ta_scan", "_ta_index", "_ta_pairs", "_ta_cval", "_ta_chunks", "_ta_out"
 # how a (session, call index) key is resolved
 FAST, BASELINE_ONLY, CANDIDATE_ONLY, DIFFER = 0, 1, 2, 3
 SIDES = ("baseline", "candidate")
@@ -28,9 +28,8 @@ SIDES = ("baseline", "candidate")
 _CREATE_SCAN = f"""
 CREATE OR REPLACE TEMP TABLE {SCAN} (
     side UTINYINT, line BIGINT, shown BIGINT, "offset" BIGINT, session_id VARCHAR, explicit_index BIGINT,
-    customer VARCHAR, sig BLOB, simple BOOLEAN, text_hash BLOB, status VARCHAR, fmt VARCHAR, error VARCHAR,
-    raw VARCHAR, tool_calls VARCHAR, valid BOOLEAN, schema_errors VARCHAR, tool_name VARCHAR,
-    fingerprint VARCHAR, tools_hash BLOB)"""
+    customer VARCHAR, sig BLOB, simple BOOLEAN, text_hash BLOB, raw_hash BLOB, status VARCHAR, valid BOOLEAN,
+    no_errors BOOLEAN, tool_name VARCHAR, tools_hash BLOB)"""
 
 _WINDOW = "PARTITION BY side, session_id ORDER BY line ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 _INDEX = f"""
@@ -54,8 +53,7 @@ FROM c WINDOW k AS (PARTITION BY side, session_id, call_index ORDER BY line)"""
 _PAIRS = f"""
 CREATE OR REPLACE TEMP TABLE {PAIRS} AS
 WITH s AS (
-    SELECT i.side, i.line, i.session_id, i.call_index, x.sig, x.simple, x.status, x.tools_hash,
-           x.schema_errors IS NULL AS no_errors
+    SELECT i.side, i.line, i.session_id, i.call_index, x.sig, x.simple, x.status, x.tools_hash, x.no_errors
     FROM {INDEX} i JOIN {SCAN} x USING (side, line) WHERE i.rank = 1),
 j AS (
     SELECT b.line AS bl, c.line AS cl, coalesce(b.session_id, c.session_id) AS session_id,
@@ -83,7 +81,7 @@ SELECT $run_id AS run_id, p.session_id, p.call_index,
        CASE WHEN p.how = {FAST} THEN CASE WHEN b.text_hash = c.text_hash THEN 'identical' ELSE 'text_only' END
             END AS drift_kind,
        CASE WHEN p.how = {FAST} THEN false END AS drifted,
-       CASE WHEN p.how = {FAST} THEN b.raw = c.raw END AS exact_text_match,
+       CASE WHEN p.how = {FAST} THEN b.raw_hash = c.raw_hash END AS exact_text_match,
        CASE WHEN p.how = {FAST} THEN b.valid END AS baseline_valid,
        CASE WHEN p.how = {FAST} THEN CASE WHEN p.check_candidate THEN v.valid ELSE b.valid END END
            AS candidate_valid,
@@ -96,22 +94,32 @@ LEFT JOIN {SCAN} c ON c.side = 1 AND c.line = p.cl
 LEFT JOIN {CVAL} v ON v.line = p.cl
 WHERE p.how <> {DIFFER}"""
 
+# the outputs rows of those pairs: one row per side present, keyed by (side, line)
+_OUT = f"""
+CREATE OR REPLACE TEMP TABLE {OUT} AS
+SELECT o.side, o.line, o.session_id, o.call_index, x.shown, x.status, o.check_candidate
+FROM (SELECT 0 AS side, bl AS line, session_id, call_index, false AS check_candidate FROM {PAIRS}
+      WHERE how IN ({FAST}, {BASELINE_ONLY})
+      UNION ALL
+      SELECT 1, cl, session_id, call_index, check_candidate FROM {PAIRS} WHERE how IN ({FAST}, {CANDIDATE_ONLY})) o
+JOIN {SCAN} x ON x.side = o.side AND x.line = o.line"""
+
+# streamed from the workers' Parquet files; a candidate scanned without validating takes its checked verdict,
+# or none (its identical baseline had no schema errors)
 _FAST_OUTPUTS = f"""
 INSERT INTO outputs BY NAME
-SELECT $run_id AS run_id, p.session_id, p.call_index, x.side_name AS side, x.path_name, x.source,
-       s.shown AS line, s.raw AS text, s.tool_calls, s.status AS parse_status, s.fmt AS parse_format,
-       s.error AS parse_error,
-       CASE WHEN x.side = 1 AND p.check_candidate THEN v.schema_errors
-            WHEN x.side = 1 AND p.how = {FAST} THEN b.schema_errors ELSE s.schema_errors END AS schema_errors,
-       s.fingerprint AS system_fingerprint
-FROM {PAIRS} p
-JOIN (VALUES (0, 'baseline', $b_name, $b_source), (1, 'candidate', $c_name, $c_source))
-     x(side, side_name, path_name, source)
-     ON (x.side = 0 AND p.bl IS NOT NULL) OR (x.side = 1 AND p.cl IS NOT NULL)
-JOIN {SCAN} s ON s.side = x.side AND s.line = CASE WHEN x.side = 0 THEN p.bl ELSE p.cl END
-LEFT JOIN {SCAN} b ON b.side = 0 AND b.line = p.bl
-LEFT JOIN {CVAL} v ON v.line = p.cl
-WHERE p.how <> {DIFFER}"""
+SELECT $run_id AS run_id, o.session_id, o.call_index, CASE WHEN o.side = 0 THEN 'baseline' ELSE 'candidate' END
+           AS side,
+       CASE WHEN o.side = 0 THEN $b_name ELSE $c_name END AS path_name,
+       CASE WHEN o.side = 0 THEN $b_source ELSE $c_source END AS source,
+       o.shown AS line, w.raw AS text, w.tool_calls, o.status AS parse_status, w.fmt AS parse_format,
+       w.error AS parse_error,
+       CASE WHEN o.check_candidate THEN v.schema_errors ELSE w.schema_errors END AS schema_errors,
+       w.fingerprint AS system_fingerprint
+FROM read_parquet({{files}}, filename = true) w
+JOIN {CHUNKS} k ON k.file = w.filename
+JOIN {OUT} o ON o.side = k.side AND o.line = w.line + k.base
+LEFT JOIN {CVAL} v ON o.check_candidate AND v.line = o.line"""
 
 
 class Staging:
@@ -121,9 +129,16 @@ class Staging:
         self.con = con
         con.execute(_CREATE_SCAN)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {CVAL} (line BIGINT, valid BOOLEAN, schema_errors VARCHAR)")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {CHUNKS} (file VARCHAR, side UTINYINT, base BIGINT)")
+        self.files: list[str] = []
 
-    def append(self, side: int, table: pa.Table, line_base: int, shown: pa.Array | None) -> None:
-        """One chunk's digests; `shown` maps a converted log's lines (1-based) to the original file's."""
+    def append(self, side: int, table: pa.Table, line_base: int, shown: pa.Array | None,
+               outputs_file: str | None) -> None:
+        """One chunk's digests (and the Parquet file of their outputs columns, lines relative to `line_base`);
+        `shown` maps a converted log's lines (1-based) to the original file's."""
+        if outputs_file is not None:
+            self.files.append(outputs_file)
+            self.con.execute(f"INSERT INTO {CHUNKS} VALUES (?, ?, ?)", [outputs_file, side, line_base])
         line = pc.add(table.column("line"), line_base)
         shown_line = line if shown is None else shown.take(pc.subtract(line, 1))
         chunk = table.set_column(0, "line", line).append_column("side", pa.repeat(pa.scalar(side, pa.uint8()),
@@ -180,11 +195,15 @@ class Staging:
     def write_rows(self, run_id: int, names: tuple[str, str], sources: tuple[str, str]) -> None:
         """Insert the calls and outputs rows of every agreeing or unmatched pair, in one transaction."""
         params = {"run_id": run_id}
+        files = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in self.files) + "]"
+        self.con.execute(_OUT)
         self.con.execute("BEGIN TRANSACTION")
         try:
             self.con.execute(_FAST_CALLS, params)
-            self.con.execute(_FAST_OUTPUTS, {**params, "b_name": names[0], "c_name": names[1],
-                                             "b_source": sources[0], "c_source": sources[1]})
+            if self.files:
+                self.con.execute(_FAST_OUTPUTS.format(files=files),
+                                 {**params, "b_name": names[0], "c_name": names[1], "b_source": sources[0],
+                                  "c_source": sources[1]})
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
@@ -196,17 +215,26 @@ class Staging:
             yield table.slice(start, limit).to_pylist()
 
     def drop(self) -> None:
-        for name in (SCAN, INDEX, PAIRS, CVAL):
+        for name in (SCAN, INDEX, PAIRS, CVAL, CHUNKS, OUT):
             self.con.execute(f"DROP TABLE IF EXISTS {name}")
 
 
 @contextmanager
-def staging(con: duckdb.DuckDBPyConnection) -> Iterator[Staging]:
-    stage = Staging(con)
+def staging(con: duckdb.DuckDBPyConnection, memory_limit: str | None = None) -> Iterator[Staging]:
+    """Staging tables for one comparison; with `memory_limit`, DuckDB spills past it to its temp directory
+    (the setting is put back afterwards)."""
+    before = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] if memory_limit else None
+    if memory_limit:
+        con.execute("SET memory_limit = ?", [memory_limit])
     try:
-        yield stage
+        stage = Staging(con)
+        try:
+            yield stage
+        finally:
+            stage.drop()
     finally:
-        stage.drop()
+        if before is not None:
+            con.execute("SET memory_limit = ?", [before])
 
 
 def _dicts(result: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
