@@ -59,7 +59,7 @@ class CompareOptions:
     workers: int | None = None  # None: one per core for big logs, in-process for small ones
     format: str | None = None  # one of toolaudit.formats.FORMATS for both files; None: detect each file's
     shard: Shard | None = None  # only this shard's sessions (see toolaudit.shards)
-    memory_limit: str | None = "1GB"  # DuckDB's, while the digests are staged and joined (it spills past it)
+    memory_limit: str | None = "768MB"  # DuckDB's, while the digests are staged and joined (it spills past it)
 
 
 @dataclass
