@@ -252,11 +252,12 @@ def test_engine_runs_emulated_paths_and_sets_threads(tiny_model_dir):
 
 def test_flash_attention_of_emulated_prefill_is_exact_attention():
     """Without rounding, in float64, the block-by-block softmax of emulated prefill equals attention computed
-    directly: after a cached prefix (queries are the last rows) and across several key blocks."""
-    from toolaudit.engines.torch.attention import KV_BLOCK, _causal, _flash_rounded
+    directly: after a cached prefix (queries are the last rows), across several key blocks and query blocks
+    (each query block stops at the last key it sees)."""
+    from toolaudit.engines.torch.attention import KV_BLOCK, Q_BLOCK, _causal, _flash_rounded
 
     g = torch.Generator().manual_seed(3)
-    q_len, total = 40, KV_BLOCK + 300
+    q_len, total = 2 * Q_BLOCK + 40, KV_BLOCK + 300
     query = torch.randn(2, 4, q_len, 16, generator=g, dtype=torch.float64)
     key, value = (torch.randn(2, 2, total, 16, generator=g, dtype=torch.float64) for _ in range(2))
     mask = _causal(q_len, total, "cpu").expand(2, 1, q_len, total).clone()

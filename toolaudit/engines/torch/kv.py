@@ -49,6 +49,24 @@ def _set_layer(layer: DynamicLayer, keys: torch.Tensor, values: torch.Tensor) ->
     layer.keys, layer.values = keys, values
 
 
+def _right_aligned(parts: list[tuple[torch.Tensor, torch.Tensor]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack (keys, values) of several batches along rows, each right-aligned to `width` columns behind zeros:
+    one new tensor each, written once (padding each part first and concatenating copied everything twice)."""
+    joined = []
+    for side in (0, 1):
+        first = parts[0][side]
+        out = first.new_empty(sum(p[side].shape[0] for p in parts), first.shape[1], width, first.shape[3])
+        row = 0
+        for p in parts:
+            t = p[side]
+            rows, cols = t.shape[0], t.shape[2]
+            out[row:row + rows, :, :width - cols].zero_()
+            out[row:row + rows, :, width - cols:] = t
+            row += rows
+        joined.append(out)
+    return joined[0], joined[1]
+
+
 class KVBatch:
     """A batch of sequences in one `DynamicCache`, with a [rows, columns] validity mask over cache columns.
 
@@ -149,16 +167,13 @@ class KVBatch:
         """Append the rows of `others` in one copy; rows with fewer columns are padded on the left (invalid)."""
         parts = ([self] if self.rows else []) + others
         width = max(b.columns for b in parts)
-        for b in parts:
-            if b.columns < width:
-                b._pad_left(width - b.columns)
         if len(parts) > 1:
-            layers = zip(*(b.cache.layers for b in parts))
-            for layer_parts in layers:
-                full = [_full(layer) for layer in layer_parts]
-                _set_layer(layer_parts[0], torch.cat([k for k, _ in full]), torch.cat([v for _, v in full]))
+            for layer_parts in zip(*(b.cache.layers for b in parts)):
+                _set_layer(layer_parts[0], *_right_aligned([_full(layer) for layer in layer_parts], width))
+        elif parts[0].columns < width:
+            parts[0]._pad_left(width - parts[0].columns)
         self.cache = parts[0].cache
-        self.valid = torch.cat([b.valid for b in parts])
+        self.valid = torch.cat([torch.nn.functional.pad(b.valid, (width - b.columns, 0)) for b in parts])
         self.lengths = torch.cat([b.lengths for b in parts])
         self.dense = bool(self.valid.all())
 
