@@ -1,6 +1,6 @@
 """Benchmark the embedded engine against Hugging Face `generate()` on the same prompts, model and dtype.
 
-    .venv/bin/python benchmarks/bench_engine.py --prompts 24 [--dtype bfloat16] [--json out.json]
+    .venv/bin/python benchmarks/bench_engine.py --prompts 24 [--setups float32,bf16-emulated] [--json out.json]
     /work/vllm-try/bin/python benchmarks/bench_engine.py ...   (a venv with vLLM: adds the vllm-* rows)
 
 Everything timed runs side by side in ONE process (the machine is shared, so figures from separate runs do not
@@ -8,6 +8,12 @@ compare), configuration after configuration, `--rounds` times in rotating order;
 fastest round. Peak memory is measured separately: one subprocess per configuration, the peak RSS while running
 it (VmHWM, reset after the models loaded) minus the RSS right after loading (tracemalloc does not see torch's
 allocations). `--no-memory` skips that.
+
+Setups (`--setups`, all in the one process, goals side by side at the end): `float32`; `bf16-native` (bf16
+kernels: skipped unless asked for by name where the CPU has no native bf16 matmul, where it runs ~100x slower);
+`bf16-emulated` (`numerics = "emulated"`: bf16 numerics on float32 kernels, what `auto` picks on AVX2-only CPUs;
+generate() cannot emulate, so its rows there run float32: the same kernels, the fast choice an HF user has on
+such a CPU); `float16-native`, `float16-emulated`. `--dtype D` alone means the one setup `D-native`.
 
 Prompts: the first N calls of traces/demo.jsonl (whole sessions, as a replay sees them; `--sample spread` takes
 every 10th call instead), rendered as the engine renders them. Configurations:
@@ -50,6 +56,14 @@ sys.path.insert(0, str(ROOT))
 CONFIGS = ("hf-greedy", "hf-lookup", "target-b1", "spec-ngram-b1", "target-b8", "spec-ngram-b8", "replay-b16",
            "vllm-target-b8", "vllm-spec-ngram-b8")
 GOALS = {"target-b1": ("hf-greedy", 1.2), "spec-ngram-b1": ("hf-lookup", 1.5), "target-b8": ("hf-greedy", 4.0)}
+SETUPS = ("float32", "bf16-native", "bf16-emulated", "float16-native", "float16-emulated")
+SHORT = {"bf16": "bfloat16", "float16": "float16", "float32": "float32"}
+
+
+def parse_setup(setup: str) -> tuple[str, str]:
+    """"bf16-emulated" -> ("bfloat16", "emulated"); "float32" -> ("float32", "native")."""
+    dtype, _, numerics = setup.partition("-")
+    return SHORT.get(dtype, dtype), numerics or "native"
 
 
 def vllm_missing() -> str | None:
@@ -75,7 +89,7 @@ def load_requests(n: int, sample: str):
 class Bench:
     """Models, prompts and one runner per configuration."""
 
-    def __init__(self, n: int, dtype: str, max_tokens: int, sample: str = "sessions"):
+    def __init__(self, n: int, dtype: str, max_tokens: int, sample: str = "sessions", numerics: str = "native"):
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -85,13 +99,17 @@ class Bench:
 
         torch.set_num_threads(os.cpu_count() or 1)
         self.torch = torch
-        self.dtype, self.max_tokens = dtype, max_tokens
-        self.paths = {k: replace(v, dtype=dtype, max_tokens=max_tokens) for k, v in builtin_paths().items()}
+        self.dtype, self.max_tokens, self.numerics = dtype, max_tokens, numerics
+        options = {"numerics": numerics} if dtype != "float32" else {}
+        self.paths = {k: replace(v, dtype=dtype, max_tokens=max_tokens, options=options)
+                      for k, v in builtin_paths().items()}
         self.requests = load_requests(n, sample)
-        self.model, self.tokenizer = models.load_model("smollm2-135m", dtype)
+        self.model, self.tokenizer = models.load_model("smollm2-135m", dtype, "cpu", numerics)
         directory = models.converted_dir(models.resolve("smollm2-135m"))
-        # A separate copy with transformers' default attention: generate() runs exactly as shipped.
-        self.hf = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype)).eval()
+        # A separate copy with transformers' default attention: generate() runs exactly as shipped (in float32
+        # for an emulated setup: generate() has no emulation, and float32 is its fast choice without bf16 kernels).
+        self.hf_dtype = "float32" if numerics == "emulated" else dtype
+        self.hf = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, self.hf_dtype)).eval()
         prompt = self.paths["target"].prompt
         self.prompts = [self.tokenizer(render(self.tokenizer, r.messages, r.tools, prompt).text,
                                        add_special_tokens=False)["input_ids"] for r in self.requests]
@@ -216,7 +234,7 @@ def _vllm_prefix_counters(llm) -> tuple[int, int]:
 
 def measure_memory(name: str, args) -> float:
     """Peak RSS growth (MiB) while running one configuration, in a fresh subprocess."""
-    cmd = [sys.executable, __file__, "--memory-probe", name, "--prompts", str(args.prompts), "--dtype", args.dtype,
+    cmd = [sys.executable, __file__, "--memory-probe", name, "--prompts", str(args.prompts), "--setups", args.setup,
            "--max-tokens", str(args.max_tokens), "--sample", args.sample]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     return float(out)
@@ -231,7 +249,8 @@ def memory_probe(name: str, args) -> None:
     """
     import gc
 
-    bench = Bench(args.prompts, args.dtype, args.max_tokens, args.sample)
+    dtype, numerics = parse_setup(args.setups)
+    bench = Bench(args.prompts, dtype, args.max_tokens, args.sample, numerics)
     gc.collect()
     try:
         Path("/proc/self/clear_refs").write_text("5")
@@ -254,7 +273,9 @@ def _status_kib(field: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompts", type=int, default=24)
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    parser.add_argument("--setups", help=f"comma-separated, from {', '.join(SETUPS)} (default: float32,"
+                        "bf16-native,bf16-emulated; bf16-native only where the CPU has bf16 kernels)")
+    parser.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], help="one setup: DTYPE, native")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--sample", default="sessions", choices=["sessions", "spread"],
@@ -266,6 +287,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.memory_probe:
         return memory_probe(args.memory_probe, args)
+    setups = choose_setups(args)
 
     names = [c for c in args.configs.split(",") if c]
     missing = vllm_missing() if any(n.startswith("vllm-") for n in names) else None
@@ -277,14 +299,60 @@ def main() -> None:
         for name, why in skipped.items():
             print(f"{name}: skipped, {why}")
         return
-    bench = Bench(args.prompts, args.dtype, args.max_tokens, args.sample)
+    results = {}
+    for setup in setups:
+        args.setup = setup
+        rows, bench = run_setup(setup, names, args)
+        print_table(rows, args, bench)
+        results[setup] = {"rows": rows, "hf_dtype": bench.hf_dtype}
+    print_goals(results)
+    for name, why in skipped.items():
+        print(f"{name}: skipped, {why}")
+    if args.json:
+        import torch
+
+        from toolaudit.engines.torch.numerics import cpu_capability
+
+        info = {"setups": setups, "prompts": args.prompts, "max_tokens": args.max_tokens,
+                "rounds": args.rounds, "threads": torch.get_num_threads(), "load_avg": os.getloadavg(),
+                "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_flags": cpu_capability(),
+                "memory_method": "subprocess per config: VmHWM (reset via /proc/self/clear_refs after loading) "
+                                 "minus VmRSS after loading (not measured for vllm-*: worker processes)",
+                "skipped": skipped}
+        args.json.write_text(json.dumps({"setup": info, "results": results}, indent=2))
+
+
+def choose_setups(args) -> list[str]:
+    """The setups to run: --setups as given, --dtype D as D-native, else float32 and bf16 in both numerics
+    (bf16-native left out where the CPU has no bf16 kernels: it would run for hours there)."""
+    from toolaudit.engines.torch.numerics import has_native
+
+    if args.setups:
+        setups = [s for s in args.setups.split(",") if s]
+        unknown = [s for s in setups if s not in SETUPS]
+        if unknown:
+            raise SystemExit(f"unknown setup(s) {', '.join(unknown)}; known: {', '.join(SETUPS)}")
+        return setups
+    if args.dtype:
+        return [args.dtype if args.dtype == "float32" else f"{args.dtype.replace('bfloat16', 'bf16')}-native"]
+    setups = ["float32", "bf16-native", "bf16-emulated"]
+    if not has_native("bfloat16", "cpu"):
+        print("  skipping bf16-native: this CPU has no bf16 matmul kernels (ask for it with --setups)", file=sys.stderr)
+        setups.remove("bf16-native")
+    return setups
+
+
+def run_setup(setup: str, names: list[str], args) -> tuple[list[dict], Bench]:
+    """Every configuration of one setup, best of --rounds; its table rows."""
+    dtype, numerics = parse_setup(setup)
+    bench = Bench(args.prompts, dtype, args.max_tokens, args.sample, numerics)
     bench.warm_up()
     best: dict[str, dict] = {}
     for round_ in range(args.rounds):
         order = names[round_ % len(names):] + names[: round_ % len(names)]
         for name in order:
             result = bench.run(name)
-            print(f"  round {round_ + 1}: {name:14s} {result['seconds']:7.1f} s", file=sys.stderr)
+            print(f"  {setup} round {round_ + 1}: {name:14s} {result['seconds']:7.1f} s", file=sys.stderr)
             if name not in best or result["seconds"] < best[name]["seconds"]:
                 best[name] = result
     reference = best.get("hf-greedy", {}).get("outputs")
@@ -292,7 +360,6 @@ def main() -> None:
     # vLLM decodes in its worker processes: this process's peak RSS would not show it
     memory = {} if args.no_memory else {name: measure_memory(name, args) for name in names
                                         if not name.startswith("vllm-")}
-
     rows = []
     for name in names:
         r = best[name]
@@ -310,23 +377,33 @@ def main() -> None:
             "peak_mem_mib": None if name not in memory else round(memory[name], 1),
             "prompt_reuse": None if r["prompt_reuse"] is None else round(r["prompt_reuse"], 2),
         })
-    print_table(rows, args, bench)
-    for name, why in skipped.items():
-        print(f"{name}: skipped, {why}")
-    if args.json:
-        info = {"dtype": args.dtype, "prompts": len(bench.prompts), "max_tokens": args.max_tokens,
-                "rounds": args.rounds, "threads": bench.torch.get_num_threads(), "load_avg": os.getloadavg(),
-                "cpu_capability": bench.torch.backends.cpu.get_cpu_capability(),
-                "memory_method": "subprocess per config: VmHWM (reset via /proc/self/clear_refs after loading) "
-                                 "minus VmRSS after loading (not measured for vllm-*: worker processes)",
-                "skipped": skipped}
-        args.json.write_text(json.dumps({"setup": info, "results": rows}, indent=2))
+    return rows, bench
+
+
+def print_goals(results: dict[str, dict]) -> None:
+    """The three goals, one column per setup: ratio and met / not met."""
+    print("\ngoals side by side (ratio of tok/s; generate() in the dtype named under each setup)")
+    setups = list(results)
+    head = ["goal"] + [f"{s} (generate() {results[s]['hf_dtype']})" for s in setups]
+    table = [head]
+    for name, (reference, ratio) in GOALS.items():
+        cells = [f"{name} >= {ratio}x {reference}"]
+        for s in setups:
+            row = next((r for r in results[s]["rows"] if r["config"] == name), None)
+            got = None if row is None else row["speedup"]
+            cells.append("-" if got is None else f"{got}x {'met' if got >= ratio else 'NOT met'}")
+        table.append(cells)
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for j, row in enumerate(table):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
 
 
 def print_table(rows: list[dict], args, bench: Bench) -> None:
     mean = sum(map(len, bench.prompts)) / len(bench.prompts)
-    print(f"\n{len(bench.prompts)} prompts ({args.sample}, mean {mean:.0f} tokens), "
-          f"{args.dtype}, max_tokens {args.max_tokens}, {bench.torch.get_num_threads()} threads, "
+    print(f"\n{args.setup}: {len(bench.prompts)} prompts ({args.sample}, mean {mean:.0f} tokens), "
+          f"generate() in {bench.hf_dtype}, max_tokens {args.max_tokens}, {bench.torch.get_num_threads()} threads, "
           f"best of {args.rounds} round(s), load average {os.getloadavg()[0]:.1f}")
     head = ["config", "tok/s", "s/call", "speedup", "goal", "accept", "≠hf-greedy", "≠target-b1", "peak MiB",
             "prompt reuse"]

@@ -43,3 +43,16 @@ def test_engine_results_in_order_with_errors_as_rows(tiny_model_dir):
     assert components["speculative"]["method"] == "ngram" and components["dtype"] == "float64"
     assert len(components["model_identity"]) == 16
     json.dumps(components)
+
+
+def test_malloc_tuning_is_applied_once_and_can_be_turned_off(monkeypatch):
+    """`keep_freed_memory` sets glibc's thresholds (True) on glibc Linux, and does nothing when turned off."""
+    import platform
+
+    from toolaudit.engines.torch.engine import keep_freed_memory
+
+    tune = keep_freed_memory.__wrapped__  # the cached one runs once per process
+    monkeypatch.setenv("TOOLAUDIT_MALLOC_TUNING", "0")
+    assert tune() is False
+    monkeypatch.delenv("TOOLAUDIT_MALLOC_TUNING")
+    assert tune() is (platform.libc_ver()[0] == "glibc")
