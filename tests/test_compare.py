@@ -276,3 +276,39 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
     # nothing left behind on the connection: a new comparison on the same store runs
     run_id, counts = compare_logs(store, b, b, CompareOptions(schema_dir=None))
     assert counts.matched == 50 and counts.kinds == {"identical": 50}
+
+
+def test_small_chunks_and_commits_give_the_same_tables(tmp_path, monkeypatch):
+    """Many chunks per side and many transactions in the final inserts (ranges of pairs, groups of chunk
+    files) store exactly what one chunk and one transaction store."""
+    import toolaudit.compare as compare
+    import toolaudit.compare_sql as compare_sql
+
+    baseline, candidate = [], []
+    for i in range(3000):
+        args = {"query": f"q{i} " + "x" * 200, "limit": i % 7 + 1}
+        baseline.append(line(session=f"s{i // 4}", calls=[tool_call("search_tickets", args)]))
+        drifted = {**args, "limit": 0} if i % 50 == 0 else args
+        if i % 97 != 0:  # some calls in the baseline only
+            candidate.append(line(session=f"s{i // 4}", calls=[tool_call("search_tickets", drifted)]))
+    b, c = write_jsonl(tmp_path / "b.jsonl", baseline), write_jsonl(tmp_path / "c.jsonl", candidate)
+    assert b.stat().st_size > 1 << 20  # big enough for split_file to cut it
+
+    def tables(db, **opts):
+        with Store(db) as store:
+            _, counts = compare_logs(store, b, c, CompareOptions(schema_dir=None, **opts))
+            out = {name: store.query(f"SELECT * EXCLUDE (run_id) FROM {name} ORDER BY ALL")[1]
+                   for name in ("calls", "outputs", "arg_diffs", "trace_errors")}
+        return out, counts.as_dict()
+
+    whole, whole_counts = tables(tmp_path / "whole.duckdb", workers=1)
+    monkeypatch.setattr(compare, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(compare_sql, "ROWS_PER_COMMIT", 500)
+    commits = []
+    original = compare_sql.Staging._commit
+    monkeypatch.setattr(compare_sql.Staging, "_commit", lambda self, *a: commits.append(1) or original(self, *a))
+    parts, parts_counts = tables(tmp_path / "parts.duckdb", workers=2)
+    assert len(commits) > 10 and parts == whole and parts_counts == whole_counts
+    assert len(whole["calls"]) == 3000 and len(whole["outputs"]) == 3000 + len(candidate)
+    # a call missing from a candidate session shifts that session's later (implicit) indices: more drift
+    assert whole_counts["baseline_only"] == 31 and whole_counts["drifted"] > 59

@@ -207,7 +207,7 @@ class _Comparison:
             self._error(side, src.translate(replace(err, line=err.line + base)))
         if chunk.table is not None and len(chunk.table):
             stats.calls += len(chunk.table)
-            stage.append(side, chunk.table, base, self.shown[side], chunk.outputs_file)
+            stage.append(side, chunk.table, base, chunk.lines, self.shown[side], chunk.outputs_file)
         self._flush()
         if self.progress:
             self.progress(round(size * self.scale[side]))

@@ -21,6 +21,8 @@ import pyarrow.compute as pc
 from toolaudit.records import MatchStatus
 
 SCAN, INDEX, PAIRS, CVAL, CHUNKS, OUT = "_ta_scan", "_ta_index", "_ta_pairs", "_ta_cval", "_ta_chunks", "_ta_out"
+# rows per transaction of the final inserts: DuckDB keeps a transaction's new primary-key entries in memory
+ROWS_PER_COMMIT = 2_000_000
 # how a (session, call index) key is resolved
 FAST, BASELINE_ONLY, CANDIDATE_ONLY, DIFFER = 0, 1, 2, 3
 SIDES = ("baseline", "candidate")
@@ -65,7 +67,7 @@ j AS (
     FROM (SELECT * FROM s WHERE side = 0) b
     FULL OUTER JOIN (SELECT * FROM s WHERE side = 1) c
     ON b.session_id = c.session_id AND b.call_index = c.call_index)
-SELECT bl, cl, session_id, call_index, how,
+SELECT row_number() OVER () - 1 AS seq, bl, cl, session_id, call_index, how,
        how = {CANDIDATE_ONLY} OR (how = {FAST} AND NOT same_schemas) AS check_candidate
 FROM j"""
 
@@ -92,7 +94,7 @@ FROM {PAIRS} p
 LEFT JOIN {SCAN} b ON b.side = 0 AND b.line = p.bl
 LEFT JOIN {SCAN} c ON c.side = 1 AND c.line = p.cl
 LEFT JOIN {CVAL} v ON v.line = p.cl
-WHERE p.how <> {DIFFER}"""
+WHERE p.how <> {DIFFER} AND p.seq >= $lo AND p.seq < $hi"""
 
 # the outputs rows of those pairs: one row per side present, keyed by (side, line)
 _OUT = f"""
@@ -119,7 +121,8 @@ SELECT $run_id AS run_id, o.session_id, o.call_index, CASE WHEN o.side = 0 THEN 
 FROM read_parquet({{files}}, filename = true) w
 JOIN {CHUNKS} k ON k.file = w.filename
 JOIN {OUT} o ON o.side = k.side AND o.line = w.line + k.base
-LEFT JOIN {CVAL} v ON o.check_candidate AND v.line = o.line"""
+LEFT JOIN {CVAL} v ON o.check_candidate AND v.line = o.line
+WHERE {{lines}}"""
 
 
 class Staging:
@@ -130,14 +133,14 @@ class Staging:
         con.execute(_CREATE_SCAN)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {CVAL} (line BIGINT, valid BOOLEAN, schema_errors VARCHAR)")
         con.execute(f"CREATE OR REPLACE TEMP TABLE {CHUNKS} (file VARCHAR, side UTINYINT, base BIGINT)")
-        self.files: list[str] = []
+        self.chunks: list[tuple[str, int, int, int]] = []  # (outputs file, side, line base, lines), in line order
 
-    def append(self, side: int, table: pa.Table, line_base: int, shown: pa.Array | None,
+    def append(self, side: int, table: pa.Table, line_base: int, lines: int, shown: pa.Array | None,
                outputs_file: str | None) -> None:
-        """One chunk's digests (and the Parquet file of their outputs columns, lines relative to `line_base`);
-        `shown` maps a converted log's lines (1-based) to the original file's."""
+        """One chunk's digests (and the Parquet file of their outputs columns; the chunk's `lines` follow
+        `line_base`); `shown` maps a converted log's lines (1-based) to the original file's."""
         if outputs_file is not None:
-            self.files.append(outputs_file)
+            self.chunks.append((outputs_file, side, line_base, lines))
             self.con.execute(f"INSERT INTO {CHUNKS} VALUES (?, ?, ?)", [outputs_file, side, line_base])
         line = pc.add(table.column("line"), line_base)
         shown_line = line if shown is None else shown.take(pc.subtract(line, 1))
@@ -193,17 +196,40 @@ class Staging:
                                          "schema_errors": pa.array(errors, pa.string())}))
 
     def write_rows(self, run_id: int, names: tuple[str, str], sources: tuple[str, str]) -> None:
-        """Insert the calls and outputs rows of every agreeing or unmatched pair, in one transaction."""
-        params = {"run_id": run_id}
-        files = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in self.files) + "]"
+        """Insert the calls and outputs rows of every agreeing or unmatched pair, at most ROWS_PER_COMMIT rows
+        per transaction (so memory does not grow with the logs): calls by ranges of pairs, outputs by groups of
+        consecutive chunk files (each group's Parquet files are read once)."""
+        params: dict[str, Any] = {"run_id": run_id}
         self.con.execute(_OUT)
+        total = self.con.execute(f"SELECT count(*) FROM {PAIRS}").fetchall()[0][0]
+        for lo in range(0, total, ROWS_PER_COMMIT):
+            self._commit(_FAST_CALLS, {**params, "lo": lo, "hi": lo + ROWS_PER_COMMIT})
+        params.update(b_name=names[0], c_name=names[1], b_source=sources[0], c_source=sources[1])
+        for group in self._groups():
+            files = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f, *_ in group) + "]"
+            ranges = []
+            for side in sorted({c[1] for c in group}):
+                mine = [c for c in group if c[1] == side]
+                ranges.append(f"(o.side = {side} AND o.line >= {mine[0][2] + 1} "
+                              f"AND o.line < {mine[-1][2] + mine[-1][3] + 1})")
+            self._commit(_FAST_OUTPUTS.format(files=files, lines=" OR ".join(ranges)), params)
+
+    def _groups(self) -> Iterator[list[tuple[str, int, int, int]]]:
+        """Consecutive chunks (in line order, baseline first) holding at most ROWS_PER_COMMIT lines together
+        (or one chunk)."""
+        group: list[tuple[str, int, int, int]] = []
+        for chunk in self.chunks:
+            if group and sum(c[3] for c in group) + chunk[3] > ROWS_PER_COMMIT:
+                yield group
+                group = []
+            group.append(chunk)
+        if group:
+            yield group
+
+    def _commit(self, sql: str, params: dict[str, Any]) -> None:
         self.con.execute("BEGIN TRANSACTION")
         try:
-            self.con.execute(_FAST_CALLS, params)
-            if self.files:
-                self.con.execute(_FAST_OUTPUTS.format(files=files),
-                                 {**params, "b_name": names[0], "c_name": names[1], "b_source": sources[0],
-                                  "c_source": sources[1]})
+            self.con.execute(sql, params)
         except BaseException:
             self.con.execute("ROLLBACK")
             raise
