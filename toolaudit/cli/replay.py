@@ -132,7 +132,8 @@ MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32")
 @output_options
 @friendly_errors
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, fmt: str) -> None:
-    """Replay the bundled demo sessions through target vs spec-ngram (bf16) and print the drift."""
+    """Replay the bundled demo sessions (the first 3 calls of each) through target vs spec-ngram (bf16) and
+    print the drift."""
     from toolaudit.engines.torch.numerics import cpu_capability, resolve
     from toolaudit.replay import ReplayOptions
 
@@ -141,7 +142,7 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
     candidates = list(MATRIX_CANDIDATES) if matrix else ["spec-ngram"]
     options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate=candidates[0],
                             candidates=candidates if matrix else None, limit=limit,
-                            calls_per_session=2 if matrix else None, run_name="demo-matrix" if matrix else "demo",
+                            calls_per_session=2 if matrix else 3, run_name="demo-matrix" if matrix else "demo",
                             schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics)
     used = resolve("bfloat16", "cpu", numerics)
     click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)} (bf16 numerics {used}, "
