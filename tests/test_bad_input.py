@@ -236,8 +236,11 @@ def test_failure_mid_run_leaves_database_consistent(tmp_path, db_path, monkeypat
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(compare._Comparison, "_candidate", exploding)
+    # only pairs that differ reach Python (`_candidate`): every call of this candidate differs
+    c = write_jsonl(tmp_path / "c.jsonl", [line(session=f"s{i}", calls=[tool_call("close_ticket", {"ticket_id": -i})])
+                                           for i in range(50)])
     with pytest.raises(KeyboardInterrupt):
-        compare_logs(store, b, b, CompareOptions(schema_dir=None, batch_rows=10))
+        compare_logs(store, b, c, CompareOptions(schema_dir=None, batch_rows=10))
     statuses = dict(store.query("SELECT run_id, status FROM runs")[1])
     assert statuses[first_run] == "complete" and statuses[first_run + 1] == "interrupted"
     assert store.query("SELECT count(*) FROM calls WHERE run_id = ?", [first_run])[1][0][0] == 50

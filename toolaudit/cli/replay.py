@@ -132,8 +132,7 @@ MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32")
 @output_options
 @friendly_errors
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, fmt: str) -> None:
-    """Replay the bundled demo sessions (the first 3 calls of each) through target vs spec-ngram (bf16) and
-    print the drift."""
+    """Replay the first 3 calls of each demo session through target vs spec-ngram (bf16); print the drift."""
     from toolaudit.engines.torch.numerics import cpu_capability, resolve
     from toolaudit.replay import ReplayOptions
 
