@@ -54,8 +54,8 @@ class Member:
 
     run_id: int
     path: PathConfig
+    analyzer: Analyzer
     todo: set[Key] = field(default_factory=set)
-    analyzer: Analyzer | None = None
     errors: int = 0
 
 
@@ -111,11 +111,14 @@ class Replayer:
                                      fingerprint(base_components), fingerprint(components), matrix_id)
 
     def members(self, run_id: int) -> list[Member]:
+        """The candidates of the run (itself, or each candidate's run of a matrix), sharing one schema registry."""
+        registry = SchemaRegistry(self.options.schema_dir)
         run = self.store.run_row(run_id)
         if run["kind"] != "matrix":
-            return [Member(run_id, self.candidate_paths[0])]
+            return [Member(run_id, self.candidate_paths[0], Analyzer(run_id, registry))]
         by_name = {p.name: p for p in self.candidate_paths}
-        return [Member(m["run_id"], by_name[m["candidate_name"]]) for m in self.store.matrix_members(run_id)]
+        return [Member(m["run_id"], by_name[m["candidate_name"]], Analyzer(m["run_id"], registry))
+                for m in self.store.matrix_members(run_id)]
 
     def path_major(self) -> bool:
         """Run one path over the whole selection, release it, then the next: for engines that must not be
@@ -136,12 +139,10 @@ class Replayer:
             calls, bad_lines, stats = load_calls(self.options, lengths)
             # the traces' own session lengths, for session drift when the replay samples calls (see frontier)
             self.store.update_options(run_id, {"trace_session_calls": lengths})
-            registry = SchemaRegistry(self.options.schema_dir)
             for m in members:
                 self._write_trace_errors(m.run_id, bad_lines)
                 done = self.store.stored_call_keys(m.run_id)
                 m.todo = {c.key for c in calls if c.key not in done}
-                m.analyzer = Analyzer(m.run_id, registry)
             needed = [c for c in calls if any(c.key in m.todo for m in members)]
             counts = ReplayCounts(traces=stats, calls=len(calls), replayed=len(needed),
                                   skipped=len(calls) - len(needed))
@@ -302,8 +303,6 @@ class Replayer:
               shares: tuple[list[float], list[float]], batch: RowBatch) -> None:
         """Rows for each call of a chunk in one candidate's run; failed calls become error rows."""
         decode = self._decoder()
-        analyzer = m.analyzer
-        assert analyzer is not None
         for i, call in enumerate(chunk):
             b_res, c_res = base[i], cand[i]
             # a call's share of its batch's wall time: batched decoding has no per-request wall time
@@ -318,9 +317,9 @@ class Replayer:
                 write_output(batch, m.run_id, call.session_id, call.call_index, "baseline", b_out.row())
                 write_output(batch, m.run_id, call.session_id, call.call_index, "candidate", c_out.row())
                 continue
-            analyzer.pair(batch, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
+            m.analyzer.pair(batch, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
                           first_divergence(b_res, c_res, decode))
-        analyzer.flush_issues(batch)
+        m.analyzer.flush_issues(batch)
 
     def _decoder(self) -> Callable[[list[int]], str] | None:
         """Token ids -> text for divergence evidence, from a live engine (the baseline's may be released)."""

@@ -26,9 +26,10 @@ METHOD = ("Drift is judged against the baseline's own outputs on the same calls.
           "target-only. Speeds are tokens over each of this customer's calls' share of its batch's wall time.")
 
 
-def remedies_report(store: Store, run_id: int | None, customer: str, options: ReportOptions | None = None,
-                    links: dict[str, str] | None = None) -> dict[str, Any]:
-    """One customer's remedy report; `links` maps a candidate to its detailed report (relative path)."""
+def remedies_report(store: Store, run_id: int | None, customer: str,
+                    options: ReportOptions | None = None) -> dict[str, Any]:
+    """One customer's remedy report. Each candidate's `report` (the relative path of its detailed report in
+    the same format) is None here; the writer sets it per format."""
     options = options or ReportOptions()
     matrix = matrix_of(store, run_id)
     budget = Budget(options.max_call_drift, options.max_session_drift)
@@ -40,7 +41,7 @@ def remedies_report(store: Store, run_id: int | None, customer: str, options: Re
         candidates.append({"candidate": remedy.candidate, "run_id": remedy.run_id,
                            "path": member["candidate_source"], "fingerprint": member["candidate_fingerprint"],
                            "drift_kinds": drift_kind_counts(store, remedy.run_id, customer),
-                           "report": (links or {}).get(remedy.candidate)})
+                           "report": None})
     created = matrix["created_at"]
     return {
         "report": {"kind": "remedy_matrix", "toolaudit_version": __version__,

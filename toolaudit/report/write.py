@@ -73,7 +73,8 @@ def write_reports(store: Store, run_id: int | None, customers: Sequence[str] | N
 def _write_matrix_reports(store: Store, run: dict, customers: Sequence[str] | None, formats: Sequence[str],
                           out_dir: str | Path, options: ReportOptions | None) -> list[Path]:
     members = store.matrix_members(run["run_id"])
-    known = sorted({c for m in members for c in customers_of(store, m["run_id"])})
+    members_customers = {m["run_id"]: customers_of(store, m["run_id"]) for m in members}
+    known = sorted({c for cs in members_customers.values() for c in cs})
     wanted = list(known) if customers is None else list(dict.fromkeys(customers))
     missing = [c for c in wanted if c not in known]
     if missing:
@@ -82,18 +83,21 @@ def _write_matrix_reports(store: Store, run: dict, customers: Sequence[str] | No
     written: list[Path] = []
     member_slugs = {}
     for m in members:
-        mine = [c for c in wanted if c in customers_of(store, m["run_id"])]
+        member_slugs[m["run_id"]] = slugs(members_customers[m["run_id"]])
+        mine = [c for c in wanted if c in member_slugs[m["run_id"]]]
         if mine:
             written += write_reports(store, m["run_id"], mine, formats, out_dir, options)
-        member_slugs[m["run_id"]] = slugs(customers_of(store, m["run_id"]))
     names = slugs(known)
     folder = Path(out_dir) / f"run-{run['run_id']}"
     folder.mkdir(parents=True, exist_ok=True)
     for customer in wanted:
-        for fmt in formats:
-            links = {m["candidate_name"]: f"../run-{m['run_id']}/{member_slugs[m['run_id']][customer]}.{fmt}"
-                     for m in members if customer in member_slugs[m["run_id"]]}
-            report = remedies_report(store, run["run_id"], customer, options, links)
+        stems = {m["candidate_name"]: f"../run-{m['run_id']}/{member_slugs[m['run_id']][customer]}"
+                 for m in members if customer in member_slugs[m["run_id"]]}
+        report = remedies_report(store, run["run_id"], customer, options)
+        for fmt in formats:  # the same report in each format, linking the candidates' reports of that format
+            for candidate in report["candidates"]:
+                stem = stems.get(candidate["candidate"])
+                candidate["report"] = f"{stem}.{fmt}" if stem else None
             path = folder / f"{names[customer]}.{fmt}"
             path.write_text(MATRIX_RENDERERS[fmt](report), encoding="utf-8")
             written.append(path)
