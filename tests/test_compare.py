@@ -236,7 +236,7 @@ def test_identical_pairs_get_each_sides_own_schema_verdict(tmp_path, db_path):
 
 def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch):
     """Ctrl-C while differing pairs are being diffed, or while the agreeing pairs are written: the run is
-    marked interrupted and holds whole batches only, each call once."""
+    marked interrupted and holds whole batches only, each call once; an earlier complete run is untouched."""
     import toolaudit.compare as compare
     from toolaudit.compare_sql import Staging
 
@@ -245,6 +245,7 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
     c = write_jsonl(tmp_path / "c.jsonl", [line(session=f"s{i}", calls=[tool_call("close_ticket", {"ticket_id": -i})])
                                            for i in range(50)])
     store = Store(db_path)
+    first, _ = compare_logs(store, b, b, CompareOptions(schema_dir=None))
     calls = {"n": 0}
     original = compare._Comparison._candidate
 
@@ -269,10 +270,12 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
         compare_logs(store, b, b, CompareOptions(schema_dir=None))
     monkeypatch.undo()
     statuses = dict(store.query("SELECT run_id, status FROM runs")[1])
-    assert sorted(statuses.values()) == ["interrupted", "interrupted"]
-    n, distinct = store.query("SELECT count(*), count(DISTINCT session_id) FROM calls WHERE run_id = 1")[1][0]
+    assert statuses == {first: "complete", first + 1: "interrupted", first + 2: "interrupted"}
+    assert store.query("SELECT count(*) FROM calls WHERE run_id = ?", [first])[1][0][0] == 50
+    n, distinct = store.query("SELECT count(*), count(DISTINCT session_id) FROM calls WHERE run_id = ?",
+                              [first + 1])[1][0]
     assert n == distinct == 20  # two whole batches of 10 before the 30th pair
-    assert store.query("SELECT count(*) FROM calls WHERE run_id = 2")[1][0][0] == 0
+    assert store.query("SELECT count(*) FROM calls WHERE run_id = ?", [first + 2])[1][0][0] == 0
     # nothing left behind on the connection: a new comparison on the same store runs
     run_id, counts = compare_logs(store, b, b, CompareOptions(schema_dir=None))
     assert counts.matched == 50 and counts.kinds == {"identical": 50}
