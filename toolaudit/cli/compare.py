@@ -17,8 +17,7 @@ from toolaudit.cli.common import (
     schema_dir_or_none,
     shard_option,
 )
-from toolaudit.cli.remedies import show_matrix
-from toolaudit.cli.show import show_summary
+from toolaudit.cli.remedies import show_run
 
 
 def _total_bytes(paths: list[str]) -> int:
@@ -53,7 +52,6 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
     Each log may be an OpenAI Chat Completions log, an OTel GenAI or OpenInference export (OTLP/JSON), a
     Langfuse export or a Responses API log: detected from its first record unless --format says."""
     from toolaudit.compare import CompareOptions, compare_logs
-    from toolaudit.figures import run_summary
     from toolaudit.matrix import compare_matrix, default_names
     from toolaudit.store import Store
 
@@ -64,8 +62,8 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
                              baseline_name=baseline_name, candidate_name=(candidate_names or ("candidate",))[0],
                              workers=workers, format=None if trace_format == "auto" else trace_format, shard=shard)
     with Store(db) as store:
-        total = _total_bytes([baseline, *candidates] if len(candidates) == 1 else [baseline] * len(candidates)
-                             + list(candidates)) if sys.stderr.isatty() else 0
+        # the baseline is scanned once per candidate
+        total = _total_bytes([baseline] * len(candidates) + list(candidates)) if sys.stderr.isatty() else 0
         with Progress("comparing", total, unit=" bytes") as bar:
             if len(candidates) == 1:
                 run_id, _ = compare_logs(store, baseline, candidates[0], options,
@@ -74,7 +72,4 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
                 names = list(candidate_names) if candidate_names else default_names(list(candidates))
                 run_id, _ = compare_matrix(store, baseline, list(candidates), names, options,
                                            progress=bar.update if total else None)
-        if len(candidates) == 1:
-            show_summary(run_summary(store, run_id), fmt, db)
-        else:
-            show_matrix(store, run_id, fmt)
+        show_run(store, run_id, fmt, db)

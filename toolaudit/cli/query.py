@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from toolaudit.cli.common import db_option, friendly_errors, output_options, print_rows
-from toolaudit.cli.remedies import show_matrix
-from toolaudit.cli.show import show_summary
+from toolaudit.cli.remedies import show_run
 
 
 @click.command()
@@ -30,14 +29,10 @@ def runs(db: str, fmt: str) -> None:
 @friendly_errors
 def summary(db: str, run_id: int | None, fmt: str) -> None:
     """Summarise a run: drifted calls with a 95% interval, session drift, a row per customer."""
-    from toolaudit.figures import run_summary
     from toolaudit.store import Store
 
     with Store(db, read_only=True) as store:
-        if store.run_row(run_id)["kind"] == "matrix":
-            show_matrix(store, run_id, fmt)
-        else:
-            show_summary(run_summary(store, run_id), fmt, db)
+        show_run(store, run_id, fmt, db)
 
 
 @click.command()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from toolaudit.cli.common import Proportion, db_option, friendly_errors, output_options, print_rows
+from toolaudit.cli.show import show_summary
 from toolaudit.output import format_table, pct, to_json
 
 
@@ -58,6 +59,16 @@ def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls:
     run = matrix_of(store, run_id)
     show_frontiers(frontier(store, run["run_id"], None, budget, session_calls),
                    customer_frontiers(store, run["run_id"], budget, session_calls), fmt, matrix_head(store, run))
+
+
+def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None) -> None:
+    """A run as `summary` shows it: a matrix as its frontier, any other run as its summary."""
+    from toolaudit.figures import run_summary
+
+    if store.run_row(run_id)["kind"] == "matrix":
+        show_matrix(store, run_id, fmt, budget)
+    else:
+        show_summary(run_summary(store, run_id), fmt, db)
 
 
 @click.command(name="frontier")

@@ -17,8 +17,7 @@ from toolaudit.cli.common import (
     schema_dir_or_none,
     shard_option,
 )
-from toolaudit.cli.remedies import show_matrix
-from toolaudit.cli.show import show_summary
+from toolaudit.cli.remedies import show_run
 from toolaudit.output import to_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +25,6 @@ DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 
 
 def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None) -> None:
-    from toolaudit.figures import run_summary
     from toolaudit.replay import replay_traces
     from toolaudit.store import Store
 
@@ -44,10 +42,7 @@ def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None) -> 
         if counts.skipped:
             click.echo(f"resumed run {run_id}: {counts.skipped} calls already stored, {counts.replayed} replayed",
                        err=True)
-        if store.run_row(run_id)["kind"] == "matrix":
-            show_matrix(store, run_id, fmt, budget)
-        else:
-            show_summary(run_summary(store, run_id), fmt, db)
+        show_run(store, run_id, fmt, db, budget)
 
 
 class _LazyBar:
