@@ -211,3 +211,31 @@ class AppThread:
         self.call(stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
+
+
+def smollm2_dir() -> Path:
+    """The converted SmolLM2-135M directory (built on first use), or skip the test when it cannot be built."""
+    import pytest
+
+    from toolaudit.engines.torch.models import converted_dir, resolve
+    from toolaudit.errors import ConfigError
+
+    try:
+        return converted_dir(resolve("smollm2-135m"))
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+
+
+def child_processes() -> set[str]:
+    """This process's child processes, except multiprocessing's resource tracker (started once, kept for good)."""
+    import psutil
+
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if "resource_tracker" not in cmd:
+            out.add(f"{p.pid} {p.name()} {cmd[:80]}")
+    return out

