@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from toolaudit.engines.torch.kv import KVBatch  # noqa: E402
+from toolaudit.engines.torch.kv import KVBatch, _full  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,3 +30,36 @@ def test_cache_rollback_matches_a_fresh_forward(target, prompts):
         again = kv.extend([[23]])
         fresh = target(input_ids=torch.tensor([b + [12, 22, 23]])).logits[0, -1]
         assert torch.allclose(again[0, 0], fresh, rtol=0, atol=1e-10)
+
+
+def test_ragged_pass_skips_the_lm_head_on_padding(target, prompts):
+    """Rows with fewer tokens than the widest are padded; padding gets zero logits, real positions the model's."""
+    a, b = prompts[0][:9], prompts[1][:11]
+    with torch.inference_mode():
+        kv = KVBatch(target)
+        kv.admit([a, b])
+        logits = kv.extend([[5, 6, 7], [8]])
+        assert torch.count_nonzero(logits[1, 1:]) == 0
+        fresh = target(input_ids=torch.tensor([b + [8]])).logits[0, -1]
+        assert torch.allclose(logits[1, 0], fresh, rtol=0, atol=1e-10)
+        fresh = target(input_ids=torch.tensor([a + [5, 6, 7]])).logits[0, -3:]
+        assert torch.allclose(logits[0], fresh, rtol=0, atol=1e-10)
+
+
+def test_row_kv_of_a_dense_row_equals_its_whole_cache(target, prompts):
+    """A dense row's KV, written part by part from a split cache (base + recent), equals its joined layers;
+    a left-padded row's KV holds only its valid columns."""
+    with torch.inference_mode():
+        kv = KVBatch(target)
+        kv.admit([prompts[0][:12]])
+        kv.mark()
+        kv.extend([[3, 4]])
+        kv.rollback([2])
+        got = kv.row_kv(0)
+        want = torch.stack([torch.stack([k[0], v[0]]) for k, v in map(_full, kv.cache.layers)])
+        assert got.shape[3] == 14 and torch.equal(got, want)
+        ragged = KVBatch(target)
+        ragged.admit([prompts[0][:12], prompts[0][:5]])  # row 1 is left-padded: the gather path
+        short = KVBatch(target)
+        short.admit([prompts[0][:5]])
+        assert torch.equal(ragged.row_kv(1), short.row_kv(0))

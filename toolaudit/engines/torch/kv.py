@@ -39,6 +39,13 @@ def _full(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
     return layer.full() if isinstance(layer, SplitLayer) else (layer.keys, layer.values)
 
 
+def _parts(layer: DynamicLayer) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A layer's keys and values as the parts it holds, oldest columns first (a `SplitLayer`: base, recent)."""
+    if isinstance(layer, SplitLayer) and layer.base_keys is not None:
+        return [(layer.base_keys, layer.base_values), (layer.keys, layer.values)]
+    return [(layer.keys, layer.values)]
+
+
 def _set_layer(layer: DynamicLayer, keys: torch.Tensor, values: torch.Tensor) -> None:
     """Make these the layer's whole contents (used when rows join, move or leave)."""
     if isinstance(layer, SplitLayer):
@@ -188,9 +195,21 @@ class KVBatch:
 
     def row_kv(self, row: int) -> torch.Tensor:
         """Row `row`'s valid KV as [layers, 2, kv_heads, tokens, head_dim] (a copy, for the prefix cache)."""
-        cols = self.valid[row].nonzero().squeeze(1)
-        return torch.stack([torch.stack([keys[row][:, cols], values[row][:, cols]])
-                            for keys, values in map(_full, self.cache.layers)])
+        if not bool(self.valid[row].all()):
+            cols = self.valid[row].nonzero().squeeze(1)
+            return torch.stack([torch.stack([keys[row][:, cols], values[row][:, cols]])
+                                for keys, values in map(_full, self.cache.layers)])
+        # A prompt just prefilled (every column valid): each part is written once, without joining them first.
+        out = None
+        for index, layer in enumerate(self.cache.layers):
+            start = 0
+            for keys, values in _parts(layer):
+                if out is None:
+                    out = keys.new_empty(len(self.cache.layers), 2, keys.shape[1], self.columns, keys.shape[3])
+                end = start + keys.shape[2]
+                out[index, 0, :, start:end], out[index, 1, :, start:end] = keys[row], values[row]
+                start = end
+        return out
 
     def extend(self, tokens: list[list[int]], last_only: bool = False) -> torch.Tensor:
         """Append each row's tokens (ragged rows right-padded into one block); return logits [rows, width, vocab].
@@ -214,18 +233,30 @@ class KVBatch:
         self.valid = torch.cat([self.valid, block_valid], dim=1)
         self.lengths = self.lengths + n
         self.dense = self.dense and not ragged
-        return self._forward(ids, positions, width, last_only)
+        return self._forward(ids, positions, width, last_only, block_valid if ragged else None)
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, width: int, last_only: bool = False):
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, width: int, last_only: bool = False,
+                 real: torch.Tensor | None = None):
+        """Logits [rows, width or 1, vocab]. `real` ([rows, width], ragged blocks only): the positions that hold
+        tokens; only those go through the LM head, and padding positions get zero logits (never read)."""
         mask = None if self.dense else self._mask(width)
-        if not last_only:
+        if not last_only and real is None:
             return self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
                               past_key_values=self.cache, use_cache=True).logits
-        # Not `logits_to_keep=1`: its [rows, 1, hidden] slice sends the LM head down a batched-matmul path that
-        # copies the whole 49152 x 576 weight first (100 ms per prefill on CPU). A 2D input avoids that.
         hidden = self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
                                        past_key_values=self.cache, use_cache=True).last_hidden_state
-        return self.model.get_output_embeddings()(hidden[:, -1].contiguous())[:, None]
+        head = self.model.get_output_embeddings()
+        if last_only:
+            # Not `logits_to_keep=1`: its [rows, 1, hidden] slice sends the LM head down a batched-matmul path that
+            # copies the whole 49152 x 576 weight first (100 ms per prefill on CPU). A 2D input avoids that.
+            return head(hidden[:, -1].contiguous())[:, None]
+        # A verification pass whose rows propose different numbers of tokens: padding is ~12% of its positions,
+        # and the LM head is a fifth of a position's cost. Every real position is still one row of one GEMM
+        # (at least 3 rows, so never the GEMV path), as in a full pass.
+        real_logits = head(hidden[real])
+        logits = real_logits.new_zeros(*real.shape, real_logits.shape[-1])
+        logits[real] = real_logits
+        return logits
 
     def _mask(self, width: int) -> torch.Tensor:
         """A 4D boolean mask [rows, 1, width, columns]: causal, restricted to valid columns.
