@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from helpers import tiny_llama  # noqa: E402
 
 from toolaudit.engines.paths import PathConfig, parse_path  # noqa: E402
-from toolaudit.engines.torch import numerics  # noqa: E402
+from toolaudit.engines.torch import gemm, numerics  # noqa: E402
 from toolaudit.engines.torch.attention import use_grouped_attention  # noqa: E402
 from toolaudit.engines.torch.loop import DecodeSettings, decode  # noqa: E402
 from toolaudit.errors import ConfigError  # noqa: E402
@@ -266,3 +266,29 @@ def test_flash_attention_of_emulated_prefill_is_exact_attention():
     expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=0.25,
                                                                 enable_gqa=True)
     assert torch.allclose(got, expected, atol=1e-12)
+
+
+@pytest.mark.skipif(not gemm.prepacking_available(), reason="this torch build has no oneDNN prepacked linear")
+def test_prepacked_linears_keep_the_rounding_and_the_values(tiny_model_dir):
+    """`load_model` puts an emulated model's linears on prepacked oneDNN weights: every Linear output is still
+    rounded to bf16, logits stay within float32 summation-order noise of MKL's, and the fingerprint says so."""
+    from toolaudit.engines import make_engine
+    from toolaudit.engines.torch.models import load_model
+
+    packed, _ = load_model(str(tiny_model_dir), "bfloat16", "cpu", "emulated")
+    linears = [m for m in packed.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all("forward" in vars(m) for m in linears)  # each routed through its packed weight
+    plain = emulated_tiny(torch.bfloat16)  # the same weights on torch's default kernels
+    plain.load_state_dict({k: v for k, v in packed.state_dict().items()})
+    seen = []
+    handle = packed.lm_head.register_forward_hook(lambda m, a, out: seen.append(representable(out, torch.bfloat16)))
+    ids = torch.tensor([prompts(1)[0]])
+    with torch.inference_mode():
+        got, want = packed(input_ids=ids).logits, plain(input_ids=ids).logits
+    handle.remove()
+    assert seen == [True]
+    assert got.argmax(-1).eq(want.argmax(-1)).float().mean() > 0.9 and (got - want).abs().max() < 0.5
+    engine = make_engine(parse_path("p", {"model": str(tiny_model_dir), "numerics": "emulated"}))
+    assert engine.fingerprint_components()["gemm"] == gemm.PREPACKED
+    native = make_engine(parse_path("p", {"model": str(tiny_model_dir), "numerics": "native"}))
+    assert "gemm" not in native.fingerprint_components()

@@ -24,6 +24,7 @@ from ...errors import ConfigError
 from ..base import EngineRequest, EngineResult, error_result
 from ..completion import available_cores, cut_after_stop, row_seed, use_torch_threads
 from ..paths import PathConfig
+from . import gemm
 from .loop import DecodeSettings, decode
 from .models import load_model, model_identity
 from .numerics import cpu_capability, resolve
@@ -187,12 +188,16 @@ class TorchEngine:
 
     def fingerprint_components(self) -> dict[str, Any]:
         """What defines this path's numerics: versions, weights, draft, dtype and how it runs (native kernels or
-        emulated on float32 ones, the CPU's vector ISA and low-precision flags), batch size, device, threads."""
+        emulated on float32 ones, and then which float32 GEMM kernel; the CPU's vector ISA and low-precision flags),
+        batch size, device, threads."""
         import torch
         import transformers
 
         p = self.path
         spec = p.speculative
+        numerics = self.numerics
+        # Only emulated paths name their float32 GEMM kernel: other paths' fingerprints stay as they were.
+        kernel = {"gemm": gemm.kernel(numerics, p.device)} if numerics == "emulated" else {}
         return {
             "engine": "torch",
             "torch": torch.__version__,
@@ -201,7 +206,8 @@ class TorchEngine:
             "model_identity": model_identity(p.model),
             "draft_identity": model_identity(spec.model) if spec and spec.model else None,
             "dtype": p.dtype,
-            "numerics": self.numerics,
+            "numerics": numerics,
+            **kernel,
             "cpu_capability": cpu_capability(),
             "batch_size": p.batch_size,
             "prefix_caching": p.prefix_caching,

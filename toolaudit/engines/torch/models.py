@@ -127,7 +127,8 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
 
     The model runs `attention.grouped_attention` (registered as "toolaudit"), whatever the checkpoint asked for.
     `numerics="emulated"` (see `numerics.resolve`): loaded in `dtype` as a native path would be, then run on
-    float32 kernels with `dtype` rounding (`numerics.emulate`).
+    float32 kernels with `dtype` rounding (`numerics.emulate`), its linears on prepacked oneDNN weights where
+    the CPU build has them (`gemm.prepack_linears`).
     """
     if numerics not in ("native", "emulated"):
         raise ValueError(f"numerics must be resolved to native or emulated (got {numerics!r}): numerics.resolve")
@@ -138,6 +139,7 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from . import gemm
         from .attention import use_grouped_attention
         from .numerics import emulate
 
@@ -152,6 +154,8 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
         use_grouped_attention(model)
         if numerics == "emulated":
             emulate(model, torch_dtype)
+            if gemm.kernel(numerics, device) == gemm.PREPACKED:
+                gemm.prepack_linears(model)
         model.eval()
         model.requires_grad_(False)
         _loaded[key] = (model, tokenizer)

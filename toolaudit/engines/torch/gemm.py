@@ -1,0 +1,60 @@
+"""float32 GEMMs through oneDNN's prepacked kernels, for emulated bf16/fp16 numerics on CPU.
+
+Why: emulated numerics (`numerics.py`) spend most of their time in float32 `nn.Linear`s, and torch's default CPU
+path (MKL sgemm on the weight as stored) is slow for the shapes decoding has: 16-96 rows against SmolLM2's
+576 x 49152 LM head took 18 / 46 ms on two AVX2 threads, the same product on oneDNN with the weight reordered
+once into its blocked layout 6 / 25 ms, and a layer's 16-row projections 1.5-2.6x less
+(`benchmarks/bench_gemm.py`). The weights are reordered once at load. Accumulation stays float32 and
+deterministic; only the summation order differs from MKL's (|difference| ~1e-6 on unit-scale outputs), so
+the kernel an emulated path runs is part of its fingerprint (`kernel`).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import torch
+
+PREPACKED = "onednn-prepacked"  # the fingerprint's name for float32 linears on prepacked oneDNN weights
+DEFAULT = "aten"  # torch's own dispatch (MKL sgemm for float32 on x86)
+BATCH_HINT = 64  # rows the weight layout is tuned for; 16-512 measured alike, and any row count works
+
+
+@functools.lru_cache(maxsize=1)
+def prepacking_available() -> bool:
+    """Whether this torch build has oneDNN's prepacked float32 linear (x86/aarch64 CPU builds do)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        weight = torch.ones(8, 4)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 2)
+        out = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 4), packed, None, "none", [], "")
+    except (AttributeError, RuntimeError):
+        return False
+    return bool(torch.equal(out, torch.full((2, 8), 4.0)))
+
+
+def kernel(numerics: str, device: str) -> str:
+    """The float32 linear kernel a path with these numerics runs: prepacked oneDNN for emulated numerics on a
+    CPU that has it, else torch's default."""
+    return PREPACKED if numerics == "emulated" and device == "cpu" and prepacking_available() else DEFAULT
+
+
+def prepack_linears(model: torch.nn.Module) -> int:
+    """Route every float32 `nn.Linear` of `model` through a prepacked copy of its weight; the number routed.
+
+    The module keeps its parameters (tied weights, state_dict and hooks are unchanged); forward hooks, such as
+    emulation's output rounding, still run around the new forward. Costs one extra copy of the weights.
+    """
+    count = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32:
+            packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), BATCH_HINT)
+            module.forward = types.MethodType(functools.partial(_prepacked_forward, packed=packed), module)
+            count += 1
+    return count
+
+
+def _prepacked_forward(self: torch.nn.Linear, x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, self.bias, "none", [], "")
