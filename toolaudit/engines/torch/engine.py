@@ -24,7 +24,7 @@ from ...errors import ConfigError
 from ..base import EngineRequest, EngineResult, error_result
 from ..completion import available_cores, cut_after_stop, row_seed, use_torch_threads
 from ..paths import PathConfig
-from . import gemm
+from .gemm import kernel as gemm_kernel
 from .loop import DecodeSettings, decode
 from .models import load_model, model_identity
 from .numerics import cpu_capability, resolve
@@ -197,7 +197,7 @@ class TorchEngine:
         spec = p.speculative
         numerics = self.numerics
         # Only emulated paths name their float32 GEMM kernel: other paths' fingerprints stay as they were.
-        kernel = {"gemm": gemm.kernel(numerics, p.device)} if numerics == "emulated" else {}
+        kernel = {"gemm": gemm_kernel(numerics, p.device)} if numerics == "emulated" else {}
         return {
             "engine": "torch",
             "torch": torch.__version__,

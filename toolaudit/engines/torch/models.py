@@ -139,8 +139,8 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from . import gemm
         from .attention import use_grouped_attention
+        from .gemm import PREPACKED, kernel, prepack_linears
         from .numerics import emulate
 
         directory = converted_dir(resolve(spec))
@@ -154,8 +154,8 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
         use_grouped_attention(model)
         if numerics == "emulated":
             emulate(model, torch_dtype)
-            if gemm.kernel(numerics, device) == gemm.PREPACKED:
-                gemm.prepack_linears(model)
+            if kernel(numerics, device) == PREPACKED:
+                prepack_linears(model)
         model.eval()
         model.requires_grad_(False)
         _loaded[key] = (model, tokenizer)
