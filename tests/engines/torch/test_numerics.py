@@ -290,5 +290,24 @@ def test_prepacked_linears_keep_the_rounding_and_the_values(tiny_model_dir):
     assert got.argmax(-1).eq(want.argmax(-1)).float().mean() > 0.9 and (got - want).abs().max() < 0.5
     engine = make_engine(parse_path("p", {"model": str(tiny_model_dir), "numerics": "emulated"}))
     assert engine.fingerprint_components()["gemm"] == gemm.PREPACKED
+    float32 = make_engine(parse_path("p", {"model": str(tiny_model_dir), "dtype": "float32"}))
+    assert "gemm" not in float32.fingerprint_components()  # float32 paths keep torch's default kernels
+
+
+@pytest.mark.skipif(not gemm.prepacking_available(), reason="this torch build has no oneDNN prepacked linear")
+def test_native_bf16_linears_are_prepacked_with_the_same_results(tiny_model_dir):
+    """Native bf16 CPU models run prepacked oneDNN linears: the same oneDNN bf16 product without a per-call
+    weight reorder, so the logits match the default kernel's (bit for bit on the CPUs measured)."""
+    from toolaudit.engines import make_engine
+    from toolaudit.engines.torch.models import load_model
+
+    packed, _ = load_model(str(tiny_model_dir), "bfloat16", "cpu", "native")
+    assert all("forward" in vars(m) for m in packed.modules() if isinstance(m, torch.nn.Linear))
+    plain = native_tiny(torch.bfloat16)
+    plain.load_state_dict(packed.state_dict())
+    ids = torch.tensor([prompts(1)[0]])
+    with torch.inference_mode():
+        got, want = packed(input_ids=ids).logits.float(), plain(input_ids=ids).logits.float()
+    assert got.argmax(-1).eq(want.argmax(-1)).float().mean() > 0.9 and (got - want).abs().max() < 0.5
     native = make_engine(parse_path("p", {"model": str(tiny_model_dir), "numerics": "native"}))
-    assert "gemm" not in native.fingerprint_components()
+    assert native.fingerprint_components()["gemm"] == gemm.PREPACKED

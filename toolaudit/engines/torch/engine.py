@@ -24,6 +24,7 @@ from ...errors import ConfigError
 from ..base import EngineRequest, EngineResult, error_result
 from ..completion import available_cores, cut_after_stop, row_seed, use_torch_threads
 from ..paths import PathConfig
+from .gemm import DEFAULT as DEFAULT_GEMM
 from .gemm import kernel as gemm_kernel
 from .loop import DecodeSettings, decode
 from .models import load_model, model_identity
@@ -188,16 +189,17 @@ class TorchEngine:
 
     def fingerprint_components(self) -> dict[str, Any]:
         """What defines this path's numerics: versions, weights, draft, dtype and how it runs (native kernels or
-        emulated on float32 ones, and then which float32 GEMM kernel; the CPU's vector ISA and low-precision flags),
-        batch size, device, threads."""
+        emulated on float32 ones, and the linear kernel if not torch's default; the CPU's vector ISA and
+        low-precision flags), batch size, device, threads."""
         import torch
         import transformers
 
         p = self.path
         spec = p.speculative
         numerics = self.numerics
-        # Only emulated paths name their float32 GEMM kernel: other paths' fingerprints stay as they were.
-        kernel = {"gemm": gemm_kernel(numerics, p.device)} if numerics == "emulated" else {}
+        # Paths on prepacked linears name them; paths on torch's default kernels keep their earlier fingerprints.
+        gemm = gemm_kernel(numerics, p.device, p.dtype)
+        kernel = {} if gemm == DEFAULT_GEMM else {"gemm": gemm}
         return {
             "engine": "torch",
             "torch": torch.__version__,
