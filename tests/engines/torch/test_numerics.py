@@ -294,7 +294,8 @@ def test_prepacked_linears_keep_the_rounding_and_the_values(tiny_model_dir):
     assert "gemm" not in float32.fingerprint_components()  # float32 paths keep torch's default kernels
 
 
-@pytest.mark.skipif(not gemm.prepacking_available(), reason="this torch build has no oneDNN prepacked linear")
+@pytest.mark.skipif(not (gemm.prepacking_available() and numerics.has_native("bfloat16", "cpu")),
+                    reason="prepacked bf16 linears need oneDNN and a CPU with native bf16 matmul")
 def test_native_bf16_linears_are_prepacked_with_the_same_results(tiny_model_dir):
     """Native bf16 CPU models run prepacked oneDNN linears: the same oneDNN bf16 product without a per-call
     weight reorder, so the logits match the default kernel's (bit for bit on the CPUs measured)."""
@@ -311,3 +312,18 @@ def test_native_bf16_linears_are_prepacked_with_the_same_results(tiny_model_dir)
     assert got.argmax(-1).eq(want.argmax(-1)).float().mean() > 0.9 and (got - want).abs().max() < 0.5
     native = make_engine(parse_path("p", {"model": str(tiny_model_dir), "numerics": "native"}))
     assert native.fingerprint_components()["gemm"] == gemm.PREPACKED
+
+
+def test_which_paths_get_prepacked_linears(monkeypatch):
+    """Emulated numerics and native bf16 on a CPU with bf16 matmul run prepacked linears; float32, forced native
+    bf16 on a CPU without it (oneDNN refuses bf16 weights there) and CUDA keep torch's default."""
+    monkeypatch.setattr(gemm, "prepacking_available", lambda: True)
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2"}))
+    assert gemm.kernel("emulated", "cpu", "bfloat16") == gemm.PREPACKED
+    assert gemm.kernel("native", "cpu", "bfloat16") == gemm.DEFAULT
+    assert gemm.kernel("native", "cpu", "float32") == gemm.DEFAULT
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    assert gemm.kernel("native", "cpu", "bfloat16") == gemm.PREPACKED
+    assert gemm.kernel("native", "cuda:0", "bfloat16") == gemm.DEFAULT
+    monkeypatch.setattr(gemm, "prepacking_available", lambda: False)
+    assert gemm.kernel("emulated", "cpu", "bfloat16") == gemm.DEFAULT

@@ -18,6 +18,8 @@ import types
 
 import torch
 
+from .numerics import has_native
+
 PREPACKED = "onednn-prepacked"  # the fingerprint's name for linears on prepacked oneDNN weights
 DEFAULT = "aten"  # torch's own dispatch (MKL sgemm for float32 on x86, oneDNN with a per-call reorder for bf16)
 BATCH_HINT = 64  # rows the weight layout is tuned for; 16-512 measured alike, and any row count works
@@ -38,10 +40,15 @@ def prepacking_available() -> bool:
 
 
 def kernel(numerics: str, device: str, dtype: str) -> str:
-    """The linear kernel a path runs: prepacked oneDNN on a CPU that has it for emulated numerics (float32
-    weights) and for native bf16; else torch's default."""
-    wanted = numerics == "emulated" or (numerics == "native" and dtype == "bfloat16")
-    return PREPACKED if wanted and device == "cpu" and prepacking_available() else DEFAULT
+    """The linear kernel a path runs: prepacked oneDNN on a CPU build that has it, for emulated numerics (float32
+    weights) and for native bf16 where the CPU multiplies bf16 natively (oneDNN refuses bf16 weights on CPUs
+    without AVX512-BF16/AMX-class support, and native bf16 there is forced and slow anyway); else torch's
+    default."""
+    if device != "cpu" or not prepacking_available():
+        return DEFAULT
+    if numerics == "emulated" or (numerics == "native" and dtype == "bfloat16" and has_native(dtype, device)):
+        return PREPACKED
+    return DEFAULT
 
 
 def prepack_linears(model: torch.nn.Module) -> int:
