@@ -279,7 +279,7 @@ def test_prepacked_linears_keep_the_rounding_and_the_values(tiny_model_dir):
     linears = [m for m in packed.modules() if isinstance(m, torch.nn.Linear)]
     assert linears and all("forward" in vars(m) for m in linears)  # each routed through its packed weight
     plain = emulated_tiny(torch.bfloat16)  # the same weights on torch's default kernels
-    plain.load_state_dict({k: v for k, v in packed.state_dict().items()})
+    plain.load_state_dict(packed.state_dict())
     seen = []
     handle = packed.lm_head.register_forward_hook(lambda m, a, out: seen.append(representable(out, torch.bfloat16)))
     ids = torch.tensor([prompts(1)[0]])

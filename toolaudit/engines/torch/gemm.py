@@ -3,9 +3,9 @@
 Why: emulated numerics (`numerics.py`) spend most of their time in float32 `nn.Linear`s, and torch's default CPU
 path (MKL sgemm on the weight as stored) is slow for the shapes decoding has: 16-96 rows against SmolLM2's
 576 x 49152 LM head took 18 / 46 ms on two AVX2 threads, the same product on oneDNN with the weight reordered
-once into its blocked layout 6 / 25 ms, and a layer's 16-row projections 1.5-2.6x less
+once into its blocked layout 6 / 25 ms, and a layer's 16-row projections 1.2-2.6x less
 (`benchmarks/bench_gemm.py`). Native bf16 linears already run oneDNN, but reorder the weight on every call:
-prepacked they are 1.1-1.8x faster and gave the same bits on every shape measured. The weights are reordered
+prepacked they are 1.04-1.9x faster and gave the same bits on every shape measured. The weights are reordered
 once at load. float32 accumulation stays; a float32 result's summation order differs from MKL's (|difference|
 ~1e-6 on unit-scale outputs), so a path names its kernel in its fingerprint (`gemm`). float32 paths keep torch's
 default, so their figures against vLLM and HF `generate()` stay as measured.

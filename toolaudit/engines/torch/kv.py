@@ -200,12 +200,12 @@ class KVBatch:
             return torch.stack([torch.stack([keys[row][:, cols], values[row][:, cols]])
                                 for keys, values in map(_full, self.cache.layers)])
         # A prompt just prefilled (every column valid): each part is written once, without joining them first.
-        out = None
-        for index, layer in enumerate(self.cache.layers):
+        layers = [_parts(layer) for layer in self.cache.layers]
+        first = layers[0][0][0]
+        out = first.new_empty(len(layers), 2, first.shape[1], self.columns, first.shape[3])
+        for index, parts in enumerate(layers):
             start = 0
-            for keys, values in _parts(layer):
-                if out is None:
-                    out = keys.new_empty(len(self.cache.layers), 2, keys.shape[1], self.columns, keys.shape[3])
+            for keys, values in parts:
                 end = start + keys.shape[2]
                 out[index, 0, :, start:end], out[index, 1, :, start:end] = keys[row], values[row]
                 start = end
@@ -250,9 +250,9 @@ class KVBatch:
             # Not `logits_to_keep=1`: its [rows, 1, hidden] slice sends the LM head down a batched-matmul path that
             # copies the whole 49152 x 576 weight first (100 ms per prefill on CPU). A 2D input avoids that.
             return head(hidden[:, -1].contiguous())[:, None]
-        # A verification pass whose rows propose different numbers of tokens: padding is ~12% of its positions,
-        # and the LM head is a fifth of a position's cost. Every real position is still one row of one GEMM
-        # (at least 3 rows, so never the GEMV path), as in a full pass.
+        # A verification pass whose rows propose different numbers of tokens: padding was ~12% of the demo's
+        # verification positions, and the LM head is a fifth of a position's cost. The real positions still go
+        # through the LM head as one product (fewer rows, as any other batch shape would).
         real_logits = head(hidden[real])
         logits = real_logits.new_zeros(*real.shape, real_logits.shape[-1])
         logits[real] = real_logits
