@@ -63,3 +63,21 @@ def test_row_kv_of_a_dense_row_equals_its_whole_cache(target, prompts):
         short = KVBatch(target)
         short.admit([prompts[0][:5]])
         assert torch.equal(ragged.row_kv(1), short.row_kv(0))
+
+
+@pytest.mark.parametrize("length", [3, 6, 16])
+def test_a_row_admitted_into_a_finished_slot_continues_like_a_fresh_forward(target, prompts, length):
+    """Continuous batching writes a new prompt's KV into a finished row's slot, in place across a split cache's
+    base and recent parts (3 tokens land in the recent part only, 6 span both, 16 widen the cache first); the new row
+    and its neighbour then continue with a fresh forward pass's logits."""
+    a, b, c = prompts[0][:10], prompts[1][:9], prompts[2][:length]
+    with torch.inference_mode():
+        kv = KVBatch(target)
+        kv.admit([a, b])
+        for token in (4, 5, 6, 7):  # recent columns after the prompts' base
+            kv.extend([[token], [token]])
+        kv.admit([c], slots=[0])
+        got = kv.extend([[30], [31]])
+        for row, seq in enumerate([c + [30], b + [4, 5, 6, 7, 31]]):
+            fresh = target(input_ids=torch.tensor([seq])).logits[0, -1]
+            assert torch.allclose(got[row, 0], fresh, rtol=0, atol=1e-10)

@@ -129,12 +129,17 @@ class KVBatch:
         end = self.columns
         self.valid, self.lengths = self.valid.clone(), self.lengths.clone()
         for index, mine in enumerate(self.cache.layers):
-            keys, values = _full(mine)
+            parts = _parts(mine)  # written part by part, in place: folding a split layer copied the whole cache
             for slot, row in zip(slots, rows):
                 new_keys, new_values = _full(row.cache.layers[index])
-                keys[slot, :, end - new_keys.shape[2]:] = new_keys[0]
-                values[slot, :, end - new_keys.shape[2]:] = new_values[0]
-            _set_layer(mine, keys, values)
+                start = end - new_keys.shape[2]
+                offset = 0
+                for keys, values in parts:
+                    lo, hi = max(start, offset), min(end, offset + keys.shape[2])
+                    if lo < hi:
+                        keys[slot, :, lo - offset:hi - offset] = new_keys[0, :, lo - start:hi - start]
+                        values[slot, :, lo - offset:hi - offset] = new_values[0, :, lo - start:hi - start]
+                    offset += keys.shape[2]
         for slot, row in zip(slots, rows):
             n = row.columns
             self.valid[slot] = False
