@@ -291,7 +291,27 @@ def test_prepacked_linears_keep_the_rounding_and_the_values(tiny_model_dir):
     engine = make_engine(parse_path("p", {"model": str(tiny_model_dir), "numerics": "emulated"}))
     assert engine.fingerprint_components()["gemm"] == gemm.PREPACKED
     float32 = make_engine(parse_path("p", {"model": str(tiny_model_dir), "dtype": "float32"}))
-    assert "gemm" not in float32.fingerprint_components()  # float32 paths keep torch's default kernels
+    assert float32.fingerprint_components()["gemm"] == gemm.PREPACKED
+    float64 = make_engine(parse_path("p", {"model": str(tiny_model_dir), "dtype": "float64"}))
+    assert "gemm" not in float64.fingerprint_components()  # oneDNN has no float64 linear: torch's default
+
+
+@pytest.mark.skipif(not gemm.prepacking_available(), reason="this torch build has no oneDNN prepacked linear")
+def test_float32_prepacked_linears_differ_from_mkl_only_in_summation_order(tiny_model_dir):
+    """float32 models run prepacked linears too: the logits stay within float32 rounding of torch's default
+    (MKL) product, so float32 remains the exactness reference against HF `generate()` and vLLM."""
+    from transformers import AutoModelForCausalLM
+
+    from toolaudit.engines.torch.models import load_model
+
+    packed, _ = load_model(str(tiny_model_dir), "float32", "cpu", "native")
+    assert all("forward" in vars(m) for m in packed.modules() if isinstance(m, torch.nn.Linear))
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([prompts(1)[0]])
+    with torch.inference_mode():
+        got, want = packed(input_ids=ids).logits, plain(input_ids=ids).logits
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    assert (got - want).abs().max() < 1e-4 * want.abs().max()
 
 
 @pytest.mark.skipif(not (gemm.prepacking_available() and numerics.has_native("bfloat16", "cpu")),
@@ -315,13 +335,14 @@ def test_native_bf16_linears_are_prepacked_with_the_same_results(tiny_model_dir)
 
 
 def test_which_paths_get_prepacked_linears(monkeypatch):
-    """Emulated numerics and native bf16 on a CPU with bf16 matmul run prepacked linears; float32, forced native
-    bf16 on a CPU without it (oneDNN refuses bf16 weights there) and CUDA keep torch's default."""
+    """Emulated numerics, float32 and native bf16 on a CPU with bf16 matmul run prepacked linears; float64, forced
+    native bf16 on a CPU without it (oneDNN refuses bf16 weights there) and CUDA keep torch's default."""
     monkeypatch.setattr(gemm, "prepacking_available", lambda: True)
     monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2"}))
     assert gemm.kernel("emulated", "cpu", "bfloat16") == gemm.PREPACKED
     assert gemm.kernel("native", "cpu", "bfloat16") == gemm.DEFAULT
-    assert gemm.kernel("native", "cpu", "float32") == gemm.DEFAULT
+    assert gemm.kernel("native", "cpu", "float32") == gemm.PREPACKED
+    assert gemm.kernel("native", "cpu", "float64") == gemm.DEFAULT
     monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
     assert gemm.kernel("native", "cpu", "bfloat16") == gemm.PREPACKED
     assert gemm.kernel("native", "cuda:0", "bfloat16") == gemm.DEFAULT

@@ -197,7 +197,8 @@ class TorchEngine:
         p = self.path
         spec = p.speculative
         numerics = self.numerics
-        # Paths on prepacked linears name them; paths on torch's default kernels keep their earlier fingerprints.
+        # Paths on prepacked linears name them; paths on torch's default kernels (float64, CUDA) keep their
+        # earlier fingerprints.
         gemm = gemm_kernel(numerics, p.device, p.dtype)
         kernel = {} if gemm == DEFAULT_GEMM else {"gemm": gemm}
         return {

@@ -1,14 +1,14 @@
-"""CPU linears through oneDNN's prepacked kernels: float32 for emulated numerics, bf16 for native bf16.
+"""CPU linears through oneDNN's prepacked kernels: float32 (float32 paths and emulated numerics) and native bf16.
 
-Why: emulated numerics (`numerics.py`) spend most of their time in float32 `nn.Linear`s, and torch's default CPU
-path (MKL sgemm on the weight as stored) is slow for the shapes decoding has: 16-96 rows against SmolLM2's
-576 x 49152 LM head took 18 / 46 ms on two AVX2 threads, the same product on oneDNN with the weight reordered
-once into its blocked layout 6 / 25 ms, and a layer's 16-row projections 1.2-2.6x less
+Why: float32 and emulated numerics (`numerics.py`) spend most of their time in float32 `nn.Linear`s, and
+torch's default CPU path (MKL sgemm on the weight as stored) is slow for the shapes decoding has: 16-96 rows
+against SmolLM2's 576 x 49152 LM head took 18 / 46 ms on two AVX2 threads, the same product on oneDNN with the
+weight reordered once into its blocked layout 6 / 25 ms, and a layer's 16-row projections 1.2-2.6x less
 (`benchmarks/bench_gemm.py`). Native bf16 linears already run oneDNN, but reorder the weight on every call:
 prepacked they are 1.04-1.9x faster and gave the same bits on every shape measured. The weights are reordered
 once at load. float32 accumulation stays; a float32 result's summation order differs from MKL's (|difference|
-~1e-6 on unit-scale outputs), so a path names its kernel in its fingerprint (`gemm`). float32 paths keep torch's
-default, so their figures against vLLM and HF `generate()` stay as measured.
+~1e-6 on unit-scale outputs, far below the logit margins that decide tokens), so a path names its kernel in its
+fingerprint (`gemm`). float64 has no oneDNN linear and keeps torch's default: the exactness tests run on it.
 """
 
 from __future__ import annotations
@@ -40,13 +40,15 @@ def prepacking_available() -> bool:
 
 
 def kernel(numerics: str, device: str, dtype: str) -> str:
-    """The linear kernel a path runs: prepacked oneDNN on a CPU build that has it, for emulated numerics (float32
-    weights) and for native bf16 where the CPU multiplies bf16 natively (oneDNN refuses bf16 weights on CPUs
-    without AVX512-BF16/AMX-class support, and native bf16 there is forced and slow anyway); else torch's
-    default."""
+    """The linear kernel a path runs: prepacked oneDNN on a CPU build that has it, for float32 weights (float32
+    paths, emulated numerics) and for native bf16 where the CPU multiplies bf16 natively (oneDNN refuses bf16
+    weights on CPUs without AVX512-BF16/AMX-class support, and native bf16 there is forced and slow anyway);
+    else torch's default."""
     if device != "cpu" or not prepacking_available():
         return DEFAULT
-    if numerics == "emulated" or (numerics == "native" and dtype == "bfloat16" and has_native(dtype, device)):
+    if numerics == "emulated" or dtype == "float32":
+        return PREPACKED
+    if numerics == "native" and dtype == "bfloat16" and has_native(dtype, device):
         return PREPACKED
     return DEFAULT
 

@@ -127,8 +127,8 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
 
     The model runs `attention.grouped_attention` (registered as "toolaudit"), whatever the checkpoint asked for.
     `numerics="emulated"` (see `numerics.resolve`): loaded in `dtype` as a native path would be, then run on
-    float32 kernels with `dtype` rounding (`numerics.emulate`). Emulated and native bf16 CPU models run their
-    linears on prepacked oneDNN weights where the build has them (`gemm.kernel`, `gemm.prepack_linears`).
+    float32 kernels with `dtype` rounding (`numerics.emulate`). float32, emulated and native bf16 CPU models run
+    their linears on prepacked oneDNN weights where the build has them (`gemm.kernel`, `gemm.prepack_linears`).
     """
     if numerics not in ("native", "emulated"):
         raise ValueError(f"numerics must be resolved to native or emulated (got {numerics!r}): numerics.resolve")
