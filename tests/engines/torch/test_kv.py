@@ -67,8 +67,8 @@ def test_row_kv_of_a_dense_row_equals_its_whole_cache(target, prompts):
 
 @pytest.mark.parametrize("length", [3, 6, 16])
 def test_a_row_admitted_into_a_finished_slot_continues_like_a_fresh_forward(target, prompts, length):
-    """Continuous batching writes a new prompt's KV into a finished row's slot, in place across a split cache's
-    base and recent parts (3 tokens land in the recent part only, 6 span both, 16 widen the cache first); the new row
+    """Continuous batching writes a new prompt's KV into a finished row's slot of a split cache (base columns plus
+    recent ones): 3 tokens fit in the recent columns, 6 span both parts, 16 widen the cache first; the new row
     and its neighbour then continue with a fresh forward pass's logits."""
     a, b, c = prompts[0][:10], prompts[1][:9], prompts[2][:length]
     with torch.inference_mode():
