@@ -348,3 +348,34 @@ def test_which_paths_get_prepacked_linears(monkeypatch):
     assert gemm.kernel("native", "cuda:0", "bfloat16") == gemm.DEFAULT
     monkeypatch.setattr(gemm, "prepacking_available", lambda: False)
     assert gemm.kernel("emulated", "cpu", "bfloat16") == gemm.DEFAULT
+
+
+def test_emulated_decode_attention_adds_the_split_parts_before_rounding():
+    """A split cache's two value products are added in float32 before the output's one bf16 rounding (as
+    flash-decoding combines float32 partials), so an emulated decode step gives the same output wherever the
+    split between base and recent columns falls, up to float32 summation order. Rounding each product first
+    (what a native bf16 matmul does) changes a fifth of the outputs or more."""
+    from types import SimpleNamespace
+
+    from toolaudit.engines.torch.attention import BASE, grouped_attention
+
+    torch.manual_seed(0)
+    dtype = torch.bfloat16
+    module = SimpleNamespace(**{numerics.ROUND_TO: dtype})
+    query = numerics.round_to(torch.randn(4, 9, 1, 64), dtype)
+    keys, values = (numerics.round_to(torch.randn(4, 3, 300, 64), dtype) for _ in range(2))
+
+    def attend(split: int) -> torch.Tensor:
+        recent_keys, recent_values = keys[:, :, split:].contiguous(), values[:, :, split:].contiguous()
+        if split:
+            setattr(recent_keys, BASE, (keys[:, :, :split].contiguous(), values[:, :, :split].contiguous()))
+        return grouped_attention(module, query, recent_keys, recent_values, None, scaling=0.125)[0]
+
+    whole = attend(0)
+    for split in (100, 296):
+        assert (attend(split) != whole).float().mean() < 0.01
+    probs = torch.softmax(numerics.round_to(query.view(4, 3, 3, 64) @ keys.transpose(2, 3), dtype) * 0.125, -1)
+    probs = numerics.round_to(probs, dtype)
+    each_rounded = numerics.round_to(numerics.round_to(probs[..., :100] @ values[:, :, :100], dtype)
+                                     + numerics.round_to(probs[..., 100:] @ values[:, :, 100:], dtype), dtype)
+    assert (each_rounded.view(4, 9, 1, 64).transpose(1, 2) != whole).float().mean() > 0.2

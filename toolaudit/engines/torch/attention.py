@@ -148,8 +148,11 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
     if base_keys is None:
         out = rnd(torch.matmul(probs, value))
     else:
+        # The two parts' value products are added before the one rounding, as flash-decoding kernels combine
+        # float32 partials: an emulating model's products are float32, so where the split falls stays out of its
+        # numerics. A native low-precision model's products come out rounded, which is why `kv` folds its cache.
         split = base_keys.shape[2]
-        out = rnd(rnd(torch.matmul(probs[..., :split], base_values)) + rnd(torch.matmul(probs[..., split:], value)))
+        out = rnd(torch.matmul(probs[..., :split], base_values) + torch.matmul(probs[..., split:], value))
     out = out.view(batch, heads, q_len, dim)
     return out.transpose(1, 2).contiguous(), None
 

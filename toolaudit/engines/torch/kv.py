@@ -129,17 +129,25 @@ class KVBatch:
         end = self.columns
         self.valid, self.lengths = self.valid.clone(), self.lengths.clone()
         for index, mine in enumerate(self.cache.layers):
-            # A split layer is folded here (one copy of the whole cache) on purpose. Attention over a split cache
-            # rounds each part's value product to the low dtype before adding them, so where the split falls is
-            # part of the numerics. Writing in place (no fold) was faster (native demo 92 -> 81 s) but moved the
-            # split and the bf16 drift counts (native demo 21 -> 26 of 180, matrix 19 -> 33 of 136; emulated
-            # 30 -> 26, 36 -> 31). Summing the parts in float32 first, as flash-decoding does, would free it.
-            keys, values = _full(mine)
+            parts = _parts(mine)
+            # Attention over a split cache adds the two parts' value products; in a native bf16/fp16 model each
+            # product is already rounded, so where the split falls is part of its numerics, and the split is kept
+            # where it was measured: all columns in the base after an admission (a fold, one copy of the whole
+            # cache). Writing in place instead moved the native demo's drift from 21 to 26 of 180 calls. float32
+            # products (float32 and emulated models) are written in place: 8.6 s -> 3.3 s of the AVX2 demo.
+            fold = isinstance(mine, SplitLayer) and parts[0][0].dtype in (torch.bfloat16, torch.float16)
             for slot, row in zip(slots, rows):
                 new_keys, new_values = _full(row.cache.layers[index])
-                keys[slot, :, end - new_keys.shape[2]:] = new_keys[0]
-                values[slot, :, end - new_keys.shape[2]:] = new_values[0]
-            _set_layer(mine, keys, values)
+                start = end - new_keys.shape[2]
+                offset = 0
+                for keys, values in parts:
+                    lo, hi = max(start, offset), min(end, offset + keys.shape[2])
+                    if lo < hi:
+                        keys[slot, :, lo - offset:hi - offset] = new_keys[0, :, lo - start:hi - start]
+                        values[slot, :, lo - offset:hi - offset] = new_values[0, :, lo - start:hi - start]
+                    offset += keys.shape[2]
+            if fold:
+                _set_layer(mine, *_full(mine))
         for slot, row in zip(slots, rows):
             n = row.columns
             self.valid[slot] = False

@@ -19,8 +19,11 @@ Where `emulate` rounds, for Llama-style layers (the order of a layer's forward p
   q, k after RoPE       again (a no-op) in `attention.grouped_attention` and as `attention.SplitLayer` caches
                         keys: there for models whose RoPE ran elsewhere
   attention             decode steps and verification passes (the matmul path): scores, probabilities and
-                        output, as the native path writes them; prefill: flash-style, exp(score - running
-                        max) rounded before it multiplies the values, then the output (`attention._flash_rounded`)
+                        output, as the native path writes them, except that a split cache's two partial value
+                        products are added in float32 before the output's rounding (as flash-decoding kernels
+                        combine partials; native rounds each product); prefill: flash-style, exp(score -
+                        running max) rounded before it multiplies the values, then the output
+                        (`attention._flash_rounded`)
   residual sums         after attention: in place, as `post_attention_layernorm` receives it (the same
                         tensor is the layer's next residual); after the MLP: the decoder layer's output
   MLP                   SiLU output, and the SiLU x up product as `down_proj` receives it
