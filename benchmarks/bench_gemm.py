@@ -37,10 +37,6 @@ def timed(fn, seconds: float = 0.3) -> float:
     return best
 
 
-def prepacked(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -57,12 +53,12 @@ def main() -> None:
     with torch.inference_mode():
         for name, (out_features, in_features) in SHAPES.items():
             weight = (torch.randn(out_features, in_features) * in_features ** -0.5).to(dtype)
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, gemm.BATCH_HINT)
+            packed = gemm.pack(weight)
             for rows in ROWS:
                 x = torch.randn(rows, in_features).to(dtype)
                 aten = timed(functools.partial(F.linear, x, weight))
-                dnn = timed(functools.partial(prepacked, x, packed))
-                diff = (F.linear(x, weight) - prepacked(x, packed)).abs().max().item()
+                dnn = timed(functools.partial(gemm.linear, x, packed))
+                diff = (F.linear(x, weight) - gemm.linear(x, packed)).abs().max().item()
                 print(f"{name:<14}{rows:>6}{aten:>10.3f}{dnn:>11.3f}{aten / dnn:>7.2f}x{diff:>12.2e}")
 
 

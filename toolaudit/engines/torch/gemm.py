@@ -31,9 +31,7 @@ def prepacking_available() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     try:
-        weight = torch.ones(8, 4)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 2)
-        out = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 4), packed, None, "none", [], "")
+        out = linear(torch.ones(2, 4), pack(torch.ones(8, 4)))
     except (AttributeError, RuntimeError):
         return False
     return bool(torch.equal(out, torch.full((2, 8), 4.0)))
@@ -53,6 +51,16 @@ def kernel(numerics: str, device: str, dtype: str) -> str:
     return DEFAULT
 
 
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` ([out, in], float32 or bf16) reordered once into oneDNN's blocked layout, for `linear`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, BATCH_HINT)
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` on a weight from `pack`."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+
+
 def prepack_linears(model: torch.nn.Module) -> int:
     """Route every float32 or bf16 `nn.Linear` of `model` through a prepacked copy of its weight; how many.
 
@@ -62,11 +70,11 @@ def prepack_linears(model: torch.nn.Module) -> int:
     count = 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and module.weight.dtype in (torch.float32, torch.bfloat16):
-            packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), BATCH_HINT)
+            packed = pack(module.weight.detach())
             module.forward = types.MethodType(functools.partial(_prepacked_forward, packed=packed), module)
             count += 1
     return count
 
 
 def _prepacked_forward(self: torch.nn.Linear, x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, self.bias, "none", [], "")
+    return linear(x, packed, self.bias)
