@@ -353,29 +353,26 @@ def test_which_paths_get_prepacked_linears(monkeypatch):
 def test_emulated_decode_attention_adds_the_split_parts_before_rounding():
     """A split cache's two value products are added in float32 before the output's one bf16 rounding (as
     flash-decoding combines float32 partials), so an emulated decode step gives the same output wherever the
-    split between base and recent columns falls, up to float32 summation order. Rounding each product first
-    (what a native bf16 matmul does) changes a fifth of the outputs or more."""
+    split between base and recent columns falls, up to float32 summation order. A native bf16 model's products
+    come out rounded, so its output depends on the split (why `kv` folds a native cache on admission)."""
     from types import SimpleNamespace
 
-    from toolaudit.engines.torch.attention import BASE, grouped_attention
+    from toolaudit.engines.torch.attention import BASE, grouped_attention, split_in_numerics
 
     torch.manual_seed(0)
     dtype = torch.bfloat16
-    module = SimpleNamespace(**{numerics.ROUND_TO: dtype})
     query = numerics.round_to(torch.randn(4, 9, 1, 64), dtype)
     keys, values = (numerics.round_to(torch.randn(4, 3, 300, 64), dtype) for _ in range(2))
 
-    def attend(split: int) -> torch.Tensor:
-        recent_keys, recent_values = keys[:, :, split:].contiguous(), values[:, :, split:].contiguous()
+    def attend(module, split: int, as_dtype: torch.dtype) -> torch.Tensor:
+        k, v = keys.to(as_dtype), values.to(as_dtype)
+        recent_keys, recent_values = k[:, :, split:].contiguous(), v[:, :, split:].contiguous()
         if split:
-            setattr(recent_keys, BASE, (keys[:, :, :split].contiguous(), values[:, :, :split].contiguous()))
-        return grouped_attention(module, query, recent_keys, recent_values, None, scaling=0.125)[0]
+            setattr(recent_keys, BASE, (k[:, :, :split].contiguous(), v[:, :, :split].contiguous()))
+        return grouped_attention(module, query.to(as_dtype), recent_keys, recent_values, None, scaling=0.125)[0]
 
-    whole = attend(0)
+    emulating, native = SimpleNamespace(**{numerics.ROUND_TO: dtype}), SimpleNamespace()
+    assert not split_in_numerics(keys) and split_in_numerics(keys.to(dtype))
     for split in (100, 296):
-        assert (attend(split) != whole).float().mean() < 0.01
-    probs = torch.softmax(numerics.round_to(query.view(4, 3, 3, 64) @ keys.transpose(2, 3), dtype) * 0.125, -1)
-    probs = numerics.round_to(probs, dtype)
-    each_rounded = numerics.round_to(numerics.round_to(probs[..., :100] @ values[:, :, :100], dtype)
-                                     + numerics.round_to(probs[..., 100:] @ values[:, :, 100:], dtype), dtype)
-    assert (each_rounded.view(4, 9, 1, 64).transpose(1, 2) != whole).float().mean() > 0.2
+        assert (attend(emulating, split, torch.float32) != attend(emulating, 0, torch.float32)).float().mean() < 0.01
+        assert (attend(native, split, dtype) != attend(native, 0, dtype)).float().mean() > 0.2

@@ -224,6 +224,13 @@ def _flash_block(query, key, value, mask, scale: float, rnd) -> torch.Tensor:
     return rnd(acc / norm).view(batch, heads, q_len, dim)
 
 
+def split_in_numerics(keys: torch.Tensor) -> bool:
+    """Whether attention over a split cache of `keys` depends on where the split falls: low-precision keys (a
+    native bf16/fp16 model) give each part's value product already rounded before the two are added; float32
+    ones (float32 and emulating models) add float32 products before one rounding."""
+    return keys.dtype in (torch.bfloat16, torch.float16)
+
+
 def _scores(q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """q @ keys^T for short queries, as keys @ q^T: [rows, kv_heads, columns, dim] read in the layout they are
     stored in (the CPU batched GEMM reads a transposed key cache at about 11 GB/s, this one at 13-16 GB/s)."""

@@ -12,7 +12,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from ...errors import ConfigError
-from .attention import ATTENTION, SplitLayer
+from .attention import ATTENTION, SplitLayer, split_in_numerics
 from .numerics import emulated_dtype
 from .prefix_cache import PrefixCache
 
@@ -130,12 +130,11 @@ class KVBatch:
         self.valid, self.lengths = self.valid.clone(), self.lengths.clone()
         for index, mine in enumerate(self.cache.layers):
             parts = _parts(mine)
-            # Attention over a split cache adds the two parts' value products; in a native bf16/fp16 model each
-            # product is already rounded, so where the split falls is part of its numerics, and the split is kept
-            # where it was measured: all columns in the base after an admission (a fold, one copy of the whole
-            # cache). Writing in place instead moved the native demo's drift from 21 to 26 of 180 calls. float32
-            # products (float32 and emulated models) are written in place: 8.6 s -> 3.3 s of the AVX2 demo.
-            fold = isinstance(mine, SplitLayer) and parts[0][0].dtype in (torch.bfloat16, torch.float16)
+            # Where the split of a native bf16/fp16 cache falls is part of its numerics (`split_in_numerics`),
+            # so it stays where it was measured: all columns in the base after an admission (a fold, one copy of
+            # the whole cache). Writing in place instead moved the native demo's drift from 21 to 26 of 180
+            # calls. Other caches are written in place: admissions 8.6 s -> 3.3 s of the AVX2-kernel demo.
+            fold = isinstance(mine, SplitLayer) and split_in_numerics(parts[0][0])
             for slot, row in zip(slots, rows):
                 new_keys, new_values = _full(row.cache.layers[index])
                 start = end - new_keys.shape[2]
