@@ -30,3 +30,20 @@ def test_prefix_cache_is_exact_and_shared_between_paths(target, prompts):
     assert second[0].margins[0] == first[0].margins[0]  # bit-identical first logits on both paths
     small = PrefixCache(block=8, max_bytes=1)  # evicts everything but the newest block: still exact
     assert [o.token_ids for o in decode(target, session, SETTINGS, prefix_cache=small)] == greedy(target, session)
+
+
+def test_a_partially_matching_block_is_reused_token_by_token(target, prompts):
+    """A session's next call starts with the previous prompt, whose last block is partial: its tokens are reused
+    (radix-style), as is the start of a cached block that a shorter prompt ends inside. Still exact."""
+    first, longer = prompts[0][:20], prompts[0][:20] + prompts[1][:9]  # blocks of 8: 20 = 8 + 8 + 4
+    cache = PrefixCache(block=8)
+    decode(target, [first], SETTINGS, prefix_cache=cache)
+    outs = decode(target, [longer], SETTINGS, prefix_cache=cache)
+    assert (cache.hit_tokens, cache.computed_tokens) == (20, 20 + 9)  # the 4-token block counted, then 9 new
+    inside = prompts[0][:18]  # ends 2 tokens into the cached partial block: 18 found, the last one recomputed
+    shorter = decode(target, [inside], SETTINGS, prefix_cache=cache)
+    assert cache.hit_tokens == 20 + 18
+    assert [o.token_ids for o in outs + shorter] == greedy(target, [longer, inside])
+    diverging = prompts[0][:19] + [prompts[0][19] + 1] + prompts[1][:3]  # differs at the partial block's last token
+    n, kv, logits = cache.lookup(diverging)
+    assert n == 19 and kv.shape[3] == 19 and logits is None
