@@ -29,7 +29,7 @@ from .gemm import kernel as gemm_kernel
 from .loop import DecodeSettings, decode
 from .models import load_model, model_identity
 from .numerics import cpu_capability, resolve
-from .prefix_cache import PrefixCache
+from .prefix_cache import PREFIX_REUSE, PrefixCache
 from .prompting import render
 from .proposers import DraftModelProposer, NgramProposer, check_draft_compatible
 
@@ -213,7 +213,10 @@ class TorchEngine:
             **kernel,
             "cpu_capability": cpu_capability(),
             "batch_size": p.batch_size,
-            "prefix_caching": p.prefix_caching,
+            # Where a prompt's prefill starts changes its rounding: name how cached prefixes are found (whole blocks
+            # and the longest common start of the next one, `PrefixCache`), so runs of the earlier block-only cache
+            # keep their own fingerprints.
+            "prefix_caching": PREFIX_REUSE if p.prefix_caching else False,
             "speculative": None if spec is None else {
                 "method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
                 "prompt_lookup_min": spec.prompt_lookup_min, "prompt_lookup_max": spec.prompt_lookup_max,

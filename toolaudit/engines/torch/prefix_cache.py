@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+PREFIX_REUSE = "blocks+longest-prefix"  # how `PrefixCache` finds cached prompt KV (a fingerprint component)
+
 
 @dataclass
 class _Block:
