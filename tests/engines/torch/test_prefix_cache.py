@@ -47,3 +47,6 @@ def test_a_partially_matching_block_is_reused_token_by_token(target, prompts):
     diverging = prompts[0][:19] + [prompts[0][19] + 1] + prompts[1][:3]  # differs at the partial block's last token
     n, kv, logits = cache.lookup(diverging)
     assert n == 19 and kv.shape[3] == 19 and logits is None
+    decode(target, [prompts[0][:16]], SETTINGS, prefix_cache=cache)  # logits cached after the second whole block
+    n, _, logits = cache.lookup(prompts[0][:17])  # whole blocks to 16, then 1 token into a cached block
+    assert n == 17 and logits is None  # not the logits after the 16-token prompt

@@ -62,9 +62,9 @@ class PrefixCache:
             block = self._blocks.get(key)
             if block is None:
                 shared, best = self._longest_continuation(parent, chunk)
-                if shared:
+                if shared:  # the logits kept with `last` follow a shorter prompt: not these tokens
                     parts.append(best.kv[:, :, :, :shared])
-                    n = start + shared
+                    n, last = start + shared, None
                 break
             self._blocks.move_to_end(key)
             parts.append(block.kv)
