@@ -24,20 +24,15 @@ AVX2_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"
 # SmolLM2's LM-head product for one token (576 x 49152, float32), which is bound by memory bandwidth.
 ISSUE_GFLOPS_PER_THREAD, ISSUE_LM_HEAD_MS = 47.0, 6.0
 
+# Run in a child process: the kernel variables must be set before torch loads.
 CALIBRATION = """
-import time, torch
+import torch
+from bench_gemm import timed
 torch.set_num_threads(1)
 a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
 w, x = torch.randn(49152, 576), torch.randn(1, 576)
-def best(fn, n=10):
-    fn(); out = []
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(n): fn()
-        out.append((time.perf_counter() - t) / n)
-    return min(out)
-print(torch.backends.cpu.get_cpu_capability(), 2 * 1024 ** 3 / best(lambda: a @ b) / 1e9,
-      1e3 * best(lambda: torch.nn.functional.linear(x, w)))
+print(torch.backends.cpu.get_cpu_capability(), 2 * 1024 ** 3 / timed(lambda: a @ b, 1.0) / 1e6,
+      timed(lambda: torch.nn.functional.linear(x, w), 1.0))
 """
 
 
@@ -49,7 +44,8 @@ def main() -> None:
     env = {**os.environ, **AVX2_KERNELS}
     pin = ["taskset", "-c", str(args.core)]
     cap, gflops, lm_head_ms = subprocess.run([*pin, sys.executable, "-c", CALIBRATION], env=env, check=True,
-                                             capture_output=True, text=True).stdout.split()
+                                             capture_output=True, text=True, cwd=Path(__file__).parent
+                                             ).stdout.split()
     gflops, lm_head_ms = float(gflops), float(lm_head_ms)
     print(f"stand-in: one core, kernels {cap}")
     print(f"  float32 1024 matmul  {gflops:6.1f} GFLOP/s   the issue's 2 cores: {2 * ISSUE_GFLOPS_PER_THREAD:.0f} "
