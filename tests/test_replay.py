@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -135,29 +134,46 @@ def test_interrupted_replay_resumes_to_the_same_calls(tmp_path, paths_file):
         assert store.run_row(1)["status"] == "complete"
 
 
+def _kill_after_progress(args: list[str], env: dict, calls: int) -> int:
+    """Start a replay, read its progress lines (one per committed chunk when piped) and SIGKILL it as soon as one
+    reports at least `calls` calls: the kill is keyed to stored progress, not to elapsed time, so a slow machine
+    moves it in time but not in the run. Returns the calls the last progress line reported (0 if it finished
+    before printing one)."""
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = 0
+    try:
+        for line in proc.stderr:
+            if line.startswith("replaying: "):
+                seen = int(line.split()[1].split("/")[0])
+                if seen >= calls:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+    finally:
+        proc.wait(timeout=600)
+        proc.stderr.close()
+    return seen
+
+
 def test_killed_replay_process_resumes_without_loss_or_duplicates(tmp_path, paths_file):
     db = tmp_path / "kill.duckdb"
     args = [sys.executable, "-m", "toolaudit", "replay", str(DEMO), "--paths", str(paths_file), "--baseline",
             "tiny", "--candidate", "tiny-spec", "--limit", "40", "--chunk", "4", "--db", str(db), "--schemas",
             str(REPO / "schemas")]
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    started = time.monotonic()
-    reference = subprocess.run([*args[:-4], "--db", str(tmp_path / "ref.duckdb"), "--schemas",
-                                str(REPO / "schemas")], env=env, capture_output=True, text=True, timeout=600)
-    assert reference.returncode == 0, reference.stderr
-    duration = time.monotonic() - started
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(duration * 0.6)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    reported = _kill_after_progress(args, env, calls=12)
+    assert reported >= 12
     with Store(db) as store:
         before = store.query("SELECT count(*) FROM calls")[1][0][0]
         status = store.run_row(1)["status"]
-    assert status != "complete" or before == 40  # killed mid-run (or, on a slow start, after it finished)
+    # the kill came after 3+ committed chunks and, in all but a vanishing case, before the last one
+    assert before >= 12 and (status != "complete" or before == 40)
     result = CliRunner().invoke(cli, ["replay", "--resume", "1", "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["calls"] == 40 and summary["status"] == "complete"
+    reference = subprocess.run([*args[:-4], "--db", str(tmp_path / "ref.duckdb"), "--schemas",
+                                str(REPO / "schemas")], env=env, capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr
     with Store(db, read_only=True) as cut, Store(tmp_path / "ref.duckdb", read_only=True) as ref:
         assert stored_calls(cut, 1) == stored_calls(ref, 1)
         n, distinct = cut.query("SELECT count(*), count(DISTINCT (session_id, call_index, side)) FROM outputs")[1][0]
