@@ -28,7 +28,7 @@ from deepdiff import DeepDiff
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from toolaudit.compare import CompareOptions, compare_logs  # noqa: E402
+from toolaudit.compare.logs import CompareOptions, compare_logs  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
 
 TOOLS = [

@@ -146,8 +146,8 @@ def _cut(ids: list[int], tokenizer, eos: set[int]) -> int:
 
 def tool_calls(text: str):
     """What replay compares: parse status and (name, canonical arguments) per call, or the raw text."""
-    from toolaudit.diff import call_signature
-    from toolaudit.toolcalls import parse_text
+    from toolaudit.compare.diff import call_signature
+    from toolaudit.validate.toolcalls import parse_text
 
     parsed = parse_text(text)
     if parsed.status == "unparseable":

@@ -120,8 +120,8 @@ def shape_noise(name: str, requests, tokens: int = 36, width: int = 6) -> dict:
 def drift(base, cand) -> dict:
     """Drifted calls (tool calls differ, as `toolaudit replay` judges them), differing token streams, and the
     first divergence of each differing call: position and both paths' margins there."""
-    from toolaudit.diff import diff_outputs
-    from toolaudit.toolcalls import parse_text
+    from toolaudit.compare.diff import diff_outputs
+    from toolaudit.validate.toolcalls import parse_text
 
     kinds: dict[str, int] = {}
     positions, margins = [], []

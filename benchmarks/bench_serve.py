@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from toolaudit.replay import ReplayOptions, load_calls  # noqa: E402
+from toolaudit.replay.replayer import ReplayOptions, load_calls  # noqa: E402
 
 
 def tiny_model(out: Path) -> Path:

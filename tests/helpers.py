@@ -217,8 +217,8 @@ def smollm2_dir() -> Path:
     """The converted SmolLM2-135M directory (built on first use), or skip the test when it cannot be built."""
     import pytest
 
+    from toolaudit import ConfigError
     from toolaudit.engines.torch.models import converted_dir, resolve
-    from toolaudit.errors import ConfigError
 
     try:
         return converted_dir(resolve("smollm2-135m"))

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import CLOSE_TOOL, line, tool_call, write_jsonl
 
+from toolaudit import StoreError
 from toolaudit.cli import cli
-from toolaudit.compare import CompareOptions, compare_logs
-from toolaudit.errors import StoreError
+from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.store import Store
 
 GOOD = line(session="good", calls=[tool_call("close_ticket", {"ticket_id": 1})])

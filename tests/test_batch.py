@@ -8,11 +8,11 @@ import orjson
 from click.testing import CliRunner
 from conftest import REPO
 
-from toolaudit.batch import custom_id, import_results, parse_custom_id
 from toolaudit.cli import cli
-from toolaudit.compare import CompareOptions, compare_logs
+from toolaudit.compare.logs import CompareOptions, compare_logs
+from toolaudit.ingest.traces import TraceCall, read_trace
+from toolaudit.replay.batch import custom_id, import_results, parse_custom_id
 from toolaudit.store import Store
-from toolaudit.traces import TraceCall, read_trace
 
 BASELINE = REPO / "traces" / "example_baseline.jsonl"
 CANDIDATE = REPO / "traces" / "example_candidate.jsonl"

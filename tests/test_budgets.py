@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import line, tool_call, write_jsonl
 
-from toolaudit.budgets import changed_components, parse_proportion, routing_advice, session_upper
+from toolaudit.analysis.budgets import changed_components, parse_proportion, routing_advice, session_upper
+from toolaudit.analysis.stats import wilson
 from toolaudit.cli import cli
-from toolaudit.compare import CompareOptions, compare_logs
-from toolaudit.stats import wilson
+from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.store import Store
 
 COMPONENTS_V1 = {"engine": "torch", "dtype": "bfloat16", "torch": "2.13.0",

@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import REPO, line, tool_call, write_jsonl
 
-from toolaudit.compare import CompareOptions, compare_logs
+from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.store import Store
 
 
@@ -180,7 +180,7 @@ def test_worker_processes_give_exactly_the_sequential_result(tmp_path):
 def test_call_indices_and_duplicates_match_a_sequential_read(tmp_path):
     """Explicit and implicit call indices mixed in one session, and a repeated index, exactly as read_trace
     (traces.CallIndexer, line by line) assigns them; compare assigns them in SQL (compare_sql)."""
-    from toolaudit.traces import TraceLineError, read_trace
+    from toolaudit.ingest.traces import TraceLineError, read_trace
 
     close = [tool_call("close_ticket", {"ticket_id": 1})]
     records = []
@@ -237,8 +237,8 @@ def test_identical_pairs_get_each_sides_own_schema_verdict(tmp_path, db_path):
 def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch):
     """Ctrl-C while differing pairs are being diffed, or while the agreeing pairs are written: the run is
     marked interrupted and holds whole batches only, each call once; an earlier complete run is untouched."""
-    import toolaudit.compare as compare
-    from toolaudit.compare_sql import Staging
+    import toolaudit.compare.logs as compare
+    from toolaudit.compare.staging import Staging
 
     b = write_jsonl(tmp_path / "b.jsonl", [line(session=f"s{i}", calls=[tool_call("close_ticket", {"ticket_id": i})])
                                            for i in range(50)])
@@ -284,8 +284,8 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
 def test_small_chunks_and_commits_give_the_same_tables(tmp_path, monkeypatch):
     """Many chunks per side and many transactions in the final inserts (ranges of pairs, groups of chunk
     files) store exactly what one chunk and one transaction store."""
-    import toolaudit.compare as compare
-    import toolaudit.compare_sql as compare_sql
+    import toolaudit.compare.logs as compare
+    import toolaudit.compare.staging as compare_sql
 
     baseline, candidate = [], []
     for i in range(3000):

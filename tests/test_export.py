@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import REPO
 
 from toolaudit.cli import cli
-from toolaudit.compare import CompareOptions, compare_logs
+from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.store import Store
 
 BASELINE = REPO / "traces" / "example_baseline.jsonl"

@@ -20,7 +20,7 @@ from format_records import (
 )
 
 from toolaudit.cli import cli
-from toolaudit.compare import CompareOptions, compare_logs
+from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.store import Store
 
 GOOD = {

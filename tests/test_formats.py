@@ -24,10 +24,10 @@ from format_records import (
 )
 
 from toolaudit.cli import cli
-from toolaudit.compare import CompareOptions, compare_logs
-from toolaudit.formats import detect_format
+from toolaudit.compare.logs import CompareOptions, compare_logs
+from toolaudit.ingest.formats import detect_format
+from toolaudit.ingest.traces import TraceCall, TraceLineError, TraceStats, read_trace, use_format
 from toolaudit.store import Store
-from toolaudit.traces import TraceCall, TraceLineError, TraceStats, read_trace, use_format
 
 SHAPES = ["otel", "openinference", "langfuse", "responses"]
 
@@ -273,7 +273,7 @@ class _EchoEngine:
 
 
 def test_replay_takes_span_files_and_names_their_bad_spans(tmp_path, db_path):
-    from toolaudit.replay import ReplayOptions, replay_traces
+    from toolaudit.replay.replayer import ReplayOptions, replay_traces
 
     path = write_jsonl(tmp_path / "spans.jsonl", [
         otlp(otel_span("a2", start=20, end=21), span("h1", {"http.request.method": "GET"})),

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from conftest import REPO
 from helpers import build_tiny_model, torch_path_toml
 
+from toolaudit.analysis.frontier import BASELINE_CHOICE, Budget, customer_frontiers, frontier
 from toolaudit.cli import cli
 from toolaudit.engines import make_engine
-from toolaudit.frontier import BASELINE_CHOICE, Budget, customer_frontiers, frontier
-from toolaudit.replay import ReplayOptions, replay_traces
+from toolaudit.replay.replayer import ReplayOptions, replay_traces
 from toolaudit.store import Store
 
 DEMO = REPO / "traces" / "demo.jsonl"

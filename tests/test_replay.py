@@ -21,7 +21,7 @@ from helpers import build_tiny_model
 
 from toolaudit.cli import cli
 from toolaudit.engines import make_engine
-from toolaudit.replay import ReplayOptions, replay_traces
+from toolaudit.replay.replayer import ReplayOptions, replay_traces
 from toolaudit.store import Store
 
 DEMO = REPO / "traces" / "demo.jsonl"

@@ -8,8 +8,8 @@ import random
 from conftest import REPO
 from jsonschema import Draft202012Validator
 
-from toolaudit.schema_fastpath import compile_fast
-from toolaudit.schemas import normalize_schema
+from toolaudit.validate.fastpath import compile_fast
+from toolaudit.validate.schemas import normalize_schema
 
 SCHEMA = {
     "type": "object",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from toolaudit.errors import TraceError
-from toolaudit.schemas import SchemaRegistry, normalize_schema, tool_schemas_from_request
+from toolaudit import TraceError
+from toolaudit.validate.schemas import SchemaRegistry, normalize_schema, tool_schemas_from_request
 
 BFCL = Path("/work/shared/data/bfcl/BFCL_v4_multiple.json")
 

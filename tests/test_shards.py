@@ -9,14 +9,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO, line, tool_call, write_jsonl
 
+from toolaudit import ConfigError, StoreError
 from toolaudit.cli import cli
-from toolaudit.compare import CompareOptions, compare_logs
+from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.engines import EngineResult
-from toolaudit.errors import ConfigError, StoreError
-from toolaudit.merge import merge_runs
-from toolaudit.replay import ReplayOptions, replay_traces
-from toolaudit.shards import Shard, parse_shard, shard_of
+from toolaudit.ingest.shards import Shard, parse_shard, shard_of
+from toolaudit.replay.replayer import ReplayOptions, replay_traces
 from toolaudit.store import Store
+from toolaudit.store.combine import merge_runs
 
 BASELINE = REPO / "traces" / "example_baseline.jsonl"
 CANDIDATE = REPO / "traces" / "example_candidate.jsonl"

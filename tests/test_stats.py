@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from toolaudit.stats import expected_session_drift, wilson
+from toolaudit.analysis.stats import expected_session_drift, wilson
 
 
 def test_wilson_known_values():

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from toolaudit.toolcalls import parse_arguments, parse_message, parse_text
+from toolaudit.validate.toolcalls import parse_arguments, parse_message, parse_text
 
 
 def _openai(arguments, content=None, **extra):

@@ -306,7 +306,7 @@ def test_demo_counts():
 def test_demo_sample_is_60_sessions_of_3_calls_from_every_customer():
     """`toolaudit demo` replays the first 3 calls of the first 60 sessions: its documented 180 calls."""
     from toolaudit.cli.replay import DEMO_CALLS, DEMO_CALLS_PER_SESSION, DEMO_TRACES
-    from toolaudit.replay_inputs import ReplayOptions, load_calls
+    from toolaudit.replay.inputs import ReplayOptions, load_calls
 
     sample, errors, _ = load_calls(ReplayOptions(traces=[str(DEMO_TRACES)], limit=DEMO_CALLS,
                                                  calls_per_session=DEMO_CALLS_PER_SESSION))

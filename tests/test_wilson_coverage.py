@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from toolaudit.stats import wilson
+from toolaudit.analysis.stats import wilson
 
 np = pytest.importorskip("numpy")
 

@@ -1,3 +1,28 @@
-"""toolaudit: measure how often two decode paths produce different tool calls for the same request."""
+"""toolaudit: measure how often two decode paths produce different tool calls for the same request.
+
+The package root holds only the version and the typed errors every wing raises on purpose; the CLI turns
+them into messages that name the file, line and field."""
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
+
+class ToolauditError(Exception):
+    """Base class for every error the library raises on purpose."""
+
+
+class TraceError(ToolauditError):
+    """A trace line that cannot be used. Carries where it came from so the message can say so."""
+
+    def __init__(self, path: str, line: int | None, field: str | None, message: str):
+        self.path, self.line, self.field, self.message = path, line, field, message
+        where = path if line is None else f"{path}:{line}"
+        super().__init__(f"{where}: {field + ': ' if field else ''}{message}")
+
+
+class StoreError(ToolauditError):
+    """The database cannot be opened or written (not DuckDB, locked, wrong schema version)."""
+
+
+class ConfigError(ToolauditError):
+    """A decode-path configuration (paths.toml) or CLI option that cannot be used."""

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from toolaudit import ConfigError
 from toolaudit.engines.paths import PathConfig, PromptConfig, SpeculativeConfig, builtin_paths, load_paths
-from toolaudit.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import sys
 import pytest
 from helpers import REPO
 
+from toolaudit import ConfigError
 from toolaudit.engines import ENGINES, make_engine
 from toolaudit.engines.paths import COMMON_KEYS, PathConfig
-from toolaudit.errors import ConfigError
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))

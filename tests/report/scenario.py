@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import line, tool_call, write_jsonl
 
-from toolaudit.compare import CompareOptions, compare_logs
+from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.store import Store
 
 HOSTILE = '<script>alert("zephyr")</script>|pipe'

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolaudit.cli import cli
-from toolaudit.records import DRIFTED_KINDS
+from toolaudit.compare.vocabulary import DRIFTED_KINDS
 from toolaudit.report import ReportOptions, customer_report, is_noise_floor, slugs
 from toolaudit.report.data import KIND_COLUMNS
 from toolaudit.report.text import kinds_text

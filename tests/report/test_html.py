@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import line, tool_call, write_jsonl
 
 from toolaudit.cli import cli
-from toolaudit.compare import CompareOptions, compare_logs
+from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.store import Store
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -33,9 +33,9 @@ from helpers import (
 
 from toolaudit.engines import EngineRequest, EngineResult, make_engine
 from toolaudit.engines.paths import load_paths
-from toolaudit.replay import ReplayOptions, load_calls, replay_traces
+from toolaudit.replay.replayer import ReplayOptions, load_calls, replay_traces
 from toolaudit.store import Store
-from toolaudit.toolcalls import parse_message
+from toolaudit.validate.toolcalls import parse_message
 
 LIMIT = 12
 # A prefill holding a whole tool call: the tiny models cannot write one, so this makes every completion carry a
@@ -127,7 +127,7 @@ def test_replay_through_serve_equals_embedded(tmp_path, setup):
 
 
 def test_served_fingerprint_is_the_paths_fingerprint(setup):
-    from toolaudit.fingerprint import fingerprint
+    from toolaudit.engines.fingerprint import fingerprint
 
     path = load_paths(setup.root / "serve.toml")["tiny"]
     health = json.loads(get(setup.servers["tiny"].root + "/health")[1])

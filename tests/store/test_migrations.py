@@ -6,7 +6,7 @@ import re
 
 from conftest import REPO
 
-from toolaudit.records import DRIFTED_KINDS
+from toolaudit.compare.vocabulary import DRIFTED_KINDS
 from toolaudit.store import Store
 from toolaudit.store.migrations import MIGRATIONS
 
@@ -64,13 +64,13 @@ def test_newer_schema_is_refused(db_path):
         store.con.execute("INSERT INTO schema_migrations VALUES (999, 'future', now())")
     import pytest
 
-    from toolaudit.errors import StoreError
+    from toolaudit import StoreError
     with pytest.raises(StoreError, match="newer than this toolaudit"):
         Store(db_path, read_only=True)
 
 
 def test_wilson_macro_matches_python(db_path):
-    from toolaudit.stats import wilson
+    from toolaudit.analysis.stats import wilson
     with Store(db_path) as store:
         for k, n in [(0, 10), (3, 250), (12, 1000), (50, 50)]:
             lo, hi = store.query("SELECT wilson_low(?, ?), wilson_high(?, ?)", [k, n, k, n])[1][0]

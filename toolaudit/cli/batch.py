@@ -41,8 +41,8 @@ def export_cmd(traces: tuple[str, ...], path_name: str, paths_file: str | None, 
                limit: int | None, calls_per_session: int | None, trace_format: str, session_key: str,
                customer_key: str, shard) -> None:
     """Write the replay requests of TRACES on one decode path as an OpenAI Batch input file."""
-    from toolaudit.batch import export_requests
-    from toolaudit.replay import ReplayOptions
+    from toolaudit.replay.batch import export_requests
+    from toolaudit.replay.replayer import ReplayOptions
 
     options = ReplayOptions(traces=list(traces), baseline=path_name, candidate=path_name, paths_file=paths_file,
                             limit=limit, calls_per_session=calls_per_session, session_key=session_key,
@@ -72,8 +72,8 @@ def import_cmd(requests: str, results: str, side: str, path_name: str, paths_fil
     """Store a Batch output file (RESULTS, for the input file REQUESTS) as one side of a batch run.
 
     Calls are written once both sides are imported; importing again is idempotent and retries error rows."""
-    from toolaudit.batch import import_results
-    from toolaudit.figures import run_summary
+    from toolaudit.analysis.figures import run_summary
+    from toolaudit.replay.batch import import_results
     from toolaudit.store import Store
 
     with Store(db) as store:

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from toolaudit.errors import ToolauditError
-from toolaudit.output import format_table, plain, to_json
+from toolaudit import ToolauditError
+from toolaudit.report.output import format_table, plain, to_json
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -89,13 +89,13 @@ def key_options(func: Callable) -> Callable:
 
 
 class ShardParam(click.ParamType):
-    """`K/N`: shard K (1-based) of N, by a stable hash of the session id (see toolaudit.shards)."""
+    """`K/N`: shard K (1-based) of N, by a stable hash of the session id (see toolaudit.ingest.shards)."""
 
     name = "K/N"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from toolaudit.errors import ConfigError
-        from toolaudit.shards import Shard, parse_shard
+        from toolaudit import ConfigError
+        from toolaudit.ingest.shards import Shard, parse_shard
 
         if isinstance(value, Shard):
             return value
@@ -125,7 +125,7 @@ class Proportion(click.ParamType):
         self.name = "PP" if points else "P"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        from toolaudit.budgets import parse_proportion
+        from toolaudit.analysis.budgets import parse_proportion
 
         if isinstance(value, float):
             return value

@@ -51,8 +51,8 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
 
     Each log may be an OpenAI Chat Completions log, an OTel GenAI or OpenInference export (OTLP/JSON), a
     Langfuse export or a Responses API log: detected from its first record unless --format says."""
-    from toolaudit.compare import CompareOptions, compare_logs
-    from toolaudit.matrix import compare_matrix, default_names
+    from toolaudit.compare.logs import CompareOptions, compare_logs
+    from toolaudit.compare.matrix import compare_matrix, default_names
     from toolaudit.store import Store
 
     if len(candidate_names) > 1 and len(candidate_names) != len(candidates):

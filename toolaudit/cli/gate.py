@@ -53,8 +53,8 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
     with Store(db, read_only=True) as store:
         written = write_reports(store, run_id, None if all_customers else customers, wanted, out_dir, options)
         if store.run_row(run_id)["kind"] == "matrix":  # the remedies per customer on the terminal too
+            from toolaudit.analysis.frontier import Budget
             from toolaudit.cli.remedies import show_matrix
-            from toolaudit.frontier import Budget
 
             show_matrix(store, run_id, "table", Budget(max_call_drift, max_session_drift), session_calls)
     for path in written:
@@ -82,8 +82,8 @@ def check(db: str, run_id: int | None, max_call_drift: float | None, max_session
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
 
     A matrix run gates every candidate; each broken bound is printed with the candidate's name."""
-    from toolaudit.budgets import Bounds, GateUsageError, evaluate_candidates
-    from toolaudit.errors import ToolauditError
+    from toolaudit import ToolauditError
+    from toolaudit.analysis.budgets import Bounds, GateUsageError, evaluate_candidates
     from toolaudit.store import Store
 
     bounds = Bounds(max_call_drift, max_session_drift, against, max_increase, expect_fingerprint,

@@ -29,8 +29,8 @@ def import_cmd(trace_file: str, trace_format: str, session_key: str, customer_ke
     a file with no usable call is an error (exit 1) and writes nothing."""
     import orjson
 
-    from toolaudit import deepjson
-    from toolaudit.traces import TraceLineError, TraceSource, TraceStats, read_trace
+    from toolaudit.ingest import deepjson
+    from toolaudit.ingest.traces import TraceLineError, TraceSource, TraceStats, read_trace
 
     stats = TraceStats()
     errors: list[TraceLineError] = []

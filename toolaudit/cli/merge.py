@@ -21,9 +21,9 @@ def merge(inputs: tuple[str, ...], db: str, run_name: str | None, fmt: str) -> N
     fingerprints and options (the shard aside) and be distinct shards of the same N; the merged run's views,
     `summary`, `report` and `check` equal those of one unsharded run. Shards missing from 1..N give a run with
     status `partial` and a warning."""
-    from toolaudit.figures import run_summary
-    from toolaudit.merge import merge_runs
+    from toolaudit.analysis.figures import run_summary
     from toolaudit.store import Store
+    from toolaudit.store.combine import merge_runs
 
     with Store(db) as store:
         result = merge_runs(store, list(inputs), run_name)

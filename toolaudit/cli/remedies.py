@@ -7,7 +7,7 @@ import click
 
 from toolaudit.cli.common import Proportion, db_option, friendly_errors, output_options, print_rows
 from toolaudit.cli.show import show_summary
-from toolaudit.output import format_table, pct, to_json
+from toolaudit.report.output import format_table, pct, to_json
 
 
 def frontier_text(f, title: str) -> list[str]:
@@ -54,7 +54,7 @@ def matrix_head(store, run: dict) -> str:
 
 
 def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls: float | None = None) -> None:
-    from toolaudit.frontier import customer_frontiers, frontier, matrix_of
+    from toolaudit.analysis.frontier import customer_frontiers, frontier, matrix_of
 
     run = matrix_of(store, run_id)
     show_frontiers(frontier(store, run["run_id"], None, budget, session_calls),
@@ -63,7 +63,7 @@ def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls:
 
 def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None) -> None:
     """A run as `summary` shows it: a matrix as its frontier, any other run as its summary."""
-    from toolaudit.figures import run_summary
+    from toolaudit.analysis.figures import run_summary
 
     if store.run_row(run_id)["kind"] == "matrix":
         show_matrix(store, run_id, fmt, budget)
@@ -86,7 +86,7 @@ def frontier_cmd(db: str, run_id: int | None, max_call_drift: float | None, max_
 
     The recommendation uses the 95% upper bounds: a candidate is recommended only when the data show it is
     within budget; otherwise the answer is target-only (the baseline)."""
-    from toolaudit.frontier import Budget
+    from toolaudit.analysis.frontier import Budget
     from toolaudit.store import Store
 
     with Store(db, read_only=True) as store:

@@ -18,14 +18,14 @@ from toolaudit.cli.common import (
     shard_option,
 )
 from toolaudit.cli.remedies import show_run
-from toolaudit.output import to_json
+from toolaudit.report.output import to_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 
 
 def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None) -> None:
-    from toolaudit.replay import replay_traces
+    from toolaudit.replay.replayer import replay_traces
     from toolaudit.store import Store
 
     with Store(db) as store:
@@ -94,7 +94,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
 
     Trace files may be in any format `compare` reads (detected from the first record unless --format says)."""
-    from toolaudit.replay import ReplayOptions
+    from toolaudit.replay.replayer import ReplayOptions
 
     if resume is None and not traces:
         raise click.UsageError("give trace files to replay, or --resume RUN")
@@ -135,7 +135,7 @@ DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
     from toolaudit.engines.torch.numerics import cpu_capability, resolve
-    from toolaudit.replay import ReplayOptions
+    from toolaudit.replay.replayer import ReplayOptions
 
     Path(db).resolve().parent.mkdir(parents=True, exist_ok=True)
     schemas = REPO_ROOT / "schemas"
@@ -153,7 +153,7 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
     if not matrix:
         _run_replay(db, options, None, fmt)
         return
-    from toolaudit.frontier import Budget
+    from toolaudit.analysis.frontier import Budget
 
     _run_replay(db, options, None, fmt, Budget(max_session_drift=max_session_drift))
     if fmt == "table":
@@ -169,10 +169,10 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
 @friendly_errors
 def fingerprint_cmd(path_name: str, paths_file: str | None, as_json: bool) -> None:
     """Print the stable fingerprint of a decode path (engine, versions, model hashes, config, device)."""
+    from toolaudit import ConfigError
     from toolaudit.engines import make_engine
+    from toolaudit.engines.fingerprint import fingerprint
     from toolaudit.engines.paths import load_paths
-    from toolaudit.errors import ConfigError
-    from toolaudit.fingerprint import fingerprint
 
     paths = load_paths(paths_file)
     if path_name not in paths:

@@ -19,8 +19,8 @@ from toolaudit.cli.common import friendly_errors
 @friendly_errors
 def serve(path_name: str, paths_file: str | None, host: str, port: int, batch_wait_ms: float) -> None:
     """Serve a decode path over an OpenAI-compatible HTTP API (chat completions, models, health, metrics)."""
+    from toolaudit import ConfigError
     from toolaudit.engines.paths import load_paths
-    from toolaudit.errors import ConfigError
     from toolaudit.serve import serve as run_server
 
     paths = load_paths(paths_file)

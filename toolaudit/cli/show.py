@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from toolaudit.cli.common import print_rows
-from toolaudit.output import format_table, pct, to_json
+from toolaudit.report.output import format_table, pct, to_json
 
 
 def problem_lines(s: dict, db: str | None = None) -> list[str]:

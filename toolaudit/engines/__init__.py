@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from toolaudit import ConfigError
+
 from .base import Engine, EngineRequest, EngineResult, error_result
 
 __all__ = ["ENGINES", "Engine", "EngineEntry", "EngineRequest", "EngineResult", "error_result", "make_engine"]

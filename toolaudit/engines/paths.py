@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from toolaudit import ConfigError
+
 from . import ENGINES
 
 try:

@@ -26,12 +26,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from toolaudit import __version__
-from toolaudit.budgets import flatten, routing_advice
-from toolaudit.errors import ToolauditError
-from toolaudit.figures import run_options, slice_figures
-from toolaudit.records import DRIFTED_KINDS, DriftKind, MatchStatus
-from toolaudit.stats import Rate, expected_session_drift, wilson
+from toolaudit import ToolauditError, __version__
+from toolaudit.analysis.budgets import flatten, routing_advice
+from toolaudit.analysis.figures import run_options, slice_figures
+from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
+from toolaudit.compare.vocabulary import DRIFTED_KINDS, DriftKind, MatchStatus
 from toolaudit.store import Store
 from toolaudit.store.queries import NONE_CUSTOMER, drift_kind_counts, status_counts
 

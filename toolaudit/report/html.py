@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from toolaudit.output import pct
 from toolaudit.report.charts import histogram, interval_chart, session_drift_chart
+from toolaudit.report.output import pct
 from toolaudit.report.text import (
     budget_text,
     headline_sentences,

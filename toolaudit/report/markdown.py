@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from toolaudit.output import pct
+from toolaudit.report.output import pct
 from toolaudit.report.text import (
     budget_text,
     headline_sentences,

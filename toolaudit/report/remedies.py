@@ -1,5 +1,5 @@
 """The remedy report of a matrix run for one customer: every candidate's drift and speed on that customer's
-calls, the Pareto frontier, and the recommended remedy within the budget (`toolaudit.frontier`), with links to
+calls, the Pareto frontier, and the recommended remedy within the budget (`toolaudit.analysis.frontier`), with links to
 each candidate's detailed report. Built as plain JSON-ready data; rendered in Markdown and HTML below.
 
 Isolation as in `data.py`: every figure comes from the customer's own calls (`customer_frontier`)."""
@@ -10,12 +10,12 @@ import datetime as dt
 from typing import Any
 
 from toolaudit import __version__
-from toolaudit.frontier import Budget, frontier, matrix_of
-from toolaudit.output import pct
+from toolaudit.analysis.frontier import Budget, frontier, matrix_of
 from toolaudit.report.charts import FrontierPoint, frontier_chart
 from toolaudit.report.data import ReportOptions
 from toolaudit.report.html import CSS, code, e, note, table
 from toolaudit.report.markdown import md_cell, md_table
+from toolaudit.report.output import pct
 from toolaudit.store import Store
 from toolaudit.store.queries import drift_kind_counts
 

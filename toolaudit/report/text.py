@@ -4,8 +4,8 @@ Everything here returns unescaped text; each renderer escapes it for its own for
 
 from __future__ import annotations
 
-from toolaudit.output import pct
 from toolaudit.report.data import KIND_COLUMNS
+from toolaudit.report.output import pct
 
 
 def num(value: float | None, digits: int = 1) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from toolaudit.output import to_json
 from toolaudit.report.data import ReportError, ReportOptions, customer_report, customers_of, slugs
 from toolaudit.report.html import render_html
 from toolaudit.report.markdown import render_markdown
+from toolaudit.report.output import to_json
 from toolaudit.report.remedies import remedies_report, render_remedies_html, render_remedies_markdown
 from toolaudit.store import Store
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from toolaudit.engines.base import EngineResult
-from toolaudit.toolcalls import parse_text
+from toolaudit.validate.toolcalls import parse_text
 
 UNKNOWN_LOGPROB = -9999.0
 STREAM_PIECE = 16  # characters of content / arguments per stream chunk (exercises clients' delta joining)

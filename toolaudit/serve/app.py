@@ -33,11 +33,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from toolaudit import ConfigError
 from toolaudit.engines import make_engine
 from toolaudit.engines.base import EngineRequest, EngineResult, error_result
+from toolaudit.engines.fingerprint import fingerprint
 from toolaudit.engines.paths import PathConfig
-from toolaudit.errors import ConfigError
-from toolaudit.fingerprint import fingerprint
 from toolaudit.serve.api import (
     ApiError,
     ChatRequest,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from toolaudit.records import MatchStatus
+from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store.db import Store, _insert
 from toolaudit.store.rows import RowBatch, json_text
 

@@ -14,9 +14,8 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from toolaudit import __version__
-from toolaudit.errors import StoreError
-from toolaudit.records import MatchStatus
+from toolaudit import StoreError, __version__
+from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store.migrations import MIGRATIONS
 from toolaudit.store.rows import RowBatch, json_text
 

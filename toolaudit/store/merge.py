@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import duckdb
 
-from toolaudit import __version__
-from toolaudit.errors import StoreError
+from toolaudit import StoreError, __version__
 from toolaudit.store.db import SESSIONS_SQL, Store
 from toolaudit.store.rows import json_text
 

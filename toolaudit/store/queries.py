@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolaudit.records import SEVERITY, MatchStatus
+from toolaudit.compare.vocabulary import SEVERITY, MatchStatus
 from toolaudit.store.db import Store
 
 NONE_CUSTOMER = "(none)"

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from toolaudit import deepjson
+from toolaudit.ingest import deepjson
 
 # Column order and Arrow types of the tables written in bulk.
 TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {

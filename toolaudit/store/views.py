@@ -10,7 +10,7 @@ calls `views_sql()` again (released migrations are never edited).
 
 from __future__ import annotations
 
-from toolaudit.records import DRIFTED_KINDS, MatchStatus
+from toolaudit.compare.vocabulary import DRIFTED_KINDS, MatchStatus
 
 MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
 

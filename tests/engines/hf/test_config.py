@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
+from toolaudit import ConfigError
 from toolaudit.engines.hf import config as hconfig
 from toolaudit.engines.paths import PathConfig, SpeculativeConfig, load_paths
-from toolaudit.errors import ConfigError
 
 NGRAM = '{ method = "ngram", num_speculative_tokens = 3 }'
 DRAFT = '{ method = "draft_model", model = "smollm2-135m" }'

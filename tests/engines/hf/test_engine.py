@@ -65,7 +65,7 @@ def check_evidence(result, greedy: bool = True) -> None:
 
 
 def test_replay_hf_greedy_equals_torch_target(tmp_path, tiny_dir):
-    from toolaudit.replay import ReplayOptions, replay_traces
+    from toolaudit.replay.replayer import ReplayOptions, replay_traces
     from toolaudit.store import Store
 
     paths_file = tmp_path / "paths.toml"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from toolaudit import ConfigError
 from toolaudit.engines import make_engine
 from toolaudit.engines.paths import parse_path
-from toolaudit.errors import ConfigError
 
 
 @pytest.mark.parametrize("table, message", [

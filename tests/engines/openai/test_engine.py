@@ -23,7 +23,7 @@ from toolaudit.cli import cli
 from toolaudit.engines import EngineRequest, make_engine
 from toolaudit.engines.openai.engine import backoff_delay
 from toolaudit.engines.paths import load_paths, parse_path
-from toolaudit.replay import ReplayOptions, load_calls, replay_traces
+from toolaudit.replay.replayer import ReplayOptions, load_calls, replay_traces
 from toolaudit.store import Store
 
 KEY_ENV = "TOOLAUDIT_TEST_API_KEY"

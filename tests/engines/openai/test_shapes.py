@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from toolaudit.engines import EngineResult
 from toolaudit.engines.openai.shapes import StreamAggregate, logprob_evidence
-from toolaudit.replay import first_divergence
+from toolaudit.replay.replayer import first_divergence
 
 
 def test_stream_aggregate_joins_tool_call_argument_deltas():

@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from toolaudit import ConfigError  # noqa: E402
 from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import builtin_paths  # noqa: E402
 from toolaudit.engines.torch import models  # noqa: E402
-from toolaudit.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

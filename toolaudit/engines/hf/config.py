@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
 
 SPEC_METHODS = ("ngram", "draft_model")
 BATCH_MODES = ("per_prompt", "padded")

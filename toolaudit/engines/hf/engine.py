@@ -51,7 +51,8 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList, StopStringCriteria
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
+
 from ..base import EngineRequest, EngineResult, error_result
 from ..completion import available_cores, cut_after_stop, row_seed, use_torch_threads
 from ..torch.engine import device_name

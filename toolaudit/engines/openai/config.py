@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
+
 from ..paths import PathConfig
 
 OPTION_KEYS = ("base_url", "api_key_env", "extra_body", "tool_choice", "logprobs", "top_logprobs", "concurrency",

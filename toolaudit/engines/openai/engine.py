@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
+
 from ..base import EngineRequest, EngineResult
 from ..paths import PathConfig
 from .config import OpenAIOptions, options_for

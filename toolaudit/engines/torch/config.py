@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
 
 KEYS: frozenset[str] = frozenset({"numerics", "threads"})
 SPEC_METHODS = ("ngram", "draft_model")

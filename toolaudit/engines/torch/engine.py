@@ -20,7 +20,8 @@ import platform
 import weakref
 from typing import Any
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
+
 from ..base import EngineRequest, EngineResult, error_result
 from ..completion import available_cores, cut_after_stop, row_seed, use_torch_threads
 from ..paths import PathConfig

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
+
 from .attention import ATTENTION, SplitLayer, split_in_numerics
 from .numerics import emulated_dtype
 from .prefix_cache import PrefixCache

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
 
 BUILTIN_MODELS = {
     # name: (distribution that ships the file, file name suffix)

@@ -38,7 +38,8 @@ import types
 
 import torch
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
+
 from .config import NUMERICS
 
 ROUND_TO = "toolaudit_round_to"  # attribute of an emulated model and of its attention modules: the dtype

@@ -11,7 +11,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
+
 from .kv import KVBatch
 from .prefix_cache import PrefixCache
 

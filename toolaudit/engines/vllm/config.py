@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
 
 PROMPT_FORMATS = ("toolaudit", "chat_template")
 DTYPES = ("float32", "bfloat16", "float16")  # vLLM has no float64 kernels

@@ -29,7 +29,8 @@ import time
 import weakref
 from typing import Any
 
-from ...errors import ConfigError
+from toolaudit import ConfigError
+
 from ..base import EngineRequest, EngineResult, error_result
 from ..completion import cut_after_stop, row_seed
 from .config import options_of

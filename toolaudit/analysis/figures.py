@@ -1,0 +1,156 @@
+"""The run's headline figures, computed in one place for `summary`, the `check` gate and reports.
+
+Two compounded session figures exist and are named apart (see `store.queries.slice_counts`):
+`compounded_run_rates` applies the run-wide per-tool drift rates to each session (the `sessions` table);
+`compounded_own_rates` uses only the slice's own calls (a customer's report). For a whole run they agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
+from toolaudit.store import Store
+from toolaudit.store import queries as q
+
+
+@dataclass(frozen=True)
+class SliceFigures:
+    """Drift of a whole run, or of one customer's calls in it."""
+
+    rate: Rate  # drifted calls out of matched calls, with a 95% Wilson interval
+    exact_text_matches: int
+    sessions: int  # sessions with at least one matched call
+    sessions_with_drift: int
+    mean_calls_per_session: float
+    compounded_run_rates: float | None
+    compounded_own_rates: float | None
+
+    @property
+    def observed_session_drift(self) -> float | None:
+        return self.sessions_with_drift / self.sessions if self.sessions else None
+
+
+def slice_figures(store: Store, run_id: int, customer: str | None = None) -> SliceFigures:
+    row = q.slice_counts(store, run_id, customer)
+
+    def num(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return SliceFigures(wilson(row["drifted_calls"], row["calls"]), row["exact_text_matches"], row["sessions"],
+                        row["sessions_with_drift"], float(row["mean_calls_per_session"] or 0.0),
+                        num(row["compounded_run_rates"]), num(row["compounded_own_rates"]))
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """The whole run's drift, with what the gate needs to explain itself (status, fingerprint, options)."""
+
+    run_id: int
+    name: str
+    status: str
+    figures: SliceFigures
+    candidate_fingerprint: str | None
+    options: dict[str, Any]
+
+    @property
+    def rate(self) -> Rate:
+        return self.figures.rate
+
+    @property
+    def sessions(self) -> int:
+        return self.figures.sessions
+
+    @property
+    def sessions_with_drift(self) -> int:
+        return self.figures.sessions_with_drift
+
+    @property
+    def mean_calls_per_session(self) -> float:
+        return self.figures.mean_calls_per_session
+
+    @property
+    def observed_session_drift(self) -> float:
+        return self.figures.observed_session_drift or 0.0
+
+
+def run_options(run: dict) -> dict[str, Any]:
+    """The options a run was started with (its JSON column), `{}` when absent or unreadable."""
+    try:
+        options = orjson.loads(run["options"]) if run.get("options") else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return options if isinstance(options, dict) else {}
+
+
+def run_figures(store: Store, run_id: int | None) -> RunFigures:
+    run = store.run_row(run_id)
+    return RunFigures(run["run_id"], run["name"], run["status"], slice_figures(store, run["run_id"]),
+                      run["candidate_fingerprint"], run_options(run))
+
+
+def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
+    """Headline numbers of one run (the latest by default), as plain data for the CLI (`summary --json`)."""
+    run = store.run_row(run_id)
+    rid = run["run_id"]
+    f = slice_figures(store, rid)
+    unmatched = q.status_counts(store, rid)
+    paths = q.path_rows(store, rid)
+    by_side = {p["side"]: p for p in paths}
+    speedup = None
+    if by_side.get("baseline", {}).get("tokens_per_s") and by_side.get("candidate", {}).get("tokens_per_s"):
+        speedup = by_side["candidate"]["tokens_per_s"] / by_side["baseline"]["tokens_per_s"]
+    margins = q.margin_evidence(store, rid)
+    counts = orjson.loads(run["counts"]) if run["counts"] else None
+    return {
+        "run_id": rid,
+        "run_name": run["name"],
+        "status": run["status"],
+        "baseline": run["baseline_name"],
+        "candidate": run["candidate_name"],
+        "calls": f.rate.n,
+        "drifted_calls": f.rate.k,
+        "drift_rate": f.rate.p,
+        "ci_low": f.rate.low,
+        "ci_high": f.rate.high,
+        "exact_text_matches": f.exact_text_matches,
+        "drift_kinds": q.drift_kind_counts(store, rid),
+        "unmatched_calls": {"baseline_only": unmatched.get("baseline_only", 0),
+                            "candidate_only": unmatched.get("candidate_only", 0)},
+        "error_rows": q.trace_error_count(store, rid),
+        "first_errors": q.first_trace_errors(store, rid),
+        "errors_sql": q.trace_errors_sql(rid),
+        "skipped": skipped_records(counts),
+        "sessions": f.sessions,
+        "sessions_with_drift": f.sessions_with_drift,
+        "observed_session_drift": f.observed_session_drift or 0.0,
+        # run-wide per-tool rates; equal to the run's own rates (see module docstring)
+        "compounded_session_drift": f.compounded_run_rates or 0.0,
+        "mean_calls_per_session": f.mean_calls_per_session,
+        "expected_session_drift": [{"calls": n, "p": p} for n, p in expected_session_drift(f.rate.p)],
+        "paths": paths,
+        "speedup": speedup,
+        "drifted_with_token_evidence": margins["with_evidence"],
+        "median_drift_margin": margins["median_margin"],
+        "worst_example": q.worst_example(store, rid),
+        "customers": q.customer_rows(store, rid),
+        "counts": counts,
+    }
+
+
+def skipped_records(counts: dict | None) -> dict[str, dict[str, Any]]:
+    """Per side, the records skipped as not model calls and why (reasons are known for compare runs)."""
+    out: dict[str, dict[str, Any]] = {}
+    counts = counts or {}
+    # a replay reads one set of files for both paths: its per-side counts are the same input, shown once
+    sides = (("input", "baseline"),) if "replay" in counts else (("baseline", "baseline"), ("candidate", "candidate"))
+    for label, side in sides:
+        stats = counts.get(side)
+        n = stats.get("skipped", 0) if isinstance(stats, dict) else 0
+        if n:
+            reasons = (counts.get("skipped_reasons") or {}).get(side) or {}
+            out[label] = {"count": n, "reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))}
+    return out

@@ -1,0 +1,4 @@
+"""Deciding drift: the argument-by-argument diff, the pairing of two outputs into rows, and the
+comparison of two recorded logs (`compare_logs`, remedy matrices).
+
+This package imports nothing on import: its modules are imported by name."""

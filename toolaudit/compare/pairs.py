@@ -1,0 +1,223 @@
+"""The one writer of `calls`, `outputs` and `arg_diffs` rows: a matched pair's verdict, a call one side lacks,
+an engine failure. Rows are built by column name (never positional tuples), so `compare` (two recorded logs)
+and `replay` (live decode paths) write the same columns and a column added to the store cannot shift others.
+
+`Analyzer` holds the per-run caches (compiled schemas per tools list) and turns one call pair into rows: parse
+verdict, schema validity, drift kind, argument diffs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import orjson
+
+from toolaudit.compare.diff import diff_outputs
+from toolaudit.compare.vocabulary import CallDiff, DriftKind, MatchStatus
+from toolaudit.ingest import deepjson
+from toolaudit.store import RowBatch, json_text
+from toolaudit.validate.records import ParsedOutput, ToolCall
+from toolaudit.validate.schemas import CompiledSchema, SchemaRegistry, tool_schemas_from_request
+
+# Engine evidence columns of `outputs` (replays fill them; recorded logs have none).
+EVIDENCE_COLUMNS = ("token_ids", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "tokens_per_s",
+                    "drafted_tokens", "accepted_tokens", "forward_passes", "error")
+
+
+class Divergence(NamedTuple):
+    """Where two token streams first differ, with the top-2 margin each path saw there."""
+
+    position: int
+    baseline_token: str | None
+    candidate_token: str | None
+    baseline_margin: float | None
+    candidate_margin: float | None
+
+    def columns(self) -> dict[str, Any]:
+        return {"first_divergence": self.position, "baseline_token": self.baseline_token,
+                "candidate_token": self.candidate_token, "baseline_margin": self.baseline_margin,
+                "candidate_margin": self.candidate_margin}
+
+
+@dataclass(frozen=True)
+class OutputRow:
+    """One side's answer as stored in `outputs` (everything but the key and side)."""
+
+    path_name: str
+    text: str
+    tool_calls: str | None
+    parse_status: str
+    parse_format: str
+    parse_error: str | None
+    source: str | None = None
+    line: int | None = None
+    schema_errors: str | None = None
+    system_fingerprint: str | None = None
+    evidence: dict[str, Any] | None = None  # EVIDENCE_COLUMNS, for engine outputs
+
+
+@dataclass
+class SideOutput:
+    """One decode path's answer to one call, parsed, with where it came from."""
+
+    parsed: ParsedOutput
+    raw: str  # the exact output as emitted, for the exact-text-match column
+    path_name: str
+    source: str | None = None
+    line: int | None = None
+    system_fingerprint: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # engine evidence for the outputs table
+
+    def row(self, schema_errors: str | None = None) -> OutputRow:
+        p = self.parsed
+        return OutputRow(self.path_name, self.raw, tool_calls_json(p.calls), p.status, p.format, p.error,
+                         self.source, self.line, schema_errors, self.system_fingerprint, self.extra or None)
+
+
+def message_raw_text(message: dict | None) -> str:
+    """The exact text of an OpenAI message: content plus each tool call's name and argument string."""
+    if not message:
+        return ""
+    parts = [message.get("content") if isinstance(message.get("content"), str) else ""]
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            args = fn.get("arguments")
+            parts.append(f"{fn.get('name')}\x00{args if isinstance(args, str) else json_text(args)}")
+    return "\x01".join(parts)
+
+
+def tool_calls_json(calls: tuple[ToolCall, ...]) -> str | None:
+    if not calls:
+        return None
+    return json_text([{"name": c.name, "arguments": c.arguments if c.arguments_error is None else None,
+                       **({"arguments_error": c.arguments_error, "raw_arguments": c.raw_arguments}
+                          if c.arguments_error else {})} for c in calls])
+
+
+# -- rows ---------------------------------------------------------------------------------------------------
+
+def write_call(batch: RowBatch, run_id: int, session_id: str, call_index: int, status: MatchStatus, *,
+               customer: str | None = None, tool_name: str | None = None, kind: DriftKind | None = None,
+               exact_text_match: bool | None = None, baseline_valid: bool | None = None,
+               candidate_valid: bool | None = None, arg_diff_count: int | None = None, detail: str | None = None,
+               divergence: Divergence | None = None) -> None:
+    """One `calls` row. `drifted` is derived from the kind, so the two can never disagree."""
+    batch.add("calls", run_id=run_id, session_id=session_id, call_index=call_index, customer=customer,
+              tool_name=tool_name, match_status=status.value, drift_kind=None if kind is None else kind.value,
+              drifted=None if kind is None else kind.drifted, exact_text_match=exact_text_match,
+              baseline_valid=baseline_valid, candidate_valid=candidate_valid, arg_diff_count=arg_diff_count,
+              detail=detail, **(divergence.columns() if divergence else {}))
+
+
+def write_output(batch: RowBatch, run_id: int, session_id: str, call_index: int, side: str, out: OutputRow) -> None:
+    """One `outputs` row for one side of one call."""
+    batch.add("outputs", run_id=run_id, session_id=session_id, call_index=call_index, side=side,
+              path_name=out.path_name, source=out.source, line=out.line, text=out.text, tool_calls=out.tool_calls,
+              parse_status=out.parse_status, parse_format=out.parse_format, parse_error=out.parse_error,
+              schema_errors=out.schema_errors, system_fingerprint=out.system_fingerprint, **(out.evidence or {}))
+
+
+def write_unmatched(batch: RowBatch, run_id: int, session_id: str, call_index: int, side: str,
+                    customer: str | None, tool_name: str | None, out: OutputRow) -> None:
+    """A call present in one log only: counted, stored, never treated as drift."""
+    write_call(batch, run_id, session_id, call_index, MatchStatus.only(side), customer=customer,
+               tool_name=tool_name, detail=f"present in the {side} log only")
+    write_output(batch, run_id, session_id, call_index, side, out)
+
+
+class Analyzer:
+    """Holds the per-run caches (compiled schemas per tools list) and writes rows for each call pair."""
+
+    def __init__(self, run_id: int, registry: SchemaRegistry):
+        self.run_id = run_id
+        self.registry = registry
+        self._schemas_by_tools: dict[bytes, dict[str, CompiledSchema | None]] = {}
+        self._reported: set[tuple[str, str]] = set()
+        self.pending_issues: list[dict] = []
+
+    def schemas_for(self, tools: list) -> dict[str, CompiledSchema | None]:
+        """Compiled schemas of a request's tools, computed once per distinct tools list."""
+        try:
+            key = orjson.dumps(tools) if tools else b""
+        except TypeError:  # nested past orjson's limit, or not JSON at all: still a stable key
+            key = deepjson.dumps(tools, sort_keys=False).encode()
+        cached = self._schemas_by_tools.get(key)
+        if cached is not None:
+            return cached
+        params, problems = tool_schemas_from_request(tools)
+        for problem in problems:
+            self._issue("(request tools)", "request", "invalid", problem)
+        compiled: dict[str, CompiledSchema | None] = {}
+        for name, schema in params.items():
+            compiled[name] = self.registry.get(name, schema)
+        self._schemas_by_tools[key] = compiled
+        return compiled
+
+    def _schema(self, schemas: dict[str, CompiledSchema | None], name: str) -> CompiledSchema | None:
+        if name in schemas:
+            found = schemas[name]
+        else:  # a tool the request did not offer: only a schemas/ file can describe it
+            found = self.registry.get(name, None)
+        if found is not None and (found.tool_name, found.source) not in self._reported:
+            self._reported.add((found.tool_name, found.source))
+            for warning in found.warnings:
+                self._issue(found.tool_name, found.source, "warning", warning)
+            if found.invalid_reason:
+                self._issue(found.tool_name, found.source, "invalid", found.invalid_reason)
+        return found
+
+    def validate_call(self, schemas: dict[str, CompiledSchema | None], call: ToolCall, errors: list) -> bool | None:
+        """True/False when the call's schema can judge it (appending `{tool, errors}` when invalid), else None."""
+        compiled = self._schema(schemas, call.name)
+        if compiled is None or call.arguments_error is not None:
+            return None
+        errs = compiled.errors(call.arguments)
+        while compiled.notes:  # a pattern ran out of its validation budget: say so once per message
+            self._issue(compiled.tool_name, compiled.source, "timeout", compiled.notes.pop(0))
+        if errs:
+            errors.append({"tool": call.name, "errors": errs})
+        return None if errs is None else not errs
+
+    def _issue(self, tool: str, source: str, severity: str, message: str) -> None:
+        self.pending_issues.append({"tool_name": tool, "schema_source": source, "severity": severity,
+                                    "message": message})
+
+    def flush_issues(self, batch: RowBatch) -> None:
+        for issue in self.pending_issues:
+            batch.add("schema_issues", run_id=self.run_id, **issue)
+        self.pending_issues.clear()
+
+    def pair(self, batch: RowBatch, session_id: str, call_index: int, customer: str | None, tools: list,
+             baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None) -> CallDiff:
+        """Diff one matched pair and append its calls, outputs and arg_diffs rows."""
+        schemas = self.schemas_for(tools)
+        errors_by_side: dict[int, list] = {}
+
+        def validator_for(side: int) -> Callable[[ToolCall], bool | None]:
+            def validate(call: ToolCall) -> bool | None:
+                return self.validate_call(schemas, call, errors_by_side.setdefault(side, []))
+            return validate
+
+        # Identical pairs are validated once: the verdict is the same for both sides.
+        verdict = diff_outputs(baseline.parsed, candidate.parsed, validator_for(0), validator_for(1),
+                               baseline.raw == candidate.raw)
+        if verdict.baseline_valid is not None and not DriftKind(verdict.kind).drifted:
+            errors_by_side.setdefault(1, errors_by_side.get(0, []))
+        tool_name = (baseline.parsed.calls[0].name if baseline.parsed.calls
+                     else candidate.parsed.calls[0].name if candidate.parsed.calls else None)
+        write_call(batch, self.run_id, session_id, call_index, MatchStatus.MATCHED, customer=customer,
+                   tool_name=tool_name, kind=DriftKind(verdict.kind), exact_text_match=verdict.exact_text_match,
+                   baseline_valid=verdict.baseline_valid, candidate_valid=verdict.candidate_valid,
+                   arg_diff_count=len(verdict.arg_diffs), detail=verdict.detail, divergence=divergence)
+        for side_no, (side_name, out) in enumerate((("baseline", baseline), ("candidate", candidate))):
+            errors = errors_by_side.get(side_no)
+            write_output(batch, self.run_id, session_id, call_index, side_name,
+                         out.row(json_text(errors) if errors else None))
+        for d in verdict.arg_diffs:
+            batch.add("arg_diffs", run_id=self.run_id, session_id=session_id, call_index=call_index,
+                      call_position=d.call_position, tool_name=d.tool_name, arg_path=d.path, diff_kind=d.kind.value,
+                      baseline_value=json_text(d.baseline), candidate_value=json_text(d.candidate))
+        return verdict

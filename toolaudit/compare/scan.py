@@ -1,0 +1,250 @@
+"""Scan a byte range of a recorded log into compact per-call digests, in a worker process or in-process.
+
+A digest holds what the comparison needs for the common case (the two answers agree): a hash of the canonical
+signature of the tool calls, schema validity, and the row values to store. A chunk's digests travel as one Arrow
+table (`DIGEST_COLUMNS`), which `compare_sql` appends to a staging table; the rare pairs whose signatures differ
+are re-read from the file by byte offset and diffed in full. Chunks carry line numbers relative to their start;
+the caller adds the lines of the chunks before, so results equal a sequential read exactly.
+
+The candidate side is scanned without running its schemas (`validate=False`): an identical pair's candidate has
+the baseline's verdict when both requests offer the same tools and the baseline's calls raised no schema error;
+`compare_sql` validates the few other candidates afterwards. Schema problems are still reported from both sides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from toolaudit.compare.diff import call_signature
+from toolaudit.compare.pairs import Analyzer, message_raw_text, tool_calls_json
+from toolaudit.ingest.shards import Shard
+from toolaudit.ingest.traces import RawCall, TraceLineError, TraceStats, first_message, parse_line
+from toolaudit.validate.records import ToolCall
+from toolaudit.validate.schemas import SchemaRegistry
+from toolaudit.validate.toolcalls import parse_message
+
+
+class Digest(NamedTuple):
+    """One usable line of a log, reduced to what comparing and storing it needs."""
+
+    line: int
+    offset: int  # byte offset of the line, to re-read it when the pair needs a full diff
+    session_id: str
+    explicit_index: int | None
+    customer: str | None
+    signature: bytes  # hash of the canonical, order-independent encoding of all tool calls (signature_hash)
+    simple: bool  # parsed cleanly (no unparseable output, no broken arguments): the fast path applies
+    text: str  # assistant text outside tool calls, stripped
+    status: str
+    fmt: str
+    error: str | None
+    raw: str
+    tool_calls: str | None  # JSON for the outputs table
+    valid: bool | None
+    schema_errors: str | None
+    tool_name: str | None
+    system_fingerprint: str | None
+    tools_hash: bytes  # tools_key of the request's tools
+
+
+# What the join needs of one scanned line (the caller adds side, absolute line and original line)...
+DIGEST_COLUMNS: dict[str, pa.DataType] = {
+    "line": pa.int64(), "offset": pa.int64(), "session_id": pa.string(), "explicit_index": pa.int64(),
+    "customer": pa.string(), "sig": pa.binary(), "simple": pa.bool_(), "text_hash": pa.binary(),
+    "raw_hash": pa.binary(), "status": pa.string(), "valid": pa.bool_(), "no_errors": pa.bool_(),
+    "tool_name": pa.string(), "tools_hash": pa.binary(),
+}
+# ... and what only its outputs row needs: written by the worker to a Parquet file per chunk, read back by DuckDB
+# in the one INSERT ... SELECT that writes the outputs rows (so the bulk never passes through the parent).
+OUTPUT_COLUMNS: dict[str, pa.DataType] = {
+    "line": pa.int64(), "raw": pa.string(), "tool_calls": pa.string(), "fmt": pa.string(), "error": pa.string(),
+    "schema_errors": pa.string(), "fingerprint": pa.string(),
+}
+
+
+def _hash(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+_EMPTY = _hash(b"")
+
+
+@dataclass
+class ChunkResult:
+    table: pa.Table | None = None  # one row per digested line, DIGEST_COLUMNS
+    outputs_file: str | None = None  # their OUTPUT_COLUMNS (None when the chunk digested no line)
+    errors: list[TraceLineError] = field(default_factory=list)
+    stats: TraceStats = field(default_factory=TraceStats)
+    lines: int = 0
+    schema_issues: list[dict] = field(default_factory=list)
+    other_calls: int = 0  # calls of sessions in other shards (not digested)
+    other_errors: int = 0  # bad lines left to shard 1 (they belong to no session)
+
+
+def split_file(path: str, parts: int) -> list[tuple[int, int]]:
+    """Byte ranges that end on line boundaries."""
+    size = os.path.getsize(path)
+    if parts <= 1 or size < (1 << 20):
+        return [(0, size)]
+    bounds = [0]
+    with open(path, "rb") as handle:
+        for i in range(1, parts):
+            handle.seek(max(bounds[-1], size * i // parts))
+            handle.readline()
+            pos = handle.tell()
+            if pos < size and pos > bounds[-1]:
+                bounds.append(pos)
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
+
+
+class SchemaCache:
+    """Compiled schemas per distinct tools list, looked up by the list's hash (`tools_key`) rather than by
+    re-encoding the list for every call; and which (tools, tool name) schemas were already looked at."""
+
+    def __init__(self, analyzer: Analyzer):
+        self.analyzer = analyzer
+        self.by_key: dict[bytes, dict] = {}
+        self.noted: set[tuple[bytes, str]] = set()
+
+    def schemas(self, key: bytes, tools: list) -> dict:
+        found = self.by_key.get(key)
+        if found is None:
+            found = self.by_key[key] = self.analyzer.schemas_for(tools)
+        return found
+
+    def note(self, key: bytes, tools: list, calls: tuple[ToolCall, ...]) -> None:
+        """Report the schemas' own problems (as validating would), without validating."""
+        for call in calls:
+            if (key, call.name) not in self.noted:
+                self.noted.add((key, call.name))
+                self.analyzer._schema(self.schemas(key, tools), call.name)
+
+
+def _validity(cache: SchemaCache, key: bytes, tools: list, calls: tuple[ToolCall, ...],
+              validate: bool = True) -> tuple[bool | None, str | None]:
+    """All calls valid -> True, any invalid -> False, else None; plus the error messages as JSON.
+    With validate=False only the schemas' own problems are reported (issues), and (None, None) returned."""
+    if not calls:
+        return None, None
+    if not validate:
+        cache.note(key, tools, calls)
+        return None, None
+    schemas = cache.schemas(key, tools)
+    errors: list = []
+    verdicts = [cache.analyzer.validate_call(schemas, call, errors) for call in calls]
+    valid = False if False in verdicts else None if None in verdicts else True
+    return valid, (orjson.dumps(errors).decode() if errors else None)
+
+
+def signature_hash(calls: tuple[ToolCall, ...]) -> bytes:
+    """A hash of the calls' canonical signatures, in a fixed order (the order of the calls does not matter)."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, canon in sorted(call_signature(c) for c in calls):
+        name_bytes = name.encode("utf-8", "surrogatepass")
+        h.update(len(name_bytes).to_bytes(4, "big") + name_bytes + len(canon).to_bytes(8, "big"))
+        h.update(canon)
+    return h.digest()
+
+
+def digest(item: RawCall, offset: int, analyzer: Analyzer | SchemaCache, validate: bool = True) -> Digest:
+    """Parse, sign and validate one call's recorded answer."""
+    cache = analyzer if isinstance(analyzer, SchemaCache) else SchemaCache(analyzer)
+    response = item.response or {}
+    message = first_message(response)
+    parsed = parse_message(message)
+    calls = parsed.calls
+    simple = parsed.status != "unparseable" and not any(c.arguments_error for c in calls)
+    tools = item.request.get("tools")
+    tools = tools if isinstance(tools, list) else []
+    key = tools_key(tools)
+    valid, schema_errors = _validity(cache, key, tools, calls, validate)
+    return Digest(item.line, offset, item.session_id, item.explicit_index, item.customer, signature_hash(calls),
+                  simple, parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
+                  tool_calls_json(calls), valid, schema_errors, calls[0].name if calls else None,
+                  response.get("system_fingerprint"), key)
+
+
+def tools_key(tools: list) -> bytes:
+    """A hash of a request's tools list: equal lists, equal keys."""
+    if not tools:
+        return _hash(b"")
+    try:
+        return _hash(orjson.dumps(tools))
+    except TypeError:  # nested past orjson's limit: still a stable key
+        return _hash(repr(tools).encode("utf-8", "replace"))
+
+
+def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: str,
+               schema_dir: str | None, shard: Shard | None = None, validate: bool = True,
+               out_dir: str | None = None) -> ChunkResult:
+    """Digest every line in [start, end) of `path`. Line numbers are relative to the chunk (1-based).
+    With a shard, only its sessions' lines are digested (and bad lines only by shard 1); the rest are counted.
+    validate=False leaves `valid`/`schema_errors` NULL (the candidate side: see the module docstring).
+    The outputs columns go to a Parquet file in `out_dir` (default: the system's temporary folder)."""
+    result = ChunkResult()
+    rows: list[tuple] = []
+    outs: list[tuple] = []
+    analyzer = Analyzer(0, SchemaRegistry(schema_dir))
+    cache = SchemaCache(analyzer)
+    stats = result.stats
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        offset, line_no = start, 0
+        while offset < end:
+            raw = handle.readline()
+            if not raw:
+                break
+            line_no += 1
+            here, offset = offset, offset + len(raw)
+            stats.lines += 1
+            if not raw.strip():
+                stats.blank += 1
+                continue
+            item = parse_line(raw, path, line_no, session_key, customer_key, True)
+            if isinstance(item, TraceLineError):
+                if shard is not None and not shard.owns_unkeyed:
+                    result.other_errors += 1
+                    continue
+                stats.errors += 1
+                result.errors.append(item)
+            elif shard is not None and not shard.holds(item.session_id):
+                result.other_calls += 1
+            else:
+                d = digest(item, here, cache, validate)
+                rows.append((d.line, d.offset, d.session_id, d.explicit_index, d.customer, d.signature, d.simple,
+                             _text_hash(d.text), _text_hash(d.raw), d.status, d.valid, d.schema_errors is None,
+                             d.tool_name, d.tools_hash))
+                outs.append((d.line, d.raw, d.tool_calls, d.fmt, d.error, d.schema_errors, d.system_fingerprint))
+    result.table = _table(rows, DIGEST_COLUMNS)
+    if outs:
+        fd, result.outputs_file = tempfile.mkstemp(prefix=f"chunk-{start}-", suffix=".parquet", dir=out_dir)
+        os.close(fd)
+        pq.write_table(_table(outs, OUTPUT_COLUMNS), result.outputs_file, compression="lz4")
+    result.lines = line_no
+    result.schema_issues = analyzer.pending_issues
+    return result
+
+
+def _text_hash(text: str) -> bytes:
+    return _EMPTY if not text else _hash(text.encode("utf-8", "surrogatepass"))
+
+
+def _table(rows: list[tuple], schema: dict[str, pa.DataType]) -> pa.Table:
+    """Rows (in the schema's column order) as one Arrow table."""
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
+    return pa.Table.from_arrays([pa.array(col, type=typ) for col, typ in zip(columns, schema.values())],
+                                names=list(schema))
+
+
+def scan_task(args: tuple) -> ChunkResult:
+    """Pool entry point."""
+    return scan_chunk(*args)

@@ -1,0 +1,90 @@
+"""The one vocabulary of verdicts stored in the database: drift kinds, match statuses, argument diffs.
+
+Every view, figure, gate and report uses these words; `store/views.py` is generated from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Vocabulary(str, Enum):
+    """A closed set of words stored in the database: members compare and serialise as their string values."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class DriftKind(Vocabulary):
+    """The verdict for one matched call pair. Declaration order is display order (reports, views)."""
+
+    IDENTICAL = "identical"  # same tool calls and same text
+    TEXT_ONLY = "text_only"  # same tool calls, different surrounding text: recorded, not drift
+    ARGUMENTS_CHANGED = "arguments_changed"
+    SCHEMA_BROKEN = "schema_broken"  # valid on baseline, invalid on candidate
+    TOOL_NAME_CHANGED = "tool_name_changed"
+    CALL_COUNT_CHANGED = "call_count_changed"
+    UNPARSEABLE = "unparseable"  # candidate (or baseline) output could not be parsed into tool calls
+
+    @property
+    def drifted(self) -> bool:
+        return self not in (DriftKind.IDENTICAL, DriftKind.TEXT_ONLY)
+
+
+DRIFTED_KINDS: tuple[DriftKind, ...] = tuple(k for k in DriftKind if k.drifted)
+# Most severe first: a call that breaks its schema or calls another tool hurts more than a changed value.
+SEVERITY: tuple[DriftKind, ...] = (DriftKind.SCHEMA_BROKEN, DriftKind.TOOL_NAME_CHANGED,
+                                   DriftKind.CALL_COUNT_CHANGED, DriftKind.UNPARSEABLE,
+                                   DriftKind.ARGUMENTS_CHANGED)
+
+
+class MatchStatus(Vocabulary):
+    """How a stored call came to be: a matched pair, a call one side lacks, or an engine failure (retried)."""
+
+    MATCHED = "matched"
+    BASELINE_ONLY = "baseline_only"
+    CANDIDATE_ONLY = "candidate_only"
+    ERROR = "error"
+
+    @classmethod
+    def only(cls, side: str) -> "MatchStatus":
+        return cls(f"{side}_only")
+
+
+class ArgDiffKind(Vocabulary):
+    """How one argument differs between the two sides."""
+
+    VALUE_CHANGED = "value_changed"
+    TYPE_CHANGED = "type_changed"
+    ADDED = "added"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class ArgDiff:
+    """One argument that differs between baseline and candidate, addressed like `filters.status[0]`."""
+
+    call_position: int
+    tool_name: str
+    path: str
+    kind: ArgDiffKind
+    baseline: Any = None
+    candidate: Any = None
+
+
+@dataclass
+class CallDiff:
+    """The verdict for one matched call pair."""
+
+    kind: DriftKind
+    exact_text_match: bool
+    baseline_valid: bool | None
+    candidate_valid: bool | None
+    arg_diffs: list[ArgDiff] = field(default_factory=list)
+    detail: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        return DriftKind(self.kind).drifted

@@ -1,0 +1,259 @@
+"""OTLP/JSON trace exports (what an OpenTelemetry collector's file exporter or Phoenix writes), shared by the
+OTel GenAI and OpenInference readers.
+
+Each line is an `ExportTraceServiceRequest`: `{"resourceSpans": [{"resource": {"attributes": [...]},
+"scopeSpans": [{"scope": {...}, "spans": [...]}]}]}`. Attribute values come in any OTLP/JSON form
+(`stringValue`, `intValue` as a string or a number, `doubleValue`, `boolValue`, `arrayValue`, `kvlistValue`,
+`bytesValue`). Spans arrive batched and in any order, so the whole file is read before calls are assembled:
+a session's calls are ordered by `startTimeUnixNano`. Every span is one record: a call, a problem or a skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolaudit.ingest.formats.base import (
+    Call,
+    Conversion,
+    Invalid,
+    Keys,
+    as_key,
+    canonical_bytes,
+    load_line,
+    record_lines,
+)
+
+# A convention's reader: a decoded span -> a call, or the reason it is skipped. Raises Invalid.
+SpanReader = Callable[["Span", Keys], "Call | str"]
+
+
+@dataclass
+class Span:
+    line: int
+    position: int  # order of the span in the file (ties in start time keep file order)
+    span_id: str
+    trace_id: str
+    name: str
+    start: int | None
+    end: int | None
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    events: list[dict] = field(default_factory=list)  # {"name", "time", "attributes"}
+
+    def attr(self, key: str) -> Any:
+        """A span attribute, else the resource's."""
+        value = self.attributes.get(key)
+        return self.resource.get(key) if value is None else value
+
+    def where(self, key: str) -> str:
+        return key if key in self.attributes or key not in self.resource else f"resource.{key}"
+
+    def session(self, keys: Keys, default_attr: str) -> str:
+        """The session: `--session-key` (which must be present), else `default_attr`, else the trace id."""
+        if keys.session is not None:
+            value = as_key(self.attr(keys.session))
+            if value is None:
+                raise Invalid(keys.session, "missing or not a string on the span and its resource: cannot tell "
+                                            "which session this call belongs to (use --session-key to name "
+                                            "another attribute)")
+            return value
+        return as_key(self.attr(default_attr)) or self.trace_id
+
+    def customer(self, keys: Keys, default_attrs: tuple[str, ...]) -> str | None:
+        for key in (keys.customer,) if keys.customer is not None else default_attrs:
+            value = as_key(self.attr(key))
+            if value is not None:
+                return value
+        return None
+
+    def order(self) -> tuple:
+        return (self.start, self.line, self.position)
+
+    def check_times(self) -> None:
+        if self.start is None:
+            raise Invalid("startTimeUnixNano", "missing: the call cannot be placed in its session's order")
+        if self.end is None:
+            raise Invalid("endTimeUnixNano", "missing: the span never ended (the call did not finish, or the "
+                                             "export is truncated)")
+        if self.end < self.start:
+            raise Invalid("endTimeUnixNano", f"ends before it starts ({self.end} < {self.start})")
+
+
+def any_value(value: Any, where: str) -> Any:
+    """An OTLP/JSON AnyValue as a Python value."""
+    if not isinstance(value, dict):
+        raise Invalid(where, f"must be an OTLP AnyValue object, got {type(value).__name__}")
+    if not value:
+        return None
+    if "stringValue" in value:
+        if not isinstance(value["stringValue"], str):
+            raise Invalid(where, "stringValue must be a string")
+        return value["stringValue"]
+    if "boolValue" in value:
+        if not isinstance(value["boolValue"], bool):
+            raise Invalid(where, "boolValue must be true or false")
+        return value["boolValue"]
+    if "intValue" in value:
+        return _int(value["intValue"], where, "intValue")
+    if "doubleValue" in value:
+        return _double(value["doubleValue"], where)
+    if "arrayValue" in value:
+        items = (value["arrayValue"] or {}).get("values") or [] if isinstance(value["arrayValue"], dict) else None
+        if not isinstance(items, list):
+            raise Invalid(where, "arrayValue must be {\"values\": [...]}")
+        return [any_value(v, f"{where}[{i}]") for i, v in enumerate(items)]
+    if "kvlistValue" in value:
+        kv = value["kvlistValue"]
+        items = (kv or {}).get("values") or [] if isinstance(kv, dict) else None
+        if not isinstance(items, list):
+            raise Invalid(where, "kvlistValue must be {\"values\": [...]}")
+        return key_values(items, where)
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    raise Invalid(where, f"unknown AnyValue kind {sorted(value)[:3]}")
+
+
+def _int(raw: Any, where: str, kind: str) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        return int(raw)
+    raise Invalid(where, f"{kind} {raw!r} is not an integer")
+
+
+def _double(raw: Any, where: str) -> float:
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return float(raw)
+    if isinstance(raw, str):
+        try:
+            number = float(raw)
+        except ValueError:
+            pass
+        else:
+            if math.isfinite(number) or raw.strip() in ("NaN", "Infinity", "-Infinity"):
+                return number
+    raise Invalid(where, f"doubleValue {raw!r} is not a number")
+
+
+def key_values(items: Any, where: str) -> dict[str, Any]:
+    """`[{"key": k, "value": AnyValue}, ...]` -> {k: value}. A repeated key keeps the last value (as SDKs do)."""
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise Invalid(where, f"must be a list of {{key, value}} objects, got {type(items).__name__}")
+    out: dict[str, Any] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            raise Invalid(f"{where}[{i}]", "must be an object with a string key")
+        out[item["key"]] = any_value(item.get("value", {}), item["key"])
+    return out
+
+
+def _nanos(raw: Any, where: str) -> int | None:
+    if raw in (None, "", 0, "0"):
+        return None
+    return _int(raw, where, "time")
+
+
+def decode_span(raw: dict, resource: dict[str, Any], line: int, position: int) -> Span:
+    span_id, trace_id = raw.get("spanId"), raw.get("traceId")
+    if not isinstance(span_id, str) or not span_id:
+        raise Invalid("spanId", "missing: every span needs an id")
+    if not isinstance(trace_id, str) or not trace_id:
+        raise Invalid("traceId", "missing: every span needs a trace id")
+    attributes = key_values(raw.get("attributes"), "attributes")
+    events = []
+    raw_events = raw.get("events") or []
+    if not isinstance(raw_events, list):
+        raise Invalid("events", "must be a list")
+    for i, event in enumerate(raw_events):
+        if not isinstance(event, dict):
+            raise Invalid(f"events[{i}]", "must be an object")
+        events.append({"name": event.get("name"), "time": _nanos(event.get("timeUnixNano"), f"events[{i}].time"),
+                       "attributes": key_values(event.get("attributes"), f"events[{i}].attributes")})
+    name = raw.get("name")
+    return Span(line, position, span_id, trace_id, name if isinstance(name, str) else "",
+                _nanos(raw.get("startTimeUnixNano"), "startTimeUnixNano"),
+                _nanos(raw.get("endTimeUnixNano"), "endTimeUnixNano"), attributes, resource, events)
+
+
+def _spans_of(doc: dict) -> list[tuple[Any, Any]]:
+    """(resource attributes list, span) pairs of one export request; Invalid for a broken container."""
+    out = []
+    for r, rs in enumerate(doc["resourceSpans"]):
+        if not isinstance(rs, dict):
+            raise Invalid(f"resourceSpans[{r}]", "must be an object")
+        resource = rs.get("resource") or {}
+        attrs = resource.get("attributes") if isinstance(resource, dict) else None
+        scopes = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans")) or []
+        if not isinstance(scopes, list):
+            raise Invalid(f"resourceSpans[{r}].scopeSpans", "must be a list")
+        for s, scope in enumerate(scopes):
+            spans = scope.get("spans") if isinstance(scope, dict) else None
+            if not isinstance(spans, list):
+                raise Invalid(f"resourceSpans[{r}].scopeSpans[{s}].spans", "must be a list")
+            out.extend((("resource", r, attrs), span) for span in spans)
+    return out
+
+
+def read_spans(path: str, fmt: str, keys: Keys, reader: SpanReader, hint: Callable[[Any], str]) -> Conversion:
+    """Read every span of an OTLP/JSON file through `reader` (one convention); `hint` says which other format
+    a line that is not OTLP looks like (see `detect.mixed`)."""
+    conv = Conversion(fmt, by_session=True)
+    seen: dict[tuple[str, str], tuple[int, bytes]] = {}
+    position = 0
+    for line_no, raw in record_lines(path, conv):
+        doc, error = load_line(raw)
+        if error is None and (not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list)):
+            error = "not an OTLP/JSON ExportTraceServiceRequest (no \"resourceSpans\" list)" + hint(doc)
+        try:
+            pairs = _spans_of(doc) if error is None else []
+        except Invalid as exc:
+            conv.records += 1
+            conv.problem(line_no, None, exc.field, exc.message, raw)
+            continue
+        if error is not None:
+            conv.records += 1
+            conv.problem(line_no, None, None, error, raw)
+            continue
+        resources: dict[int, dict] = {}
+        for (_, r, attrs), span_raw in pairs:
+            conv.records += 1
+            position += 1
+            _one_span(conv, seen, keys, reader, resources, r, attrs, span_raw, line_no, position)
+    return conv
+
+
+def _one_span(conv: Conversion, seen: dict, keys: Keys, reader: SpanReader, resources: dict, r: int,
+              attrs: Any, span_raw: Any, line_no: int, position: int) -> None:
+    span_id = span_raw.get("spanId") if isinstance(span_raw, dict) else None
+    record = span_id if isinstance(span_id, str) and span_id else None
+    try:
+        if not isinstance(span_raw, dict):
+            raise Invalid(None, f"a span must be an object, got {type(span_raw).__name__}")
+        if r not in resources:
+            resources[r] = key_values(attrs, "resource.attributes")
+        span = decode_span(span_raw, resources[r], line_no, position)
+        digest = hashlib.blake2b(canonical_bytes(span_raw), digest_size=16).digest()
+        first = seen.get((span.trace_id, span.span_id))
+        if first is not None:
+            if first[1] == digest:
+                conv.skip("duplicate export of a span")
+                return
+            raise Invalid("spanId", f"duplicate span id (first at line {first[0]}) with different content")
+        seen[(span.trace_id, span.span_id)] = (line_no, digest)
+        result = reader(span, keys)
+    except Invalid as exc:
+        conv.problem(line_no, record, exc.field, exc.message, span_raw)
+        return
+    except RecursionError as exc:
+        conv.problem(line_no, record, None, f"span cannot be read: {exc}", span_raw)
+        return
+    if isinstance(result, str):
+        conv.skip(result)
+    else:
+        conv.calls.append(result)

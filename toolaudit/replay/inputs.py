@@ -1,0 +1,144 @@
+"""What a replay reads before any engine runs: its options, the calls of the trace files (sampled, limited,
+sharded) and the decode paths they name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from toolaudit import ConfigError, StoreError
+from toolaudit.engines.paths import PathConfig, load_paths
+from toolaudit.engines.torch.config import NUMERICS
+from toolaudit.ingest.shards import shard_from_options
+from toolaudit.ingest.traces import (
+    DEFAULT_CUSTOMER_KEY,
+    DEFAULT_SESSION_KEY,
+    TraceCall,
+    TraceLineError,
+    TraceStats,
+    read_trace,
+)
+from toolaudit.store import Store
+
+
+@dataclass
+class ReplayOptions:
+    traces: list[str]
+    baseline: str = "target"
+    candidate: str = "spec-ngram"
+    # Several candidates make a remedy matrix: the baseline runs once and each candidate is diffed against
+    # its outputs (one matrix run holding one run per candidate). None: just `candidate`.
+    candidates: list[str] | None = None
+    paths_file: str | None = None
+    limit: int | None = None
+    run_name: str | None = None
+    session_key: str = DEFAULT_SESSION_KEY
+    customer_key: str = DEFAULT_CUSTOMER_KEY
+    schema_dir: str | None = "schemas"
+    # Calls handed to each engine per transaction. Larger than batch_size so continuous batching keeps its
+    # slots full; a kill loses at most one chunk, which resume redoes.
+    chunk: int = 64
+    # None: path-major when an engine cannot be held beside another (see Replayer.path_major); True/False force.
+    path_major: bool | None = None
+    # Overrides the `numerics` key of every torch path ("auto" | "native" | "emulated"), e.g. for the demo.
+    numerics: str | None = None
+    # Trace format (see `toolaudit.ingest.formats`); None detects it from each file's first record. Kept for --resume.
+    trace_format: str | None = None
+    # Replay only the first K calls of each session: a sample that keeps every session (and customer) in.
+    calls_per_session: int | None = None
+    # Only the sessions of one shard ({"index": K, "count": N}, see toolaudit.ingest.shards), after `limit`.
+    shard: dict[str, int] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @property
+    def candidate_names(self) -> list[str]:
+        return list(self.candidates) if self.candidates else [self.candidate]
+
+
+def load_calls(options: ReplayOptions, session_lengths: dict[str, float] | None = None
+               ) -> tuple[list[TraceCall], list[TraceLineError], dict[str, dict]]:
+    """All usable calls of the trace files (first `limit`), the bad lines, and per-file accounting.
+
+    `session_lengths`, when given, is filled with the mean calls per session in the traces per customer (and
+    `(all)`), before any sampling, limit or shard: the session length a customer's traffic really has."""
+    calls: list[TraceCall] = []
+    errors: list[TraceLineError] = []
+    stats: dict[str, dict] = {}
+    for path in options.traces:
+        st = TraceStats()
+        for item in read_trace(path, options.session_key, options.customer_key, require_response=False, stats=st,
+                               fmt=options.trace_format):
+            (errors if isinstance(item, TraceLineError) else calls).append(item)
+        stats[str(path)] = st.__dict__
+    if session_lengths is not None:
+        session_lengths.update(mean_session_lengths(calls))
+    if options.calls_per_session is not None:
+        seen: dict[str, int] = {}
+        kept = []
+        for call in calls:
+            seen[call.session_id] = seen.get(call.session_id, 0) + 1
+            if seen[call.session_id] <= options.calls_per_session:
+                kept.append(call)
+        calls = kept
+    if options.limit is not None:
+        calls = calls[: options.limit]
+    shard = shard_from_options({"shard": options.shard})
+    if shard is not None:  # whole sessions; input error rows belong to no session and are shard 1's
+        calls = [c for c in calls if shard.holds(c.session_id)]
+        errors = errors if shard.owns_unkeyed else []
+    return calls, errors, stats
+
+
+def mean_session_lengths(calls: list[TraceCall]) -> dict[str, float]:
+    """{customer: mean calls per session} (customer `(none)` for calls without one) and `(all)`."""
+    sessions: dict[str, tuple[str, int]] = {}
+    for call in calls:
+        customer, n = sessions.get(call.session_id, (call.customer or "(none)", 0))
+        sessions[call.session_id] = customer, n + 1
+    totals: dict[str, list[int]] = {"(all)": [0, 0]}
+    for customer, n in sessions.values():
+        for key in (customer, "(all)"):
+            total = totals.setdefault(key, [0, 0])
+            total[0] += n
+            total[1] += 1
+    return {k: calls_ / count for k, (calls_, count) in totals.items() if count}
+
+
+def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]:
+    """The baseline path and the candidate paths, by name (built-in or from the paths file)."""
+    paths = load_paths(options.paths_file)
+    names = options.candidate_names
+    for name in (options.baseline, *names):
+        if name not in paths:
+            where = options.paths_file or "the built-in paths"
+            raise ConfigError(f"unknown decode path {name!r} (known in {where}: {', '.join(sorted(paths))})")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"candidate path {repeated[0]!r} given twice")
+    chosen = [paths[options.baseline], *(paths[n] for n in names)]
+    if options.numerics is not None:
+        if options.numerics not in NUMERICS:
+            raise ConfigError(f"numerics must be one of {', '.join(NUMERICS)} (got {options.numerics!r})")
+        chosen = [replace(p, options={**p.options, "numerics": options.numerics}) if p.engine == "torch"
+                  else p for p in chosen]
+    return chosen[0], chosen[1:]
+
+
+def options_for_resume(store: Store, run_id: int) -> tuple[int, ReplayOptions]:
+    """The run to resume (a matrix rather than one of its candidates) and the options it was started with."""
+    run = store.run_row(run_id)
+    if run["matrix_id"] is not None:
+        run = store.run_row(run["matrix_id"])
+    matrix_of_replays = run["kind"] == "matrix" and all(m["kind"] == "replay"
+                                                        for m in store.matrix_members(run["run_id"]))
+    if run["kind"] != "replay" and not matrix_of_replays:
+        raise StoreError(f"run {run_id} is a {run['kind']} run; only replay runs can be resumed")
+    saved = orjson.loads(run["options"])
+    fields = ReplayOptions.__dataclass_fields__
+    return run["run_id"], ReplayOptions(**{k: v for k, v in saved.items() if k in fields})
+
+

@@ -1,0 +1,3 @@
+"""Parsing model answers into tool calls and validating their arguments against JSON Schemas.
+
+This package imports nothing on import: its modules are imported by name."""
