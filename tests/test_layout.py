@@ -65,3 +65,28 @@ def test_the_library_does_not_import_click():
                      if not name.startswith("toolaudit.cli")}
     users = [name for name, text in graph_sources.items() if "import click" in text]
     assert not users, f"library modules importing click: {users}"
+
+
+def test_no_import_cycles_through_package_inits():
+    """Importing `a.b.c` first runs `a/b/__init__.py`: a cycle through a package's `__init__` (it was
+    analysis.budgets -> report.output, which ran report/__init__ -> report.data -> analysis.budgets) breaks
+    depending on which module a process imports first (`pytest tests/test_matrix.py` alone failed)."""
+    mods = _modules()
+    graph = _imports(mods)
+    for name, targets in graph.items():
+        inits = {".".join(t.split(".")[:i]) for t in targets for i in range(2, len(t.split(".")))}
+        targets |= {p for p in inits if p in mods and p != name and not name.startswith(p + ".")}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()]:
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+    assert not cycles, f"import cycles through package __init__ modules: {cycles}"
