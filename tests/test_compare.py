@@ -234,9 +234,9 @@ def test_identical_pairs_get_each_sides_own_schema_verdict(tmp_path, db_path):
     assert (counts.matched, counts.candidate_only, counts.kinds) == (3, 1, {"identical": 3})
 
 
-def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch):
+def test_interrupted_compare_keeps_whole_writes(tmp_path, db_path, monkeypatch):
     """Ctrl-C while differing pairs are being diffed, or while the agreeing pairs are written: the run is
-    marked interrupted and holds whole batches only, each call once; an earlier complete run is untouched."""
+    marked interrupted and holds whole writes only, each call once; an earlier complete run is untouched."""
     import toolaudit.compare.logs as compare
     from toolaudit.compare.staging import Staging
 
@@ -257,7 +257,7 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
 
     monkeypatch.setattr(compare._Comparison, "_candidate", exploding)
     with pytest.raises(KeyboardInterrupt):
-        compare_logs(store, b, c, CompareOptions(schema_dir=None, batch_rows=10))
+        compare_logs(store, b, c, CompareOptions(schema_dir=None, rows_per_write=10))
     monkeypatch.undo()
 
     def broken_insert(self, *args, **kwargs):
@@ -274,7 +274,7 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
     assert store.query("SELECT count(*) FROM calls WHERE run_id = ?", [first])[1][0][0] == 50
     n, distinct = store.query("SELECT count(*), count(DISTINCT session_id) FROM calls WHERE run_id = ?",
                               [first + 1])[1][0]
-    assert n == distinct == 20  # two whole batches of 10 before the 30th pair
+    assert n == distinct == 20  # two whole writes of 10 before the 30th pair
     assert store.query("SELECT count(*) FROM calls WHERE run_id = ?", [first + 2])[1][0][0] == 0
     # nothing left behind on the connection: a new comparison on the same store runs
     run_id, counts = compare_logs(store, b, b, CompareOptions(schema_dir=None))

@@ -39,7 +39,7 @@ from toolaudit.ingest.traces import (
     open_trace,
     parse_line,
 )
-from toolaudit.store import RowBatch, Store
+from toolaudit.store import RowBuffer, Store
 from toolaudit.validate.schemas import SchemaRegistry
 from toolaudit.validate.toolcalls import parse_message
 
@@ -55,7 +55,7 @@ class CompareOptions:
     run_name: str | None = None
     baseline_name: str = "baseline"
     candidate_name: str = "candidate"
-    batch_rows: int = 20_000
+    rows_per_write: int = 20_000  # rows built in Python per transaction (and differing pairs fetched at a time)
     workers: int | None = None  # None: one per core for big logs, in-process for small ones
     format: str | None = None  # one of toolaudit.ingest.formats.FORMATS for both files; None: detect each file's
     shard: Shard | None = None  # only this shard's sessions (see toolaudit.ingest.shards)
@@ -142,7 +142,7 @@ class _Comparison:
         # progress counts the user's bytes: a converted side's scanned bytes are scaled to its file's size
         self.scale = [os.path.getsize(s.source) / max(1, os.path.getsize(s.path)) for s in sources]
         self.analyzer = Analyzer(run_id, SchemaRegistry(options.schema_dir))
-        self.batch = RowBatch()
+        self.rows = RowBuffer()
         self.issues_seen: set[tuple] = set()
         self.handles: dict[int, Any] = {}
         self.shard = options.shard
@@ -237,7 +237,7 @@ class _Comparison:
     def _pair(self, stage: Staging) -> None:
         """Join the sides; diff the pairs that differ; validate the candidates that need it; write the rest."""
         how = stage.pair()
-        page = max(1, self.options.batch_rows)
+        page = max(1, self.options.rows_per_write)
         for rows in stage.differing(page):
             for row in rows:
                 self._candidate(row)
@@ -261,7 +261,7 @@ class _Comparison:
         session_id, call_index = row["session_id"], row["call_index"]
         b_call = self._call(0, row["bl"], row["b_offset"], call_index)
         c_call = self._call(1, row["cl"], row["c_offset"], call_index)
-        kind = DriftKind(self.analyzer.pair(self.batch, session_id, call_index, row["customer"], b_call.tools,
+        kind = DriftKind(self.analyzer.pair(self.rows, session_id, call_index, row["customer"], b_call.tools,
                                             side_output(b_call, self.options.baseline_name),
                                             side_output(c_call, self.options.candidate_name)).kind)
         for issue in self.analyzer.pending_issues:
@@ -285,18 +285,18 @@ class _Comparison:
         key = tuple(issue.values())
         if key not in self.issues_seen:
             self.issues_seen.add(key)
-            self.batch.add("schema_issues", run_id=self.run_id, **issue)
+            self.rows.add("schema_issues", run_id=self.run_id, **issue)
 
     def _error(self, side: int, err: TraceLineError) -> None:
         if len(self.first_errors[side]) < 3:
             self.first_errors[side].append(err)
-        self.batch.add("trace_errors", run_id=self.run_id, side="baseline" if side == 0 else "candidate",
+        self.rows.add("trace_errors", run_id=self.run_id, side="baseline" if side == 0 else "candidate",
                        source=err.source, line=err.line, field=err.field, message=err.message, excerpt=err.excerpt)
 
     def _flush(self, force: bool = False) -> None:
-        if force or len(self.batch) >= self.options.batch_rows:
-            self.store.write_batch(self.batch)
-            self.batch = RowBatch()
+        if force or len(self.rows) >= self.options.rows_per_write:
+            self.store.write_rows(self.rows)
+            self.rows = RowBuffer()
 
     # -- re-reading -------------------------------------------------------------------------------------------
     def _reread(self, side: int, offset: int) -> bytes:

@@ -154,9 +154,10 @@ def _run_info(run: dict) -> dict[str, Any]:
 
 
 def _headline(store: Store, rid: int, customer: str) -> dict[str, Any]:
-    """The customer's figures (`figures.slice_figures`): compounded session drift from the customer's OWN
-    per-tool rates, so a report never depends on other customers' traffic (the run-wide-rates figure that
-    `summary` shows is kept beside it, named apart)."""
+    """The customer's figures (`figures.slice_figures`): `compounded_session_drift_own_rates` from the
+    customer's OWN per-tool rates, so a report never depends on other customers' traffic, and beside it
+    `compounded_session_drift_run_rates` from the run-wide rates (what `summary` shows). `compounded_session_drift`
+    is the deprecated name of the own-rates figure, kept for one release."""
     f = slice_figures(store, rid, customer)
     statuses = status_counts(store, rid, customer)
     rate = f.rate
@@ -167,8 +168,9 @@ def _headline(store: Store, rid: int, customer: str) -> dict[str, Any]:
             "error_calls": statuses.get(MatchStatus.ERROR.value, 0),
             "drift_kinds": drift_kind_counts(store, rid, customer), "sessions": f.sessions,
             "sessions_with_drift": f.sessions_with_drift, "observed_session_drift": f.observed_session_drift,
-            "compounded_session_drift": f.compounded_own_rates,
+            "compounded_session_drift_own_rates": f.compounded_own_rates,
             "compounded_session_drift_run_rates": f.compounded_run_rates,
+            "compounded_session_drift": f.compounded_own_rates,  # deprecated name (one release)
             "mean_calls_per_session": f.mean_calls_per_session if f.sessions else None}
 
 

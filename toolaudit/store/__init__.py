@@ -6,6 +6,6 @@ reports use. No other module writes SQL, except the user's own `toolaudit sql`.
 """
 
 from toolaudit.store.db import Store
-from toolaudit.store.rows import TABLE_COLUMNS, RowBatch, json_text
+from toolaudit.store.rows import TABLE_COLUMNS, RowBuffer, json_text
 
-__all__ = ["Store", "RowBatch", "TABLE_COLUMNS", "json_text"]
+__all__ = ["Store", "RowBuffer", "TABLE_COLUMNS", "json_text"]
