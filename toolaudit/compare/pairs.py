@@ -1,7 +1,8 @@
 """The `calls`, `outputs` and `arg_diffs` rows a call pair produces in Python: a matched pair's verdict, an
 engine failure. Rows are built by column name (never positional tuples) into a `RowBuffer`, so `compare` (two
 recorded logs), `replay` (live decode paths) and `batch import` produce the same columns and a column added to
-the store cannot shift others; the store writes the buffer.
+the store cannot shift others; the store writes the buffer (for `compare`, `store.staging` writes these rows
+and the agreeing pairs' rows that it computes in SQL).
 
 `Analyzer` holds the per-run caches (compiled schemas per tools list) and turns one call pair into rows: parse
 verdict, schema validity, drift kind, argument diffs.
