@@ -75,20 +75,22 @@ def test_noise_floor_and_compounding_use_only_the_customers_calls(report_db):
     assert [p["errors"] for p in quokka["paths"]] == [0, 1]
 
 
-def test_customer_drift_view_names_both_compounded_figures_as_reports_and_summary_do(report_db):
-    """`customer_drift` carries both figures under their two names: the own-rates one equals each customer's
-    report headline and the run-rates one `summary`'s, bit for bit; the old column is the run-rates figure."""
+def test_the_two_compounded_figures_keep_their_names_in_the_view_summary_and_report(report_db):
+    """The run-rates figure reads the same in `customer_drift`, `summary --json` and the report (bit for bit);
+    the report's own-rates figure differs from it for some customer; the old names are the old figures."""
     with Store(report_db, read_only=True) as store:
         rows = store.rows("SELECT * FROM customer_drift WHERE run_id = 1 ORDER BY customer")
         summary = {c["customer"]: c for c in run_summary(store, 1)["customers"]}
-        for row in rows:
-            head = customer_report(store, 1, row["customer"])["headline"]
-            assert row["compounded_session_drift_own_rates"] == head["compounded_session_drift_own_rates"]
-            assert row["compounded_session_drift_run_rates"] == head["compounded_session_drift_run_rates"]
-            assert row["compounded_session_drift"] == row["compounded_session_drift_run_rates"]
-            assert summary[row["customer"]]["compounded_session_drift_run_rates"] == \
-                row["compounded_session_drift_run_rates"]
-    assert any(r["compounded_session_drift_own_rates"] != r["compounded_session_drift_run_rates"] for r in rows)
+        heads = {row["customer"]: customer_report(store, 1, row["customer"])["headline"] for row in rows}
+    for row in rows:
+        head, mine = heads[row["customer"]], summary[row["customer"]]
+        assert row["compounded_session_drift_run_rates"] == head["compounded_session_drift_run_rates"] == \
+            mine["compounded_session_drift_run_rates"]
+        assert row["compounded_session_drift"] == mine["compounded_session_drift"] == \
+            row["compounded_session_drift_run_rates"]
+        assert head["compounded_session_drift"] == head["compounded_session_drift_own_rates"]
+    assert any(h["compounded_session_drift_own_rates"] != h["compounded_session_drift_run_rates"]
+               for h in heads.values())
 
 
 def test_routing_advice(report_db):

@@ -65,12 +65,10 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
             click.echo(f"  drifted calls with token evidence: {s['drifted_with_token_evidence']}, median "
                        f"top-2 margin at first divergence {s['median_drift_margin']:.3f} logits")
         click.echo("")
-    cols = ["customer", "calls", "drifted", "drift", "95% CI", "sessions", "observed", "compounded (run rates)",
-            "compounded (own rates)"]
+    cols = ["customer", "calls", "drifted", "drift", "95% CI", "sessions", "observed", "compounded (run rates)"]
     rows = [[c["customer"], c["calls"], c["drifted_calls"], pct(c["drift_rate"]),
              f"{pct(c['ci_low'])}-{pct(c['ci_high'])}", c["sessions"], pct(c["observed_session_drift"]),
-             pct(c["compounded_session_drift_run_rates"]), pct(c["compounded_session_drift_own_rates"])]
-            for c in s["customers"]]
+             pct(c["compounded_session_drift_run_rates"])] for c in s["customers"]]
     click.echo(format_table(cols, rows))
     worst = s.get("worst_example")
     if worst:

@@ -35,7 +35,7 @@ def slice_counts(store: Store, run_id: int, customer: str | None = None) -> dict
     call's tool (the `sessions.compounded_p` column; `summary`'s `compounded_session_drift_run_rates`).
     `compounded_own_rates`: the same with the slice's OWN per-tool rates (a customer's report shows it as
     `compounded_session_drift_own_rates`: it must not depend on other customers' traffic). For a whole run the
-    two are equal; `customer_drift` has both per customer.
+    two are equal.
     """
     where, params = _slice(customer)
     row = store.rows(f"""
@@ -99,7 +99,7 @@ def customer_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
     figure, kept in `summary --json` for one release."""
     return store.rows("""SELECT customer, calls, drifted_calls, drift_rate, ci_low, ci_high, sessions,
         sessions_with_drift, observed_session_drift, compounded_session_drift_run_rates,
-        compounded_session_drift_own_rates, compounded_session_drift_run_rates AS compounded_session_drift
+        compounded_session_drift_run_rates AS compounded_session_drift
         FROM customer_drift WHERE run_id = ? ORDER BY customer""", [run_id])
 
 
