@@ -179,7 +179,7 @@ def test_worker_processes_give_exactly_the_sequential_result(tmp_path):
 
 def test_call_indices_and_duplicates_match_a_sequential_read(tmp_path):
     """Explicit and implicit call indices mixed in one session, and a repeated index, exactly as read_trace
-    (traces.CallIndexer, line by line) assigns them; compare assigns them in SQL (compare_sql)."""
+    (traces.CallIndexer, line by line) assigns them; compare assigns them in SQL (store.staging)."""
     from toolaudit.ingest.traces import TraceLineError, read_trace
 
     close = [tool_call("close_ticket", {"ticket_id": 1})]
@@ -234,11 +234,11 @@ def test_identical_pairs_get_each_sides_own_schema_verdict(tmp_path, db_path):
     assert (counts.matched, counts.candidate_only, counts.kinds) == (3, 1, {"identical": 3})
 
 
-def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch):
+def test_interrupted_compare_keeps_whole_writes(tmp_path, db_path, monkeypatch):
     """Ctrl-C while differing pairs are being diffed, or while the agreeing pairs are written: the run is
-    marked interrupted and holds whole batches only, each call once; an earlier complete run is untouched."""
-    import toolaudit.compare.logs as compare
-    from toolaudit.compare.staging import Staging
+    marked interrupted and holds whole writes only, each call once; an earlier complete run is untouched."""
+    from toolaudit.compare.join import Join
+    from toolaudit.store.staging import Staging
 
     b = write_jsonl(tmp_path / "b.jsonl", [line(session=f"s{i}", calls=[tool_call("close_ticket", {"ticket_id": i})])
                                            for i in range(50)])
@@ -247,7 +247,7 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
     store = Store(db_path)
     first, _ = compare_logs(store, b, b, CompareOptions(schema_dir=None))
     calls = {"n": 0}
-    original = compare._Comparison._candidate
+    original = Join._diff
 
     def exploding(self, *args, **kwargs):
         calls["n"] += 1
@@ -255,9 +255,9 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
             raise KeyboardInterrupt
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(compare._Comparison, "_candidate", exploding)
+    monkeypatch.setattr(Join, "_diff", exploding)
     with pytest.raises(KeyboardInterrupt):
-        compare_logs(store, b, c, CompareOptions(schema_dir=None, batch_rows=10))
+        compare_logs(store, b, c, CompareOptions(schema_dir=None, rows_per_write=10))
     monkeypatch.undo()
 
     def broken_insert(self, *args, **kwargs):
@@ -265,7 +265,7 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
         self.con.execute("ROLLBACK")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Staging, "write_rows", broken_insert)
+    monkeypatch.setattr(Staging, "write_agreeing", broken_insert)
     with pytest.raises(KeyboardInterrupt):
         compare_logs(store, b, b, CompareOptions(schema_dir=None))
     monkeypatch.undo()
@@ -274,7 +274,7 @@ def test_interrupted_compare_keeps_whole_batches(tmp_path, db_path, monkeypatch)
     assert store.query("SELECT count(*) FROM calls WHERE run_id = ?", [first])[1][0][0] == 50
     n, distinct = store.query("SELECT count(*), count(DISTINCT session_id) FROM calls WHERE run_id = ?",
                               [first + 1])[1][0]
-    assert n == distinct == 20  # two whole batches of 10 before the 30th pair
+    assert n == distinct == 20  # two whole writes of 10 before the 30th pair
     assert store.query("SELECT count(*) FROM calls WHERE run_id = ?", [first + 2])[1][0][0] == 0
     # nothing left behind on the connection: a new comparison on the same store runs
     run_id, counts = compare_logs(store, b, b, CompareOptions(schema_dir=None))
@@ -285,7 +285,7 @@ def test_small_chunks_and_commits_give_the_same_tables(tmp_path, monkeypatch):
     """Many chunks per side and many transactions in the final inserts (ranges of pairs, groups of chunk
     files) store exactly what one chunk and one transaction store."""
     import toolaudit.compare.logs as compare
-    import toolaudit.compare.staging as compare_sql
+    import toolaudit.store.staging as staging
 
     baseline, candidate = [], []
     for i in range(3000):
@@ -306,10 +306,10 @@ def test_small_chunks_and_commits_give_the_same_tables(tmp_path, monkeypatch):
 
     whole, whole_counts = tables(tmp_path / "whole.duckdb", workers=1)
     monkeypatch.setattr(compare, "CHUNK_BYTES", 64 << 10)
-    monkeypatch.setattr(compare_sql, "ROWS_PER_COMMIT", 500)
+    monkeypatch.setattr(staging, "ROWS_PER_COMMIT", 500)
     commits = []
-    original = compare_sql.Staging._commit
-    monkeypatch.setattr(compare_sql.Staging, "_commit", lambda self, *a: commits.append(1) or original(self, *a))
+    original = staging.Staging._commit
+    monkeypatch.setattr(staging.Staging, "_commit", lambda self, *a: commits.append(1) or original(self, *a))
     parts, parts_counts = tables(tmp_path / "parts.duckdb", workers=2)
     assert len(commits) > 10 and parts == whole and parts_counts == whole_counts
     assert len(whole["calls"]) == 3000 and len(whole["outputs"]) == 3000 + len(candidate)

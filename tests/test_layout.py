@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "toolaudit"
@@ -65,3 +66,74 @@ def test_the_library_does_not_import_click():
                      if not name.startswith("toolaudit.cli")}
     users = [name for name, text in graph_sources.items() if "import click" in text]
     assert not users, f"library modules importing click: {users}"
+
+
+# SQL statements as this code base writes them (keywords in capitals; prose in messages is lower case).
+_SQL = re.compile(r"""^\s*(SELECT|WITH)\s | \bSELECT\b[\s\S]*\bFROM\b | \bINSERT\s+INTO\b | \bUPDATE\s+\S+\s+SET\b
+    | \bDELETE\s+FROM\b | \bCREATE\s+(OR\s+REPLACE\s+)?(TEMP\s+|TEMPORARY\s+)?(TABLE|VIEW|SEQUENCE|MACRO|INDEX)\b
+    | \bDROP\s+(TABLE|VIEW|SEQUENCE|MACRO)\b | \bALTER\s+TABLE\b | ^\s*(BEGIN|COMMIT|ROLLBACK|CHECKPOINT)\b
+    | \b(ATTACH|DETACH)\s | \bCOPY\s*\( | ^\s*(SET|RESET|PRAGMA|INSTALL|LOAD)\s+\w""", re.X)
+
+
+def _strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every string constant outside docstrings, an f-string as its literal parts with `{}` between them."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skip.add(id(first.value))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)
+            found.append((node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}"
+                                               for v in node.values)))
+    found += [(node.lineno, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
+              and isinstance(node.value, str) and id(node) not in skip]
+    return found
+
+
+def test_sql_and_transactions_live_in_the_store():
+    """The store owns every SQL statement and transaction: no SQL text in a module outside `toolaudit/store/`,
+    and no module outside it reaches the DuckDB connection (`.con`). The user's own `toolaudit sql` passes
+    their text through `Store.query`."""
+    assert _SQL.search("SELECT run_id FROM runs") and _SQL.search("BEGIN TRANSACTION")
+    assert _SQL.search("INSERT INTO {} BY NAME SELECT * FROM _rows") and not _SQL.search("select a run to update")
+    store = PACKAGE / "store"
+    found, reached = [], []
+    for path in sorted(_modules().values()):
+        if store in path.parents:
+            continue
+        tree = ast.parse(path.read_text())
+        where = path.relative_to(PACKAGE.parent)
+        found += [f"{where}:{line}: {text.strip()[:60]!r}" for line, text in _strings(tree) if _SQL.search(text)]
+        reached += [f"{where}:{node.lineno}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Attribute) and node.attr == "con"]
+    assert not found, "SQL outside toolaudit/store/ (move it into a store module):\n" + "\n".join(found)
+    assert not reached, "the DuckDB connection used outside toolaudit/store/:\n" + "\n".join(reached)
+
+
+def test_no_import_cycles_through_package_inits():
+    """Importing `a.b.c` first runs `a/b/__init__.py`: a cycle through a package's `__init__` (it was
+    analysis.budgets -> report.output, which ran report/__init__ -> report.data -> analysis.budgets) breaks
+    depending on which module a process imports first (`pytest tests/test_matrix.py` alone failed)."""
+    mods = _modules()
+    graph = _imports(mods)
+    for name, targets in graph.items():
+        inits = {".".join(t.split(".")[:i]) for t in targets for i in range(2, len(t.split(".")))}
+        targets |= {p for p in inits if p in mods and p != name and not name.startswith(p + ".")}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()]:
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+    assert not cycles, f"import cycles through package __init__ modules: {cycles}"

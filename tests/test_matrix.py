@@ -106,7 +106,7 @@ def test_matrix_decodes_the_baseline_once_and_diffs_every_candidate_against_it(t
         assert [r[5] for r in rows["tiny-spec"]] == baseline_texts["tiny-spec"]  # float32 speculation is exact
         assert sum(r[3] not in ("identical", "text_only") for r in rows["echo"]) > 0
         # each candidate run carries the shared baseline's timings: the same baseline wall time in each
-        walls = store.query("""SELECT run_id, sum(wall_s), sum(calls) FROM replay_batches
+        walls = store.query("""SELECT run_id, sum(wall_s), sum(calls) FROM replay_chunks
                                WHERE side = 'baseline' AND run_id IN (SELECT run_id FROM runs WHERE matrix_id = ?)
                                GROUP BY run_id ORDER BY run_id""", [matrix])[1]
         assert len({round(w, 9) for _, w, _ in walls}) == 1 and {n for _, _, n in walls} == {12}

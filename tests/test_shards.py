@@ -20,7 +20,7 @@ from toolaudit.store.combine import merge_runs
 
 BASELINE = REPO / "traces" / "example_baseline.jsonl"
 CANDIDATE = REPO / "traces" / "example_candidate.jsonl"
-TABLES = ["calls", "outputs", "arg_diffs", "sessions", "trace_errors", "schema_issues", "replay_batches",
+TABLES = ["calls", "outputs", "arg_diffs", "sessions", "trace_errors", "schema_issues", "replay_chunks",
           "call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift", "path_performance"]
 
 
@@ -223,6 +223,6 @@ def test_replay_shards_merge_to_the_unsharded_replay(tmp_path):
         for key in ("calls", "errors"):
             assert one_counts["replay"][key] == all_counts["replay"][key]
         # both shards' engine calls, numbered one after the other
-        n, distinct, top, calls = m.query("""SELECT count(*), count(DISTINCT (batch_no, side)), max(batch_no),
-                                             sum(calls) FROM replay_batches""")[1][0]
-        assert n == distinct == 2 * (top + 1) and calls == a.query("SELECT sum(calls) FROM replay_batches")[1][0][0]
+        n, distinct, top, calls = m.query("""SELECT count(*), count(DISTINCT (chunk_no, side)), max(chunk_no),
+                                             sum(calls) FROM replay_chunks""")[1][0]
+        assert n == distinct == 2 * (top + 1) and calls == a.query("SELECT sum(calls) FROM replay_chunks")[1][0][0]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from toolaudit.analysis.figures import run_summary
 from toolaudit.cli import cli
 from toolaudit.compare.vocabulary import DRIFTED_KINDS
 from toolaudit.report import ReportOptions, customer_report, is_noise_floor, slugs
@@ -66,9 +67,30 @@ def test_noise_floor_and_compounding_use_only_the_customers_calls(report_db):
     # Compounded from Quokka's own per-tool rates: search_tickets 2/12, close_ticket 0/6; every session has
     # two search calls.
     expected = 1 - (1 - 2 / 12) ** 2
-    assert quokka["headline"]["compounded_session_drift"] == pytest.approx(expected)
+    head = quokka["headline"]
+    assert head["compounded_session_drift_own_rates"] == pytest.approx(expected)
+    assert head["compounded_session_drift"] == head["compounded_session_drift_own_rates"]  # deprecated name
+    assert head["compounded_session_drift_run_rates"] != pytest.approx(expected)  # the run-wide rates differ
     assert quokka["headline"]["error_calls"] == 1 and quokka["headline"]["calls"] == 18
     assert [p["errors"] for p in quokka["paths"]] == [0, 1]
+
+
+def test_the_two_compounded_figures_keep_their_names_in_the_view_summary_and_report(report_db):
+    """The run-rates figure reads the same in `customer_drift`, `summary --json` and the report (bit for bit);
+    the report's own-rates figure differs from it for some customer; the old names are the old figures."""
+    with Store(report_db, read_only=True) as store:
+        rows = store.rows("SELECT * FROM customer_drift WHERE run_id = 1 ORDER BY customer")
+        summary = {c["customer"]: c for c in run_summary(store, 1)["customers"]}
+        heads = {row["customer"]: customer_report(store, 1, row["customer"])["headline"] for row in rows}
+    for row in rows:
+        head, mine = heads[row["customer"]], summary[row["customer"]]
+        assert row["compounded_session_drift_run_rates"] == head["compounded_session_drift_run_rates"] == \
+            mine["compounded_session_drift_run_rates"]
+        assert row["compounded_session_drift"] == mine["compounded_session_drift"] == \
+            row["compounded_session_drift_run_rates"]
+        assert head["compounded_session_drift"] == head["compounded_session_drift_own_rates"]
+    assert any(h["compounded_session_drift_own_rates"] != h["compounded_session_drift_run_rates"]
+               for h in heads.values())
 
 
 def test_routing_advice(report_db):

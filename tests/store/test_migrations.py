@@ -8,6 +8,7 @@ from conftest import REPO
 
 from toolaudit.compare.vocabulary import DRIFTED_KINDS
 from toolaudit.store import Store
+from toolaudit.store.db import SESSIONS_SQL
 from toolaudit.store.migrations import MIGRATIONS
 
 EXPECTED_TABLES = {
@@ -23,9 +24,11 @@ EXPECTED_TABLES = {
                  "compounded_p"],
     "trace_errors": ["run_id", "side", "source", "line", "field", "message", "excerpt"],
     "schema_issues": ["run_id", "tool_name", "schema_source", "severity", "message"],
+    "replay_chunks": ["run_id", "chunk_no", "side", "path_name", "calls", "wall_s", "completion_tokens",
+                      "drafted_tokens", "accepted_tokens", "forward_passes", "errors"],
 }
 VIEWS = ["call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift", "path_performance",
-         "frontier", "customer_frontier"]
+         "frontier", "customer_frontier", "replay_batches"]
 
 
 def columns(store, table):
@@ -52,7 +55,7 @@ def test_every_column_and_view_is_documented(db_path):
     with Store(db_path) as store:
         names = [r[0] for r in store.query("SELECT table_name FROM information_schema.tables "
                                            "WHERE table_schema = 'main' ORDER BY table_name")[1]]
-        assert set(EXPECTED_TABLES) | set(VIEWS) | {"outputs", "replay_batches"} <= set(names)
+        assert set(EXPECTED_TABLES) | set(VIEWS) | {"outputs", "staged_results"} <= set(names)
         for name in names:
             assert re.search(rf"^#+ `{name}`", doc, re.M), f"{name} missing from docs/schema.md"
             for col in columns(store, name):
@@ -112,3 +115,63 @@ def test_a_version_6_database_migrates_and_its_runs_read_as_matrices_of_one(tmp_
         assert row["speedup"] is None and row["pareto"] is None  # no timings recorded
         assert store.rows("SELECT customer, calls FROM customer_frontier") == [{"customer": "acme", "calls": 4}]
         assert store.run_row(None)["run_id"] == 1
+
+
+def test_released_migrations_are_never_edited():
+    """A released migration's SQL stays what it was (a changed view gets a new migration, and the view builders
+    take the version that calls them): the SHA-256 of each, first 16 hex digits."""
+    import hashlib
+
+    released = {1: "06843fb7b8c4331e", 2: "1628222e1ca0f18b", 3: "447ca400bba5e140", 4: "f9ce5d3de2ebe7f5",
+                5: "74fef413f4d87360", 6: "f9ce5d3de2ebe7f5", 7: "dbb019af52ea4fc4"}
+    assert {v: hashlib.sha256(sql.encode()).hexdigest()[:16] for v, _, sql in MIGRATIONS if v in released} == released
+
+
+def _version_7_database(path):
+    """A file as toolaudit wrote it before migration 8: a replay run with two chunks per side, three sessions."""
+    import duckdb
+
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMP NOT NULL)")
+    for version, name, sql in MIGRATIONS[:7]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [version, name])
+    con.execute("""INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name)
+                   VALUES (1, 'old', 'replay', 'complete', now(), 'target', 'spec-ngram')""")
+    for no, side, wall in [(0, "baseline", 2.0), (0, "candidate", 1.0), (1, "baseline", 2.0), (1, "candidate", 1.0)]:
+        con.execute("INSERT INTO replay_batches (run_id, batch_no, side, path_name, calls, wall_s, completion_tokens) "
+                    "VALUES (1, ?, ?, ?, 4, ?, 40)", [no, side, side, wall])
+    # acme: tool t drifts in 1 of its 4 calls, tool u in 2 of 4 (run-wide u: 2 of 6 with globex's calls)
+    calls = [("s1", "acme", "t", True), ("s1", "acme", "t", False), ("s2", "acme", "t", False),
+             ("s2", "acme", "t", False), ("s3", "acme", "u", True), ("s3", "acme", "u", True),
+             ("s3", "acme", "u", False), ("s3", "acme", "u", False), ("s4", "globex", "u", False),
+             ("s4", "globex", "u", False)]
+    for i, (session, customer, tool, drifted) in enumerate(calls):
+        con.execute("""INSERT INTO calls (run_id, session_id, call_index, customer, tool_name, match_status,
+                       drift_kind, drifted) VALUES (1, ?, ?, ?, ?, 'matched', ?, ?)""",
+                    [session, i, customer, tool, "arguments_changed" if drifted else "identical", drifted])
+    con.execute(SESSIONS_SQL, [1, 1])  # what finish_run writes
+    con.close()
+
+
+def test_a_version_7_database_reads_through_the_new_names_and_the_old(tmp_path):
+    """Migration 8 renames replay_batches to replay_chunks (batch_no to chunk_no) and names the two compounded
+    session figures apart; a file written before it opens (read-only too: it is upgraded first), its rows read
+    through the new names, and the old names still answer for one release."""
+    path = tmp_path / "v7.duckdb"
+    _version_7_database(path)
+    with Store(path, read_only=True) as store:
+        assert store.schema_version() == MIGRATIONS[-1][0]
+        assert store.query("SELECT chunk_no, side, wall_s FROM replay_chunks ORDER BY ALL")[1] == [
+            (0, "baseline", 2.0), (0, "candidate", 1.0), (1, "baseline", 2.0), (1, "candidate", 1.0)]
+        assert store.query("SELECT batch_no, side FROM replay_batches ORDER BY ALL")[1][0] == (0, "baseline")
+        perf = {r["side"]: r for r in store.rows("SELECT * FROM path_performance")}
+        assert perf["candidate"]["tokens_per_s"] == 40.0 and perf["baseline"]["calls"] == 8
+        acme = store.rows("SELECT * FROM customer_drift WHERE customer = 'acme'")[0]
+        # run-wide rates t 1/4, u 2/6 (acme's own u rate, 2/4, is not this figure)
+        run_rates = [1 - 0.75 ** 2, 1 - 0.75 ** 2, 1 - (2 / 3) ** 4]  # sessions s1, s2 (two t calls), s3
+        assert abs(acme["compounded_session_drift_run_rates"] - sum(run_rates) / 3) < 1e-12
+        assert acme["compounded_session_drift"] == acme["compounded_session_drift_run_rates"]  # deprecated alias
+    with Store(path) as store:  # a resumed replay numbers its next chunk after the old ones
+        assert store.next_chunk_no(1) == 2

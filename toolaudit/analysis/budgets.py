@@ -15,8 +15,7 @@ import orjson
 
 from toolaudit import ToolauditError
 from toolaudit.analysis.figures import RunFigures, run_figures, run_options
-from toolaudit.analysis.stats import Rate
-from toolaudit.report.output import pct
+from toolaudit.analysis.stats import Rate, pct
 from toolaudit.store import Store
 from toolaudit.store.queries import other_runs_fingerprints
 

@@ -1,8 +1,9 @@
 """The run's headline figures, computed in one place for `summary`, the `check` gate and reports.
 
 Two compounded session figures exist and are named apart (see `store.queries.slice_counts`):
-`compounded_run_rates` applies the run-wide per-tool drift rates to each session (the `sessions` table);
-`compounded_own_rates` uses only the slice's own calls (a customer's report). For a whole run they agree.
+`compounded_run_rates` applies the run-wide per-tool drift rates to each session (the `sessions` table; JSON
+and SQL call it `compounded_session_drift_run_rates`); `compounded_own_rates` uses only the slice's own calls
+(a customer's report: `compounded_session_drift_own_rates`). For a whole run they agree.
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "sessions_with_drift": f.sessions_with_drift,
         "observed_session_drift": f.observed_session_drift or 0.0,
         # run-wide per-tool rates; equal to the run's own rates (see module docstring)
-        "compounded_session_drift": f.compounded_run_rates or 0.0,
+        "compounded_session_drift_run_rates": f.compounded_run_rates or 0.0,
+        "compounded_session_drift": f.compounded_run_rates or 0.0,  # deprecated name (one release)
         "mean_calls_per_session": f.mean_calls_per_session,
         "expected_session_drift": [{"calls": n, "p": p} for n, p in expected_session_drift(f.rate.p)],
         "paths": paths,

@@ -42,3 +42,8 @@ def wilson(k: int, n: int, z: float = Z95) -> Rate:
 def expected_session_drift(p_call: float, max_calls: int = 10) -> list[tuple[int, float]]:
     """Expected share of sessions with any drift for sessions of 1..max_calls calls at a per-call rate."""
     return [(n, 1.0 - (1.0 - p_call) ** n) for n in range(1, max_calls + 1)]
+
+
+def pct(p: float | None) -> str:
+    """A rate as people read it (`4.55%`), `-` when unknown: the gate's messages and every report use it."""
+    return "-" if p is None else f"{100 * p:.2f}%"

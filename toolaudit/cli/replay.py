@@ -27,6 +27,7 @@ DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None) -> None:
     from toolaudit.replay.replayer import replay_traces
     from toolaudit.store import Store
+    from toolaudit.store.queries import latest_interrupted_run
 
     with Store(db) as store:
         bar = _LazyBar()
@@ -35,8 +36,8 @@ def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None) -> 
                                            on_total=bar.start)
         except KeyboardInterrupt:
             bar.close()
-            run = store.rows("SELECT run_id FROM runs WHERE status = 'interrupted' ORDER BY run_id DESC LIMIT 1")
-            hint = f" --resume {run[0]['run_id']}" if run else ""
+            interrupted = latest_interrupted_run(store)
+            hint = f" --resume {interrupted}" if interrupted is not None else ""
             raise click.ClickException(f"interrupted; finish it with: toolaudit replay{hint} --db {db}") from None
         bar.close()
         if counts.skipped:

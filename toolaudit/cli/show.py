@@ -45,7 +45,7 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
         "  drift kinds           " + ", ".join(f"{k}={v}" for k, v in s["drift_kinds"].items()),
         f"  sessions              {s['sessions']} (mean {s['mean_calls_per_session']:.1f} calls)",
         f"  session drift         observed {pct(s['observed_session_drift'])}, "
-        f"compounded {pct(s['compounded_session_drift'])}",
+        f"compounded from run-wide tool rates {pct(s['compounded_session_drift_run_rates'])}",
         f"  unmatched calls       baseline only {un['baseline_only']}, candidate only {un['candidate_only']}",
         f"  error rows            {s['error_rows']}",
         *problem_lines(s, db),
@@ -65,10 +65,10 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
             click.echo(f"  drifted calls with token evidence: {s['drifted_with_token_evidence']}, median "
                        f"top-2 margin at first divergence {s['median_drift_margin']:.3f} logits")
         click.echo("")
-    cols = ["customer", "calls", "drifted", "drift", "95% CI", "sessions", "observed", "compounded"]
+    cols = ["customer", "calls", "drifted", "drift", "95% CI", "sessions", "observed", "compounded (run rates)"]
     rows = [[c["customer"], c["calls"], c["drifted_calls"], pct(c["drift_rate"]),
              f"{pct(c['ci_low'])}-{pct(c['ci_high'])}", c["sessions"], pct(c["observed_session_drift"]),
-             pct(c["compounded_session_drift"])] for c in s["customers"]]
+             pct(c["compounded_session_drift_run_rates"])] for c in s["customers"]]
     click.echo(format_table(cols, rows))
     worst = s.get("worst_example")
     if worst:

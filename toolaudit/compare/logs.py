@@ -1,10 +1,12 @@
 """Compare two recorded logs of the same requests (e.g. the nightly canary: target-only vs speculative).
 
-Both logs are scanned in chunks (by worker processes for big logs) into compact digests, which stream into a
-DuckDB staging table; call indices and the join by (session, call index) are computed there (`compare_sql`), so
-memory stays flat however many calls the logs hold. Pairs whose canonical tool calls agree (~99%) and calls in
-one log only (counted as unmatched, never as drift) are written with INSERT ... SELECT straight from their
-digests; the rest are re-read by byte offset and diffed argument by argument in Python.
+In two steps. The scan (here): both logs are read in chunks (by worker processes for big logs) into compact
+digests (`scan`), which stream into a DuckDB staging table (`store.staging`), and call indices are assigned
+there (a repeated key is an error row), so memory stays flat however many calls the logs hold. The join
+(`join`): pairs whose canonical tool calls agree (~99%) and calls in one log only (counted as unmatched, never
+as drift) are written with INSERT ... SELECT straight from their digests; the rest are re-read by byte offset
+and diffed argument by argument in Python. Every row is written by `store.staging`: the agreeing pairs' in
+SQL, the others from the buffer of `recorder`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from toolaudit.compare.pairs import Analyzer, SideOutput, message_raw_text
+from toolaudit.compare.join import Join
+from toolaudit.compare.pairs import Analyzer
+from toolaudit.compare.recorder import Recorder
 from toolaudit.compare.scan import ChunkResult, digest, scan_task, split_file
-from toolaudit.compare.staging import BASELINE_ONLY, CANDIDATE_ONLY, FAST, Staging, staging
-from toolaudit.compare.vocabulary import DriftKind
 from toolaudit.ingest.shards import Shard
 from toolaudit.ingest.traces import (
     CALL_INDEX_KEY,
@@ -31,7 +33,6 @@ from toolaudit.ingest.traces import (
     DEFAULT_SESSION_KEY,
     RawCall,
     TraceCall,
-    TraceLineError,
     TraceSource,
     TraceStats,
     line_error,
@@ -39,9 +40,9 @@ from toolaudit.ingest.traces import (
     open_trace,
     parse_line,
 )
-from toolaudit.store import RowBatch, Store
+from toolaudit.store import Store
+from toolaudit.store.staging import Staging, staging
 from toolaudit.validate.schemas import SchemaRegistry
-from toolaudit.validate.toolcalls import parse_message
 
 CHUNK_BYTES = 16 << 20  # one chunk's digests are a few MB: memory stays flat however big the logs are
 Progress = Callable[[int], None]  # called with the number of input bytes just consumed (total: the files' sizes)
@@ -55,7 +56,7 @@ class CompareOptions:
     run_name: str | None = None
     baseline_name: str = "baseline"
     candidate_name: str = "candidate"
-    batch_rows: int = 20_000
+    rows_per_write: int = 20_000  # rows built in Python per transaction (and differing pairs fetched at a time)
     workers: int | None = None  # None: one per core for big logs, in-process for small ones
     format: str | None = None  # one of toolaudit.ingest.formats.FORMATS for both files; None: detect each file's
     shard: Shard | None = None  # only this shard's sessions (see toolaudit.ingest.shards)
@@ -85,13 +86,6 @@ class RunCounts:
         if out["shard"] is None:
             del out["shard"]
         return out
-
-
-def side_output(call: TraceCall, path_name: str) -> SideOutput:
-    message = call.response_message
-    return SideOutput(parsed=parse_message(message), raw=message_raw_text(message), path_name=path_name,
-                      source=call.source, line=call.line,
-                      system_fingerprint=(call.response or {}).get("system_fingerprint"))
 
 
 def default_workers(paths: list[Path]) -> int:
@@ -129,8 +123,8 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
 
 
 class _Comparison:
-    """Streams chunk digests (baseline first, then candidate) into DuckDB staging tables, joins them there, diffs
-    the pairs that differ in Python and writes every other row with INSERT ... SELECT (see `compare_sql`)."""
+    """The scan: streams chunk digests (baseline first, then candidate) into DuckDB staging tables, turns
+    repeated keys into error rows, then hands the stage to the join (`join.Join`), re-reading lines for it."""
 
     def __init__(self, store: Store, run_id: int, sources: list[TraceSource], options: CompareOptions,
                  counts: RunCounts, progress: Progress | None, tmp: str):
@@ -138,12 +132,10 @@ class _Comparison:
         self.tmp = tmp  # the workers' Parquet files of outputs columns
         self.paths = [Path(src.path) for src in sources]  # what is scanned: the file, or its OpenAI-shaped copy
         self.counts, self.progress = counts, progress
-        self.first_errors: list[list[TraceLineError]] = [[], []]
         # progress counts the user's bytes: a converted side's scanned bytes are scaled to its file's size
         self.scale = [os.path.getsize(s.source) / max(1, os.path.getsize(s.path)) for s in sources]
         self.analyzer = Analyzer(run_id, SchemaRegistry(options.schema_dir))
-        self.batch = RowBatch()
-        self.issues_seen: set[tuple] = set()
+        self.recorder = Recorder(run_id, options.rows_per_write)
         self.handles: dict[int, Any] = {}
         self.shard = options.shard
         self.other_calls = [0, 0]
@@ -164,7 +156,7 @@ class _Comparison:
                         self._elsewhere(side, 1)
                         continue
                     stats.errors += 1
-                    self._error(side, err)
+                    self.recorder.error(side, err)
             size = path.stat().st_size
             parts = max(workers * 4 if workers > 1 else 1, size // CHUNK_BYTES)
             for start, end in split_file(str(path), parts):
@@ -173,18 +165,18 @@ class _Comparison:
                 sides.append(side)
         line_base = [0, 0]
         try:
-            with staging(self.store.con, self.options.memory_limit) as stage:
+            with staging(self.store, self.options.memory_limit) as stage:
                 with _results(tasks, workers) as results:
                     for side, task, chunk in zip(sides, tasks, results):
                         self._absorb(stage, side, chunk, line_base[side], task[2] - task[1])
                         line_base[side] += chunk.lines
                 self._duplicates(stage)
-                self._flush(force=True)
+                self.recorder.flush(stage, force=True)
                 for side, src in enumerate(self.sources):
                     # a shard may hold none of a file's calls: the file as a whole must hold some
                     src.check(replace(self._stats(side), calls=self._stats(side).calls + self.other_calls[side]),
-                              self.first_errors[side])
-                self._pair(stage)
+                              self.recorder.first_errors[side])
+                self._join(stage)
         finally:
             for handle in self.handles.values():
                 handle.close()
@@ -197,18 +189,17 @@ class _Comparison:
             stats.lines += chunk.stats.lines
             stats.blank += chunk.stats.blank
             stats.records += chunk.stats.lines - chunk.stats.blank
-        for issue in chunk.schema_issues:
-            self._issue(issue)
+        self.recorder.issues(chunk.schema_issues)
         if chunk.other_calls or chunk.other_errors:
             self.other_calls[side] += chunk.other_calls
             self._elsewhere(side, chunk.other_calls + chunk.other_errors)
         for err in chunk.errors:
             stats.errors += 1
-            self._error(side, src.translate(replace(err, line=err.line + base)))
+            self.recorder.error(side, src.translate(replace(err, line=err.line + base)))
         if chunk.table is not None and len(chunk.table):
             stats.calls += len(chunk.table)
             stage.append(side, chunk.table, base, chunk.lines, self.shown[side], chunk.outputs_file)
-        self._flush()
+        self.recorder.flush(stage)
         if self.progress:
             self.progress(round(size * self.scale[side]))
 
@@ -222,7 +213,7 @@ class _Comparison:
             message = (f"duplicate call index {dup['call_index']} for session {dup['session_id']!r} "
                        f"(first seen at line {dup['first_shown']})")
             raw = self._reread(side, dup["offset"])
-            self._error(side, self.sources[side].translate(
+            self.recorder.error(side, self.sources[side].translate(
                 line_error(raw, str(self.paths[side]), dup["line"], CALL_INDEX_KEY, message)))
 
     def _elsewhere(self, side: int, n: int) -> None:
@@ -234,42 +225,17 @@ class _Comparison:
         return self.counts.baseline if side == 0 else self.counts.candidate
 
     # -- the join -----------------------------------------------------------------------------------------------
-    def _pair(self, stage: Staging) -> None:
-        """Join the sides; diff the pairs that differ; validate the candidates that need it; write the rest."""
-        how = stage.pair()
-        page = max(1, self.options.batch_rows)
-        for rows in stage.differing(page):
-            for row in rows:
-                self._candidate(row)
-                self._flush()
-        for rows in stage.candidates_to_check(page):
-            stage.add_checked([self._check(row["line"], row["offset"]) for row in rows])
-        for issue in self.analyzer.pending_issues:
-            self._issue(issue)
-        self.analyzer.pending_issues.clear()
-        self._flush(force=True)
+    def _join(self, stage: Staging) -> None:
         names = (self.options.baseline_name, self.options.candidate_name)
-        stage.write_rows(self.run_id, names, (self.sources[0].source, self.sources[1].source))
-        for kind, n in stage.fast_kinds().items():
-            self.counts.kinds[kind] = self.counts.kinds.get(kind, 0) + n
-        self.counts.matched += how.get(FAST, 0)
-        self.counts.baseline_only += how.get(BASELINE_ONLY, 0)
-        self.counts.candidate_only += how.get(CANDIDATE_ONLY, 0)
-
-    def _candidate(self, row: dict[str, Any]) -> None:
-        """A matched pair whose canonical tool calls differ: re-read both lines and diff in full."""
-        session_id, call_index = row["session_id"], row["call_index"]
-        b_call = self._call(0, row["bl"], row["b_offset"], call_index)
-        c_call = self._call(1, row["cl"], row["c_offset"], call_index)
-        kind = DriftKind(self.analyzer.pair(self.batch, session_id, call_index, row["customer"], b_call.tools,
-                                            side_output(b_call, self.options.baseline_name),
-                                            side_output(c_call, self.options.candidate_name)).kind)
-        for issue in self.analyzer.pending_issues:
-            self._issue(issue)
-        self.analyzer.pending_issues.clear()
-        self.counts.matched += 1
-        self.counts.drifted += kind.drifted
-        self.counts.kinds[kind.value] = self.counts.kinds.get(kind.value, 0) + 1
+        joined = Join(stage, self.recorder, self.analyzer, names, max(1, self.options.rows_per_write)).run(
+            self._call, self._check, (self.sources[0].source, self.sources[1].source))
+        counts = self.counts
+        for kind, n in joined.kinds.items():
+            counts.kinds[kind] = counts.kinds.get(kind, 0) + n
+        counts.matched += joined.matched
+        counts.drifted += joined.drifted
+        counts.baseline_only += joined.baseline_only
+        counts.candidate_only += joined.candidate_only
 
     def _check(self, line: int, offset: int) -> tuple[int, bool | None, str | None]:
         """The schema verdict of a candidate line scanned without validating."""
@@ -278,25 +244,6 @@ class _Comparison:
         assert isinstance(item, RawCall), "a line that digested cleanly parses again"
         d = digest(item, offset, self.analyzer)
         return line, d.valid, d.schema_errors
-
-    # -- rows -------------------------------------------------------------------------------------------------
-    def _issue(self, issue: dict) -> None:
-        """Schema issues arrive from every chunk: store each once per run."""
-        key = tuple(issue.values())
-        if key not in self.issues_seen:
-            self.issues_seen.add(key)
-            self.batch.add("schema_issues", run_id=self.run_id, **issue)
-
-    def _error(self, side: int, err: TraceLineError) -> None:
-        if len(self.first_errors[side]) < 3:
-            self.first_errors[side].append(err)
-        self.batch.add("trace_errors", run_id=self.run_id, side="baseline" if side == 0 else "candidate",
-                       source=err.source, line=err.line, field=err.field, message=err.message, excerpt=err.excerpt)
-
-    def _flush(self, force: bool = False) -> None:
-        if force or len(self.batch) >= self.options.batch_rows:
-            self.store.write_batch(self.batch)
-            self.batch = RowBatch()
 
     # -- re-reading -------------------------------------------------------------------------------------------
     def _reread(self, side: int, offset: int) -> bytes:

@@ -1,6 +1,8 @@
-"""The one writer of `calls`, `outputs` and `arg_diffs` rows: a matched pair's verdict, a call one side lacks,
-an engine failure. Rows are built by column name (never positional tuples), so `compare` (two recorded logs)
-and `replay` (live decode paths) write the same columns and a column added to the store cannot shift others.
+"""The `calls`, `outputs` and `arg_diffs` rows a call pair produces in Python: a matched pair's verdict, an
+engine failure. Rows are built by column name (never positional tuples) into a `RowBuffer`, so `compare` (two
+recorded logs), `replay` (live decode paths) and `batch import` produce the same columns and a column added to
+the store cannot shift others; the store writes the buffer (for `compare`, `store.staging` writes these rows
+and the agreeing pairs' rows that it computes in SQL).
 
 `Analyzer` holds the per-run caches (compiled schemas per tools list) and turns one call pair into rows: parse
 verdict, schema validity, drift kind, argument diffs.
@@ -17,7 +19,7 @@ import orjson
 from toolaudit.compare.diff import diff_outputs
 from toolaudit.compare.vocabulary import CallDiff, DriftKind, MatchStatus
 from toolaudit.ingest import deepjson
-from toolaudit.store import RowBatch, json_text
+from toolaudit.store import RowBuffer, json_text
 from toolaudit.validate.records import ParsedOutput, ToolCall
 from toolaudit.validate.schemas import CompiledSchema, SchemaRegistry, tool_schemas_from_request
 
@@ -99,33 +101,25 @@ def tool_calls_json(calls: tuple[ToolCall, ...]) -> str | None:
 
 # -- rows ---------------------------------------------------------------------------------------------------
 
-def write_call(batch: RowBatch, run_id: int, session_id: str, call_index: int, status: MatchStatus, *,
+def write_call(rows: RowBuffer, run_id: int, session_id: str, call_index: int, status: MatchStatus, *,
                customer: str | None = None, tool_name: str | None = None, kind: DriftKind | None = None,
                exact_text_match: bool | None = None, baseline_valid: bool | None = None,
                candidate_valid: bool | None = None, arg_diff_count: int | None = None, detail: str | None = None,
                divergence: Divergence | None = None) -> None:
     """One `calls` row. `drifted` is derived from the kind, so the two can never disagree."""
-    batch.add("calls", run_id=run_id, session_id=session_id, call_index=call_index, customer=customer,
+    rows.add("calls", run_id=run_id, session_id=session_id, call_index=call_index, customer=customer,
               tool_name=tool_name, match_status=status.value, drift_kind=None if kind is None else kind.value,
               drifted=None if kind is None else kind.drifted, exact_text_match=exact_text_match,
               baseline_valid=baseline_valid, candidate_valid=candidate_valid, arg_diff_count=arg_diff_count,
               detail=detail, **(divergence.columns() if divergence else {}))
 
 
-def write_output(batch: RowBatch, run_id: int, session_id: str, call_index: int, side: str, out: OutputRow) -> None:
+def write_output(rows: RowBuffer, run_id: int, session_id: str, call_index: int, side: str, out: OutputRow) -> None:
     """One `outputs` row for one side of one call."""
-    batch.add("outputs", run_id=run_id, session_id=session_id, call_index=call_index, side=side,
+    rows.add("outputs", run_id=run_id, session_id=session_id, call_index=call_index, side=side,
               path_name=out.path_name, source=out.source, line=out.line, text=out.text, tool_calls=out.tool_calls,
               parse_status=out.parse_status, parse_format=out.parse_format, parse_error=out.parse_error,
               schema_errors=out.schema_errors, system_fingerprint=out.system_fingerprint, **(out.evidence or {}))
-
-
-def write_unmatched(batch: RowBatch, run_id: int, session_id: str, call_index: int, side: str,
-                    customer: str | None, tool_name: str | None, out: OutputRow) -> None:
-    """A call present in one log only: counted, stored, never treated as drift."""
-    write_call(batch, run_id, session_id, call_index, MatchStatus.only(side), customer=customer,
-               tool_name=tool_name, detail=f"present in the {side} log only")
-    write_output(batch, run_id, session_id, call_index, side, out)
 
 
 class Analyzer:
@@ -185,12 +179,12 @@ class Analyzer:
         self.pending_issues.append({"tool_name": tool, "schema_source": source, "severity": severity,
                                     "message": message})
 
-    def flush_issues(self, batch: RowBatch) -> None:
+    def flush_issues(self, rows: RowBuffer) -> None:
         for issue in self.pending_issues:
-            batch.add("schema_issues", run_id=self.run_id, **issue)
+            rows.add("schema_issues", run_id=self.run_id, **issue)
         self.pending_issues.clear()
 
-    def pair(self, batch: RowBatch, session_id: str, call_index: int, customer: str | None, tools: list,
+    def pair(self, rows: RowBuffer, session_id: str, call_index: int, customer: str | None, tools: list,
              baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None) -> CallDiff:
         """Diff one matched pair and append its calls, outputs and arg_diffs rows."""
         schemas = self.schemas_for(tools)
@@ -208,16 +202,16 @@ class Analyzer:
             errors_by_side.setdefault(1, errors_by_side.get(0, []))
         tool_name = (baseline.parsed.calls[0].name if baseline.parsed.calls
                      else candidate.parsed.calls[0].name if candidate.parsed.calls else None)
-        write_call(batch, self.run_id, session_id, call_index, MatchStatus.MATCHED, customer=customer,
+        write_call(rows, self.run_id, session_id, call_index, MatchStatus.MATCHED, customer=customer,
                    tool_name=tool_name, kind=DriftKind(verdict.kind), exact_text_match=verdict.exact_text_match,
                    baseline_valid=verdict.baseline_valid, candidate_valid=verdict.candidate_valid,
                    arg_diff_count=len(verdict.arg_diffs), detail=verdict.detail, divergence=divergence)
         for side_no, (side_name, out) in enumerate((("baseline", baseline), ("candidate", candidate))):
             errors = errors_by_side.get(side_no)
-            write_output(batch, self.run_id, session_id, call_index, side_name,
+            write_output(rows, self.run_id, session_id, call_index, side_name,
                          out.row(json_text(errors) if errors else None))
         for d in verdict.arg_diffs:
-            batch.add("arg_diffs", run_id=self.run_id, session_id=session_id, call_index=call_index,
+            rows.add("arg_diffs", run_id=self.run_id, session_id=session_id, call_index=call_index,
                       call_position=d.call_position, tool_name=d.tool_name, arg_path=d.path, diff_kind=d.kind.value,
                       baseline_value=json_text(d.baseline), candidate_value=json_text(d.candidate))
         return verdict

@@ -2,13 +2,14 @@
 
 A digest holds what the comparison needs for the common case (the two answers agree): a hash of the canonical
 signature of the tool calls, schema validity, and the row values to store. A chunk's digests travel as one Arrow
-table (`DIGEST_COLUMNS`), which `compare_sql` appends to a staging table; the rare pairs whose signatures differ
-are re-read from the file by byte offset and diffed in full. Chunks carry line numbers relative to their start;
+table (`DIGEST_COLUMNS`), which `store.staging` appends to a staging table; the rare pairs whose signatures
+differ are re-read from the file by byte offset and diffed in full. Chunks carry line numbers relative to their start;
 the caller adds the lines of the chunks before, so results equal a sequential read exactly.
 
 The candidate side is scanned without running its schemas (`validate=False`): an identical pair's candidate has
 the baseline's verdict when both requests offer the same tools and the baseline's calls raised no schema error;
-`compare_sql` validates the few other candidates afterwards. Schema problems are still reported from both sides.
+the join (`compare.join`) validates the few other candidates afterwards. Schema problems are still reported
+from both sides.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from toolaudit.engines.openai.shapes import openai_messages, openai_tools, resul
 from toolaudit.engines.paths import PathConfig, load_paths
 from toolaudit.ingest.traces import EXCERPT_CHARS
 from toolaudit.replay.replayer import ReplayOptions, first_divergence, load_calls, side_output
-from toolaudit.store import RowBatch, Store
+from toolaudit.store import RowBuffer, Store
 from toolaudit.store import batch as sb
 from toolaudit.validate.schemas import SchemaRegistry
 
@@ -124,13 +124,13 @@ class _Request:
     tools: list
 
 
-def _error_row(errors: RowBatch, run_id: int, side: str, source: str, line: int, message: str, raw: bytes,
+def _error_row(errors: RowBuffer, run_id: int, side: str, source: str, line: int, message: str, raw: bytes,
                field_name: str | None = None) -> None:
     errors.add("trace_errors", run_id=run_id, side=side, source=source, line=line, field=field_name,
                message=message, excerpt=raw[:EXCERPT_CHARS].decode("utf-8", "replace").rstrip())
 
 
-def _json_lines(path: str, run_id: int, side: str, errors: RowBatch) -> Iterator[tuple[int, bytes, Any]]:
+def _json_lines(path: str, run_id: int, side: str, errors: RowBuffer) -> Iterator[tuple[int, bytes, Any]]:
     """(line number, raw line, parsed JSON) of each non-blank line; a line that is not JSON becomes an error row."""
     with open(path, "rb") as handle:
         for n, raw in enumerate(handle, start=1):
@@ -142,7 +142,7 @@ def _json_lines(path: str, run_id: int, side: str, errors: RowBatch) -> Iterator
                 _error_row(errors, run_id, side, path, n, "not valid JSON", raw)
 
 
-def _read_requests(path: str, run_id: int, side: str, errors: RowBatch) -> dict[tuple[str, int], _Request]:
+def _read_requests(path: str, run_id: int, side: str, errors: RowBuffer) -> dict[tuple[str, int], _Request]:
     requests: dict[tuple[str, int], _Request] = {}
     for n, raw, line in _json_lines(path, run_id, side, errors):
         key = parse_custom_id(line.get("custom_id")) if isinstance(line, dict) else None
@@ -210,7 +210,7 @@ def import_results(store: Store, requests_path: str, results_path: str, side: st
     path = resolve_path(path_name, paths_file)
     run_id, options = _open_run(store, run_id, run_name, side, path, str(requests_path), schema_dir)
     counts = ImportCounts()
-    errors = RowBatch()
+    errors = RowBuffer()
     requests = _read_requests(str(requests_path), run_id, side, errors)
     counts.requests = len(requests)
     results: dict[tuple[str, int], tuple[int, EngineResult]] = {}
@@ -232,7 +232,7 @@ def import_results(store: Store, requests_path: str, results_path: str, side: st
         counts.result_errors += result.error is not None
         results[key[:2]] = (n, result)
     done = sb.final_keys(store, run_id)
-    staged = RowBatch()
+    staged = RowBuffer()
     todo = []
     for key, req in requests.items():
         if key in done:
@@ -265,7 +265,7 @@ def _result(text: str) -> tuple[EngineResult, int | None]:
 
 def _pair(store: Store, run_id: int, options: dict, requests: dict[tuple[str, int], _Request],
           keys: list[tuple[str, int]], analyzer: Analyzer, counts: ImportCounts) -> None:
-    batch = RowBatch()
+    rows = RowBuffer()
     written, unstage = [], []
     for session_id, call_index, b_path, b_text, c_path, c_text in sb.staged_pairs(store, run_id, keys):
         req = requests[(session_id, call_index)]
@@ -279,17 +279,17 @@ def _pair(store: Store, run_id: int, options: dict, requests: dict[tuple[str, in
         if b_res.error or c_res.error:
             counts.error_rows += 1
             message = "; ".join(f"{s}: {r.error}" for s, r in (("baseline", b_res), ("candidate", c_res)) if r.error)
-            write_call(batch, run_id, session_id, call_index, MatchStatus.ERROR, customer=req.customer,
+            write_call(rows, run_id, session_id, call_index, MatchStatus.ERROR, customer=req.customer,
                        detail=message)
             for side, out in zip(SIDES, outs):
-                write_output(batch, run_id, session_id, call_index, side, out.row())
+                write_output(rows, run_id, session_id, call_index, side, out.row())
         else:
             unstage.append((session_id, call_index))
-            analyzer.pair(batch, session_id, call_index, req.customer, req.tools, outs[0], outs[1],
+            analyzer.pair(rows, session_id, call_index, req.customer, req.tools, outs[0], outs[1],
                           first_divergence(b_res, c_res, None))
-    analyzer.flush_issues(batch)
+    analyzer.flush_issues(rows)
     counts.paired += len(written)
-    sb.write_pairs(store, run_id, batch, written, unstage)
+    sb.write_pairs(store, run_id, rows, written, unstage)
 
 
 def _finish(store: Store, run_id: int, side: str, counts: ImportCounts) -> None:

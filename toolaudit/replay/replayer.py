@@ -29,7 +29,7 @@ from toolaudit.engines.paths import PathConfig
 from toolaudit.ingest.traces import TraceCall, TraceLineError
 from toolaudit.replay.evidence import first_divergence, result_from_json, side_output
 from toolaudit.replay.inputs import ReplayOptions, load_calls, options_for_resume, resolve_paths
-from toolaudit.store import RowBatch, Store
+from toolaudit.store import RowBuffer, Store
 from toolaudit.validate.schemas import SchemaRegistry
 
 __all__ = ["ReplayCounts", "ReplayOptions", "Replayer", "first_divergence", "load_calls", "replay_traces",
@@ -68,7 +68,7 @@ class Replayer:
         self.baseline_path, self.candidate_paths = resolve_paths(options)
         self.engine_factory = engine_factory
         self._engines: dict[str, Engine] = {}
-        self._next_batch: dict[int, int] = {}
+        self._next_chunk: dict[int, int] = {}
 
     def engine(self, path: PathConfig) -> Engine:
         if path.name not in self._engines:
@@ -181,19 +181,19 @@ class Replayer:
 
     def _replay_chunk(self, members: list[Member], chunk: list[TraceCall]) -> None:
         """Call-major: the baseline once, then each candidate on the calls it lacks, all in one transaction."""
-        batch = RowBatch()
+        rows = RowBuffer()
         base, b_wall = self._generate(self.baseline_path, chunk)
-        numbers = self._baseline_rows(batch, members, chunk, base, b_wall)
+        numbers = self._baseline_rows(rows, members, chunk, base, b_wall)
         for m in members:
             mine = [i for i, c in enumerate(chunk) if c.key in m.todo]
             if not mine:
                 continue
             calls = [chunk[i] for i in mine]
             cand, c_wall = self._generate(m.path, calls)
-            self._batch_row(batch, m.run_id, "candidate", m.path, cand, c_wall, numbers[m.run_id])
+            self._chunk_row(rows, m.run_id, "candidate", m.path, cand, c_wall, numbers[m.run_id])
             shares = [b_wall / len(chunk)] * len(calls), [c_wall / len(calls)] * len(calls)
-            self._pair(m, calls, [base[i] for i in mine], cand, shares, batch)
-        self.store.write_batch(batch)
+            self._pair(m, calls, [base[i] for i in mine], cand, shares, rows)
+        self.store.write_rows(rows)
 
     def _run_path_major(self, run_id: int, members: list[Member], needed: list[TraceCall],
                         progress: Progress | None, on_total: Callable[[int], None] | None) -> None:
@@ -222,20 +222,20 @@ class Replayer:
 
     def _stage_chunk(self, run_id: int, members: list[Member], chunk: list[TraceCall]) -> None:
         """Path-major, first pass: the baseline's results wait in `staged_results` for the candidates'."""
-        batch = RowBatch()
+        rows = RowBuffer()
         results, wall = self._generate(self.baseline_path, chunk)
-        self._baseline_rows(batch, members, chunk, results, wall)
+        self._baseline_rows(rows, members, chunk, results, wall)
         for call, result in zip(chunk, results):
-            batch.add("staged_results", run_id=run_id, session_id=call.session_id, call_index=call.call_index,
+            rows.add("staged_results", run_id=run_id, session_id=call.session_id, call_index=call.call_index,
                       side="baseline", path_name=self.baseline_path.name, wall_share_s=wall / len(chunk),
                       result=orjson.dumps(result).decode())
-        self.store.write_batch(batch)
+        self.store.write_rows(rows)
 
     def _pair_staged_chunk(self, run_id: int, m: Member, chunk: list[TraceCall], unstage: bool) -> None:
         """Path-major, second pass: one candidate on a chunk, paired with the staged baseline results."""
-        batch = RowBatch()
+        rows = RowBuffer()
         cand, c_wall = self._generate(m.path, chunk)
-        self._batch_row(batch, m.run_id, "candidate", m.path, cand, c_wall)
+        self._chunk_row(rows, m.run_id, "candidate", m.path, cand, c_wall)
         keys = [c.key for c in chunk]
         staged = self.store.staged_results(run_id, "baseline", keys)
         missing = [k for k in keys if k not in staged]
@@ -244,11 +244,11 @@ class Replayer:
                              f"(first: session {missing[0][0]} call {missing[0][1]}); resume the run")
         base = [result_from_json(staged[k]["result"]) for k in keys]
         shares = [staged[k]["wall_share_s"] for k in keys], [c_wall / len(chunk)] * len(chunk)
-        self._pair(m, chunk, base, cand, shares, batch)
+        self._pair(m, chunk, base, cand, shares, rows)
         if unstage:
-            self.store.write_batch_unstaging(batch, run_id, keys)
+            self.store.write_rows_unstaging(rows, run_id, keys)
         else:
-            self.store.write_batch(batch)
+            self.store.write_rows(rows)
 
     # -- engine calls and rows ----------------------------------------------------------------------------
     def _generate(self, path: PathConfig, chunk: list[TraceCall]) -> tuple[list[EngineResult], float]:
@@ -267,59 +267,59 @@ class Replayer:
                              f"{len(requests)} requests")
         return out, wall
 
-    def _batch_row(self, batch: RowBatch, run_id: int, side: str, path: PathConfig, results: list[EngineResult],
-                   wall: float, batch_no: int | None = None) -> int:
-        """A `replay_batches` row (timings of one engine call, or a member's share of it) in the same batch."""
-        if batch_no is None:
-            batch_no = self._batch_no(run_id)
-        batch.add("replay_batches", run_id=run_id, batch_no=batch_no, side=side, path_name=path.name,
+    def _chunk_row(self, rows: RowBuffer, run_id: int, side: str, path: PathConfig, results: list[EngineResult],
+                   wall: float, chunk_no: int | None = None) -> int:
+        """A `replay_chunks` row (timings of one engine call, or a member's share of it) among the chunk's rows."""
+        if chunk_no is None:
+            chunk_no = self._chunk_no(run_id)
+        rows.add("replay_chunks", run_id=run_id, chunk_no=chunk_no, side=side, path_name=path.name,
                   calls=len(results), wall_s=wall, completion_tokens=sum(r.completion_tokens for r in results),
                   drafted_tokens=sum(r.drafted_tokens for r in results),
                   accepted_tokens=sum(r.accepted_tokens for r in results),
                   forward_passes=sum(r.forward_passes for r in results),
                   errors=sum(1 for r in results if r.error))
-        return batch_no
+        return chunk_no
 
-    def _baseline_rows(self, batch: RowBatch, members: list[Member], chunk: list[TraceCall],
+    def _baseline_rows(self, rows: RowBuffer, members: list[Member], chunk: list[TraceCall],
                        results: list[EngineResult], wall: float) -> dict[int, int]:
         """The shared baseline's timings, recorded in each candidate's run (prorated to the calls it lacks),
         so every candidate run reads on its own with the baseline it was measured against. Returns each run's
-        batch number (a call-major chunk's candidate row shares it)."""
+        chunk number (a call-major chunk's candidate row shares it)."""
         numbers = {}
         for m in members:
             mine = [r for c, r in zip(chunk, results) if c.key in m.todo]
             if mine:
-                numbers[m.run_id] = self._batch_row(batch, m.run_id, "baseline", self.baseline_path, mine,
+                numbers[m.run_id] = self._chunk_row(rows, m.run_id, "baseline", self.baseline_path, mine,
                                                     wall * len(mine) / len(chunk))
         return numbers
 
-    def _batch_no(self, run_id: int) -> int:
-        if run_id not in self._next_batch:
-            self._next_batch[run_id] = self.store.next_batch_no(run_id)
-        self._next_batch[run_id] += 1
-        return self._next_batch[run_id] - 1
+    def _chunk_no(self, run_id: int) -> int:
+        if run_id not in self._next_chunk:
+            self._next_chunk[run_id] = self.store.next_chunk_no(run_id)
+        self._next_chunk[run_id] += 1
+        return self._next_chunk[run_id] - 1
 
     def _pair(self, m: Member, chunk: list[TraceCall], base: list[EngineResult], cand: list[EngineResult],
-              shares: tuple[list[float], list[float]], batch: RowBatch) -> None:
+              shares: tuple[list[float], list[float]], rows: RowBuffer) -> None:
         """Rows for each call of a chunk in one candidate's run; failed calls become error rows."""
         decode = self._decoder()
         for i, call in enumerate(chunk):
             b_res, c_res = base[i], cand[i]
-            # a call's share of its batch's wall time: batched decoding has no per-request wall time
+            # a call's share of its engine call's wall time: batched decoding has no per-request wall time
             b_out = side_output(b_res, self.baseline_path, shares[0][i])
             c_out = side_output(c_res, m.path, shares[1][i])
             if b_res.error or c_res.error:
                 m.errors += 1
                 message = "; ".join(f"{side}: {r.error}" for side, r in (("baseline", b_res), ("candidate", c_res))
                                     if r.error)
-                write_call(batch, m.run_id, call.session_id, call.call_index, MatchStatus.ERROR,
+                write_call(rows, m.run_id, call.session_id, call.call_index, MatchStatus.ERROR,
                            customer=call.customer, detail=message)
-                write_output(batch, m.run_id, call.session_id, call.call_index, "baseline", b_out.row())
-                write_output(batch, m.run_id, call.session_id, call.call_index, "candidate", c_out.row())
+                write_output(rows, m.run_id, call.session_id, call.call_index, "baseline", b_out.row())
+                write_output(rows, m.run_id, call.session_id, call.call_index, "candidate", c_out.row())
                 continue
-            m.analyzer.pair(batch, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
+            m.analyzer.pair(rows, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
                           first_divergence(b_res, c_res, decode))
-        m.analyzer.flush_issues(batch)
+        m.analyzer.flush_issues(rows)
 
     def _decoder(self) -> Callable[[list[int]], str] | None:
         """Token ids -> text for divergence evidence, from a live engine (the baseline's may be released)."""
@@ -338,11 +338,11 @@ class Replayer:
             close()
 
     def _write_trace_errors(self, run_id: int, bad_lines: list[TraceLineError]) -> None:
-        batch = RowBatch()
+        rows = RowBuffer()
         for err in bad_lines:
-            batch.add("trace_errors", run_id=run_id, side="input", source=err.source, line=err.line,
+            rows.add("trace_errors", run_id=run_id, side="input", source=err.source, line=err.line,
                       field=err.field, message=err.message, excerpt=err.excerpt)
-        self.store.replace_trace_errors(run_id, batch)
+        self.store.replace_trace_errors(run_id, rows)
 
 
 def _same_decoding(a: PathConfig, b: PathConfig) -> bool:

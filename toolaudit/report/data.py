@@ -13,8 +13,7 @@ verification pass against one-token steps) moves them by a few such steps, i.e. 
 the margins of confident tokens. Logit and logprob margins are the same number (softmax is shift-invariant).
 Calibrate it with a noise-floor run: the report shows the largest margin among its drifted calls.
 
-Each SQL query sits in its own `_select_*` function (bottom of this module), so they can move into the store
-as a group; the builders above them only shape rows.
+The queries live in the store (`store.report_queries`, one function each); this module only shapes rows.
 """
 
 from __future__ import annotations
@@ -30,20 +29,18 @@ from toolaudit import ToolauditError, __version__
 from toolaudit.analysis.budgets import flatten, routing_advice
 from toolaudit.analysis.figures import run_options, slice_figures
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
-from toolaudit.compare.vocabulary import DRIFTED_KINDS, DriftKind, MatchStatus
+from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store import Store
-from toolaudit.store.queries import NONE_CUSTOMER, drift_kind_counts, status_counts
+from toolaudit.store import report_queries as rq
+from toolaudit.store.queries import drift_kind_counts, status_counts
+from toolaudit.store.report_queries import KIND_COLUMNS
 
-# The per-tool rows' drift-kind columns, in records' display order (DriftKind declaration order); the
-# "kinds" text lists them in the same order. Plain strings: they name SQL columns and JSON keys.
-KIND_COLUMNS: tuple[str, ...] = tuple(str(k) for k in DRIFTED_KINDS)
+# KIND_COLUMNS: the per-tool rows' drift-kind columns, in DriftKind declaration order; the "kinds" text lists
+# them in the same order. Plain strings: they name SQL columns and JSON keys.
+__all__ = ["KIND_COLUMNS", "ReportError", "ReportOptions", "customer_report", "customers_of", "is_noise_floor",
+           "margin_bins", "slugs"]
 MARGIN_EDGES = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 VALUE_LIMIT = 300  # characters of an argument value or output shown in examples
-
-# Every query below filters on this: a customer's report reads that customer's calls only.
-MATCHED, ERROR = MatchStatus.MATCHED.value, MatchStatus.ERROR.value
-SCHEMA_BROKEN = DriftKind.SCHEMA_BROKEN.value
-_CUSTOMER = f"coalesce(c.customer, '{NONE_CUSTOMER}') = ?"
 
 
 class ReportError(ToolauditError):
@@ -62,7 +59,7 @@ class ReportOptions:
 
 
 def customers_of(store: Store, run_id: int) -> list[str]:
-    return _select_customers(store, run_id)
+    return rq.customers(store, run_id)
 
 
 def slugs(customers: Sequence[str]) -> dict[str, str]:
@@ -154,9 +151,10 @@ def _run_info(run: dict) -> dict[str, Any]:
 
 
 def _headline(store: Store, rid: int, customer: str) -> dict[str, Any]:
-    """The customer's figures (`figures.slice_figures`): compounded session drift from the customer's OWN
-    per-tool rates, so a report never depends on other customers' traffic (the run-wide-rates figure that
-    `summary` shows is kept beside it, named apart)."""
+    """The customer's figures (`figures.slice_figures`): `compounded_session_drift_own_rates` from the
+    customer's OWN per-tool rates, so a report never depends on other customers' traffic, and beside it
+    `compounded_session_drift_run_rates` from the run-wide rates (what `summary` shows). `compounded_session_drift`
+    is the deprecated name of the own-rates figure, kept for one release."""
     f = slice_figures(store, rid, customer)
     statuses = status_counts(store, rid, customer)
     rate = f.rate
@@ -167,14 +165,15 @@ def _headline(store: Store, rid: int, customer: str) -> dict[str, Any]:
             "error_calls": statuses.get(MatchStatus.ERROR.value, 0),
             "drift_kinds": drift_kind_counts(store, rid, customer), "sessions": f.sessions,
             "sessions_with_drift": f.sessions_with_drift, "observed_session_drift": f.observed_session_drift,
-            "compounded_session_drift": f.compounded_own_rates,
+            "compounded_session_drift_own_rates": f.compounded_own_rates,
             "compounded_session_drift_run_rates": f.compounded_run_rates,
+            "compounded_session_drift": f.compounded_own_rates,  # deprecated name (one release)
             "mean_calls_per_session": f.mean_calls_per_session if f.sessions else None}
 
 
 def _paths(store: Store, rid: int, customer: str, run: dict, head: dict) -> list[dict[str, Any]]:
     """The trade-off table: agreement and speed per decode path, NULL-safe for recorded logs."""
-    rows = {r["side"]: r for r in _select_path_rows(store, rid, customer)}
+    rows = {r["side"]: r for r in rq.path_rows(store, rid, customer)}
     out = []
     for side in ("baseline", "candidate"):
         r = rows.get(side, {})
@@ -198,9 +197,9 @@ def _paths(store: Store, rid: int, customer: str, run: dict, head: dict) -> list
 
 def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None:
     """The latest other noise-floor run, measured on this customer's calls only; None when none covers it."""
-    candidates = [r for r in _select_other_runs(store, rid) if is_noise_floor(r)]
+    candidates = [r for r in rq.other_runs(store, rid) if is_noise_floor(r)]
     for run in candidates:
-        calls, drifted, exact, top_margin = _select_matched_counts(store, run["run_id"], customer)
+        calls, drifted, exact, top_margin = rq.matched_counts(store, run["run_id"], customer)
         if calls:
             rate = wilson(drifted, calls)
             return {"run_id": run["run_id"], "run_name": run["name"],
@@ -212,7 +211,7 @@ def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None
 
 
 def _tools(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
-    rows = _select_tool_rows(store, rid, customer)
+    rows = rq.tool_rows(store, rid, customer)
     for row in rows:
         rate = wilson(row["drifted_calls"], row["calls"])
         row.update(drift_rate=rate.p, ci_low=rate.low, ci_high=rate.high)
@@ -220,7 +219,7 @@ def _tools(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
 
 
 def _arguments(store: Store, rid: int, customer: str, limit: int) -> list[dict[str, Any]]:
-    rows = _select_argument_rows(store, rid, customer, limit)
+    rows = rq.argument_rows(store, rid, customer, limit)
     for row in rows:
         example = row.pop("example") or {}
         row["rate"] = row["calls_with_diff"] / row["tool_calls"] if row["tool_calls"] else None
@@ -230,7 +229,7 @@ def _arguments(store: Store, rid: int, customer: str, limit: int) -> list[dict[s
 
 
 def _margins(store: Store, rid: int, customer: str, threshold: float) -> dict[str, Any]:
-    values = _select_drifted_margins(store, rid, customer)
+    values = rq.drifted_margins(store, rid, customer)
     known = [max(v, 0.0) for v in values if v is not None]
     bins = []
     for lo, hi in margin_bins(threshold):
@@ -245,16 +244,16 @@ def _margins(store: Store, rid: int, customer: str, threshold: float) -> dict[st
 
 def _examples(store: Store, rid: int, customer: str, options: ReportOptions) -> list[dict[str, Any]]:
     """The worst drifted calls: large margins first (possible bugs), then schema breaks, then the rest."""
-    calls = _select_worst_calls(store, rid, customer, options.near_tie_margin, options.examples)
+    calls = rq.worst_calls(store, rid, customer, options.near_tie_margin, options.examples)
     if not calls:
         return []
     keys = [c["session_id"] for c in calls], [c["call_index"] for c in calls]
     diffs: dict[tuple, list] = {}
-    for d in _select_example_diffs(store, rid, *keys):
+    for d in rq.example_diffs(store, rid, *keys):
         diffs.setdefault((d.pop("session_id"), d.pop("call_index")), []).append(
             {**d, "baseline": _clip(d["baseline"]), "candidate": _clip(d["candidate"])})
     outputs: dict[tuple, dict] = {}
-    for o in _select_example_outputs(store, rid, *keys):
+    for o in rq.example_outputs(store, rid, *keys):
         outputs.setdefault((o["session_id"], o["call_index"]), {})[o["side"]] = _clip(o["shown"])
     for c in calls:
         key = (c["session_id"], c["call_index"])
@@ -271,100 +270,3 @@ def _clip(value: str | None, limit: int = VALUE_LIMIT) -> str | None:
     if value is None:
         return None
     return value if len(value) <= limit else value[: limit - 1] + "…"
-
-
-# -- queries: one per function; each filters to one customer's calls (or reads run rows only) -------------
-
-def _select_customers(store: Store, rid: int) -> list[str]:
-    rows = store.query(f"""SELECT DISTINCT coalesce(customer, '{NONE_CUSTOMER}') FROM calls c
-        WHERE run_id = ? ORDER BY 1""", [rid])[1]
-    return [r[0] for r in rows]
-
-
-def _select_path_rows(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
-    return store.rows(f"""
-        WITH o AS (
-            SELECT o.*, c.match_status = '{MATCHED}' AS ok
-            FROM outputs o JOIN calls c USING (run_id, session_id, call_index)
-            WHERE o.run_id = ? AND c.match_status IN ('{MATCHED}', '{ERROR}') AND {_CUSTOMER})
-        SELECT side, any_value(path_name) AS path_name, count(*) FILTER (error IS NOT NULL) AS errors,
-               sum(completion_tokens) FILTER (ok AND latency_s > 0) AS timed_tokens,
-               sum(latency_s) FILTER (ok AND latency_s > 0 AND completion_tokens IS NOT NULL) AS timed_s,
-               avg(tokens_per_s) FILTER (ok) AS mean_tokens_per_s,
-               sum(accepted_tokens) FILTER (ok) AS accepted, sum(drafted_tokens) FILTER (ok) AS drafted
-        FROM o GROUP BY side""", [rid, customer])
-
-
-def _select_other_runs(store: Store, rid: int) -> list[dict[str, Any]]:
-    """Every other run, newest first (run rows only: no call data)."""
-    return store.rows("""SELECT run_id, name, created_at, baseline_name, candidate_name, options FROM runs
-                         WHERE run_id <> ? ORDER BY run_id DESC""", [rid])
-
-
-def _select_matched_counts(store: Store, rid: int, customer: str) -> tuple:
-    """(matched, drifted, exact text matches, largest drifted baseline margin)."""
-    return store.query(f"""
-        SELECT count(*), count(*) FILTER (drifted), count(*) FILTER (exact_text_match),
-               max(baseline_margin) FILTER (drifted)
-        FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND {_CUSTOMER}""",
-                       [rid, customer])[1][0]
-
-
-def _select_tool_rows(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
-    kinds = ", ".join(f"count(*) FILTER (drift_kind = '{k}') AS {k}" for k in KIND_COLUMNS)
-    return store.rows(f"""
-        SELECT coalesce(tool_name, '(no tool call)') AS tool_name, count(*) AS calls,
-               count(*) FILTER (drifted) AS drifted_calls, {kinds}
-        FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND {_CUSTOMER}
-        GROUP BY 1 ORDER BY drifted_calls DESC, calls DESC, tool_name""", [rid, customer])
-
-
-def _select_argument_rows(store: Store, rid: int, customer: str, limit: int) -> list[dict[str, Any]]:
-    return store.rows(f"""
-        WITH c AS (SELECT * FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND {_CUSTOMER}),
-        per_tool AS (SELECT tool_name, count(*) AS tool_calls FROM c GROUP BY ALL)
-        SELECT d.tool_name, d.arg_path, count(*) AS diffs,
-               count(DISTINCT (d.session_id, d.call_index)) AS calls_with_diff, p.tool_calls,
-               string_agg(DISTINCT d.diff_kind, ',' ORDER BY d.diff_kind) AS diff_kinds,
-               first({{'b': d.baseline_value::VARCHAR, 'c': d.candidate_value::VARCHAR}}
-                     ORDER BY d.session_id, d.call_index, d.call_position) AS example
-        FROM arg_diffs d JOIN c ON c.run_id = d.run_id AND c.session_id = d.session_id
-                                 AND c.call_index = d.call_index
-        LEFT JOIN per_tool p ON p.tool_name IS NOT DISTINCT FROM d.tool_name
-        GROUP BY d.tool_name, d.arg_path, p.tool_calls
-        ORDER BY calls_with_diff DESC, d.tool_name, d.arg_path LIMIT ?""", [rid, customer, limit])
-
-
-def _select_drifted_margins(store: Store, rid: int, customer: str) -> list[float | None]:
-    return [r[0] for r in store.query(f"""SELECT baseline_margin FROM calls c
-        WHERE run_id = ? AND match_status = '{MATCHED}' AND drifted AND {_CUSTOMER}""", [rid, customer])[1]]
-
-
-def _select_worst_calls(store: Store, rid: int, customer: str, near_tie_margin: float,
-                        limit: int) -> list[dict[str, Any]]:
-    return store.rows(f"""
-        SELECT session_id, call_index, coalesce(tool_name, '(no tool call)') AS tool_name, drift_kind, detail,
-               first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin
-        FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND drifted AND {_CUSTOMER}
-        ORDER BY coalesce(baseline_margin >= ?, false) DESC, (drift_kind = '{SCHEMA_BROKEN}') DESC,
-                 baseline_margin DESC NULLS LAST, arg_diff_count DESC, session_id, call_index
-        LIMIT ?""", [rid, customer, near_tie_margin, limit])
-
-
-# The picked calls (already the customer's own), as parallel lists of session ids and call indexes.
-_PICKED = ("JOIN (SELECT unnest(?::VARCHAR[]) AS session_id, unnest(?::INTEGER[]) AS call_index) k "
-           "USING (session_id, call_index)")
-
-
-def _select_example_diffs(store: Store, rid: int, session_ids: list[str],
-                          call_indexes: list[int]) -> list[dict[str, Any]]:
-    return store.rows(f"""SELECT session_id, call_index, call_position, tool_name, arg_path, diff_kind,
-                                 baseline_value::VARCHAR AS baseline, candidate_value::VARCHAR AS candidate
-                          FROM arg_diffs {_PICKED} WHERE run_id = ?
-                          ORDER BY call_position, arg_path""", [session_ids, call_indexes, rid])
-
-
-def _select_example_outputs(store: Store, rid: int, session_ids: list[str],
-                            call_indexes: list[int]) -> list[dict[str, Any]]:
-    return store.rows(f"""SELECT session_id, call_index, side, coalesce(tool_calls::VARCHAR, text) AS shown
-                          FROM outputs {_PICKED} WHERE run_id = ?""", [session_ids, call_indexes, rid])

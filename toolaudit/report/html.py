@@ -139,8 +139,8 @@ def _card(label: str, value: str, sub: str) -> str:
 
 def _cards(r: dict) -> str:
     h, nf, n5 = r["headline"], r["noise_floor"], r["session_length"][4]
-    sessions = (f"observed, {h['sessions']:,} sessions · compounded {pct(h['compounded_session_drift'])}"
-                if h["sessions"] else "no matched sessions")
+    sessions = (f"observed, {h['sessions']:,} sessions · compounded from own rates "
+                f"{pct(h['compounded_session_drift_own_rates'])}" if h["sessions"] else "no matched sessions")
     cards = [
         _card("Drifted calls", pct(h["drift_rate"]),
               f"{h['drifted_calls']:,} of {h['calls']:,} · 95% CI {pct(h['ci_low'])}–{pct(h['ci_high'])}"),

@@ -9,6 +9,10 @@ from typing import Any
 
 import orjson
 
+from toolaudit.analysis.stats import pct
+
+__all__ = ["fmt_cell", "format_table", "pct", "plain", "to_json"]
+
 
 def plain(value: Any) -> Any:
     """A database value as JSON/CSV can hold it."""
@@ -42,6 +46,3 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
         lines.append("  ".join((v if len(v) <= 60 else v[:57] + "...").ljust(w) for v, w in zip(row, widths)))
     return "\n".join(lines)
 
-
-def pct(p: float | None) -> str:
-    return "-" if p is None else f"{100 * p:.2f}%"

@@ -20,8 +20,8 @@ def headline_sentences(r: dict) -> list[str]:
               f"{run['baseline_name']}.")]
     if h["sessions"]:
         lines.append(f"{h['sessions_with_drift']:,} of {h['sessions']:,} sessions had at least one drifted "
-                     f"call (observed {pct(h['observed_session_drift'])}); the per-tool rates predict "
-                     f"{pct(h['compounded_session_drift'])} (compounded, "
+                     f"call (observed {pct(h['observed_session_drift'])}); this customer's own per-tool "
+                     f"rates predict {pct(h['compounded_session_drift_own_rates'])} (compounded, "
                      f"{h['mean_calls_per_session']:.1f} calls per session on average).")
     if h["error_calls"]:
         lines.append(f"{h['error_calls']:,} call(s) failed on a decode path (engine error) and are not "

@@ -1,11 +1,18 @@
 """The DuckDB store: one file holds runs, calls, both paths' outputs, argument diffs and the reporting views.
 
-`db` opens it (migrations applied on open) and owns every transaction; `rows` defines the bulk-written tables;
-`migrations` and `views` define the schema; `queries` holds the named read queries that figures, the gate and
-reports use. No other module writes SQL, except the user's own `toolaudit sql`.
+It owns every SQL statement and every transaction, except the user's own `toolaudit sql`:
+- `db`: the `Store` (opens the file, applies migrations, opens every transaction, writes buffered rows, run and
+  replay bookkeeping); `rows`: the bulk-written tables' columns and the `RowBuffer` that collects their rows;
+- `migrations` and `views`: the schema;
+- `queries`: the named read queries behind figures, the gate and `runs`; `report_queries`: those of a
+  customer's report (each filtered to that customer's calls);
+- `staging`: `compare`'s staging tables (digests joined in SQL) and the one writer of a compare run's rows;
+- `batch`: the staging of `toolaudit batch import`; `merge` and `combine`: `toolaudit merge`; `export`:
+  `toolaudit export`.
+A layout test fails on SQL text outside this package.
 """
 
 from toolaudit.store.db import Store
-from toolaudit.store.rows import TABLE_COLUMNS, RowBatch, json_text
+from toolaudit.store.rows import TABLE_COLUMNS, RowBuffer, json_text
 
-__all__ = ["Store", "RowBatch", "TABLE_COLUMNS", "json_text"]
+__all__ = ["Store", "RowBuffer", "TABLE_COLUMNS", "json_text"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from toolaudit.compare.vocabulary import MatchStatus
-from toolaudit.store.db import Store, _insert
-from toolaudit.store.rows import RowBatch, json_text
+from toolaudit.store.db import Store, insert_tables
+from toolaudit.store.rows import RowBuffer, json_text
 
 
 def _keys(keys: list[tuple[str, int]]) -> pa.Table:
@@ -23,10 +23,10 @@ def final_keys(store: Store, run_id: int) -> set[tuple[str, int]]:
     return {(s, i) for s, i in rows}
 
 
-def stage(store: Store, run_id: int, side: str, batch: RowBatch, errors: RowBatch) -> None:
+def stage(store: Store, run_id: int, side: str, staged: RowBuffer, errors: RowBuffer) -> None:
     """Stage one side's results (replacing that side's earlier staged results for the same calls) and add the
     import's trace error rows (replacing the side's earlier ones), in one transaction."""
-    keys = [(r[1], r[2]) for r in batch.rows["staged_results"]]
+    keys = [(r[1], r[2]) for r in staged.rows["staged_results"]]
     with store.transaction() as con:
         if keys:
             con.register("_keys", _keys(keys))
@@ -34,7 +34,7 @@ def stage(store: Store, run_id: int, side: str, batch: RowBatch, errors: RowBatc
                         "(SELECT session_id, call_index FROM _keys)", [run_id, side])
             con.unregister("_keys")
         con.execute("DELETE FROM trace_errors WHERE run_id = ? AND side = ?", [run_id, side])
-        _insert(con, [*batch.tables(), *errors.tables()])
+        insert_tables(con, [*staged.tables(), *errors.tables()])
 
 
 def staged_pairs(store: Store, run_id: int, keys: list[tuple[str, int]]) -> list[tuple]:
@@ -54,13 +54,13 @@ def staged_pairs(store: Store, run_id: int, keys: list[tuple[str, int]]) -> list
         store.con.unregister("_keys")
 
 
-def write_pairs(store: Store, run_id: int, batch: RowBatch, written: list[tuple[str, int]],
+def write_pairs(store: Store, run_id: int, rows: RowBuffer, written: list[tuple[str, int]],
                 unstage: list[tuple[str, int]]) -> None:
-    """Replace the rows of the `written` calls with the batch's and drop the staged results of `unstage`, in one
-    transaction (a kill keeps both or neither, so importing again neither loses nor repeats a call)."""
+    """Replace the rows of the `written` calls with the buffer's and drop the staged results of `unstage`, in
+    one transaction (a kill keeps both or neither, so importing again neither loses nor repeats a call)."""
     with store.transaction() as con:
         _delete(con, run_id, written, ("arg_diffs", "outputs", "calls"))
-        _insert(con, batch.tables())
+        insert_tables(con, rows.tables())
         _delete(con, run_id, unstage, ("staged_results",))
 
 
@@ -81,7 +81,3 @@ def set_side(store: Store, run_id: int, side: str, name: str, source: str, finge
         raise ValueError(side)
     store.con.execute(f"UPDATE runs SET {side}_name = ?, {side}_source = ?, {side}_fingerprint = ?, options = ? "
                       "WHERE run_id = ?", [name, source, fingerprint, json_text(options), run_id])
-
-
-def staged_count(store: Store, run_id: int) -> int:
-    return store.con.execute("SELECT count(*) FROM staged_results WHERE run_id = ?", [run_id]).fetchall()[0][0]

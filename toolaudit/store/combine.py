@@ -19,6 +19,7 @@ from toolaudit import StoreError
 from toolaudit.ingest.shards import Shard, merge_counts, shard_from_options
 from toolaudit.store import Store
 from toolaudit.store.merge import merge_into, source_runs
+from toolaudit.store.queries import call_count
 
 # Options that may differ between the shards of one comparison.
 _PER_SHARD_OPTIONS = ("shard", "run_name")
@@ -135,5 +136,4 @@ def merge_runs(store: Store, inputs: list[str], run_name: str | None = None) -> 
                            "created_at": min(r["created_at"] for r in runs),
                            "finished_at": max(r["finished_at"] for r in runs if r["finished_at"] is not None)}
     run_id = merge_into(store, [(path, r["run_id"]) for (path, _), r in zip(picked, runs)], run, counts, status)
-    calls = store.query("SELECT count(*) FROM calls WHERE run_id = ?", [run_id])[1][0][0]
-    return MergeResult(run_id, status, count, merged, missing, calls)
+    return MergeResult(run_id, status, count, merged, missing, call_count(store, run_id))

@@ -1,6 +1,5 @@
-"""The DuckDB store: migrations on open, bulk batch writes, run bookkeeping, and the named queries the
-figures, gate and reports read. It owns every transaction (each rolls back on failure) and every SQL statement
-outside the user's own `toolaudit sql`."""
+"""The DuckDB store: migrations on open, bulk row writes, run bookkeeping and replay bookkeeping. The `Store`
+owns every transaction (each rolls back on failure); the SQL of the other store modules runs through it."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import pyarrow as pa
 from toolaudit import StoreError, __version__
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store.migrations import MIGRATIONS
-from toolaudit.store.rows import RowBatch, json_text
+from toolaudit.store.rows import RowBuffer, json_text
 
 _LOCK_PID = re.compile(r"PID (\d+)")
 
@@ -48,23 +47,42 @@ def _check_header(path: str) -> None:
 
 
 class Store:
-    """One DuckDB file. Opening it for writing applies pending migrations."""
+    """One DuckDB file. Opening it applies pending migrations: a read-only open of a file an older toolaudit
+    wrote first upgrades it (briefly writable, as any writer would), so the views and names the read-only
+    commands query exist; when that is not possible (another process holds the file), it opens as it is."""
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = str(path)
         if read_only and not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
         _check_header(self.path)
+        self.con = self._connect(read_only)
+        if not read_only:
+            self.migrate()
+        elif 0 < self._check_version() < MIGRATIONS[-1][0]:
+            self._upgrade()
+
+    def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         try:
             # No extension auto-install: it would reach out to the network on some inputs.
-            self.con = duckdb.connect(self.path, read_only=read_only, config={
+            return duckdb.connect(self.path, read_only=read_only, config={
                 "autoinstall_known_extensions": False, "autoload_known_extensions": False})
         except duckdb.Error as exc:
             raise _open_error(self.path, exc) from None
-        if not read_only:
+
+    def _upgrade(self) -> None:
+        """Migrate an older file that was opened read-only, then reopen it read-only."""
+        self.con.close()
+        try:
+            self.con = self._connect(False)
+        except StoreError:  # held by a writer (which migrated it) or not writable: read it as it is
+            self.con = self._connect(True)
+            return
+        try:
             self.migrate()
-        else:
-            self._check_version()
+        finally:
+            self.con.close()
+        self.con = self._connect(True)
 
     def __enter__(self) -> "Store":
         return self
@@ -83,7 +101,7 @@ class Store:
             return 0
         return self.con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0][0]
 
-    def _check_version(self) -> None:
+    def _check_version(self) -> int:
         latest = MIGRATIONS[-1][0]
         version = self.schema_version()
         if version > latest:
@@ -91,6 +109,7 @@ class Store:
                              f"({latest}); upgrade toolaudit")
         if version == 0:
             raise StoreError(f"{self.path}: not a toolaudit database (no schema_migrations table)")
+        return version
 
     def migrate(self) -> None:
         self.con.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -134,13 +153,13 @@ class Store:
              matrix_id])
         return run_id
 
-    def write_batch(self, batch: RowBatch) -> None:
-        """Insert every table of the batch in one transaction: a crash leaves all or none of it."""
-        tables = list(batch.tables())
+    def write_rows(self, rows: RowBuffer) -> None:
+        """Insert every table of the buffer in one transaction: a crash leaves all or none of it."""
+        tables = list(rows.tables())
         if not tables:
             return
         with self.transaction() as con:
-            _insert(con, tables)
+            insert_tables(con, tables)
 
     def finish_run(self, run_id: int, counts: dict, status: str = "complete") -> None:
         """Materialise the run's sessions and mark it finished, in one transaction."""
@@ -180,11 +199,11 @@ class Store:
         return self.rows("SELECT * FROM runs WHERE matrix_id = ? ORDER BY run_id", [matrix_id])
 
     # -- replay bookkeeping ------------------------------------------------------------------------------------
-    def replace_trace_errors(self, run_id: int, batch: RowBatch) -> None:
+    def replace_trace_errors(self, run_id: int, rows: RowBuffer) -> None:
         """Idempotent: a resumed run rewrites its input error rows instead of adding copies."""
         with self.transaction() as con:
             con.execute("DELETE FROM trace_errors WHERE run_id = ?", [run_id])
-            _insert(con, batch.tables())
+            insert_tables(con, rows.tables())
 
     def stored_call_keys(self, run_id: int, retry_errors: bool = True) -> set[tuple[str, int]]:
         """(session, call index) of the calls a run already holds; error rows are first removed to be retried."""
@@ -198,8 +217,9 @@ class Store:
         rows = self.con.execute("SELECT session_id, call_index FROM calls WHERE run_id = ?", [run_id]).fetchall()
         return {(s, i) for s, i in rows}
 
-    def next_batch_no(self, run_id: int) -> int:
-        return self.con.execute("SELECT coalesce(max(batch_no) + 1, 0) FROM replay_batches WHERE run_id = ?",
+    def next_chunk_no(self, run_id: int) -> int:
+        """The number of a run's next `replay_chunks` row (a resumed run continues the numbering)."""
+        return self.con.execute("SELECT coalesce(max(chunk_no) + 1, 0) FROM replay_chunks WHERE run_id = ?",
                                 [run_id]).fetchall()[0][0]
 
     def staged_keys(self, run_id: int, side: str) -> set[tuple[str, int]]:
@@ -228,11 +248,11 @@ class Store:
         failed = " AND json_extract_string(result, '$.error') IS NOT NULL" if failed_only else ""
         self.con.execute(f"DELETE FROM staged_results WHERE run_id = ?{failed}", [run_id])
 
-    def write_batch_unstaging(self, batch: RowBatch, run_id: int, keys: list[tuple[str, int]]) -> None:
-        """Write a batch and drop the staged results it consumed, in one transaction (a kill keeps both or
+    def write_rows_unstaging(self, rows: RowBuffer, run_id: int, keys: list[tuple[str, int]]) -> None:
+        """Write the rows and drop the staged results they consumed, in one transaction (a kill keeps both or
         neither, so a resume neither loses nor repeats a call)."""
         with self.transaction() as con:
-            _insert(con, batch.tables())
+            insert_tables(con, rows.tables())
             if keys:
                 con.register("_done", pa.table({"session_id": [k[0] for k in keys],
                                                  "call_index": pa.array([k[1] for k in keys], pa.int32())}))
@@ -275,11 +295,12 @@ GROUP BY c.run_id, c.session_id
 """
 
 
-def _insert(con: duckdb.DuckDBPyConnection, tables: Iterable[tuple[str, pa.Table]]) -> None:
+def insert_tables(con: duckdb.DuckDBPyConnection, tables: Iterable[tuple[str, pa.Table]]) -> None:
+    """Append Arrow tables to the store's tables by column name (inside the caller's transaction)."""
     for table, arrow in tables:
-        con.register("_batch", arrow)
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
-        con.unregister("_batch")
+        con.register("_rows", arrow)
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")
+        con.unregister("_rows")
 
 
 def _now() -> dt.datetime:

@@ -1,7 +1,7 @@
 """The SQL of `toolaudit merge`: copy shard runs from other DuckDB files into one new run, in one transaction.
 
 Each source file is attached read-only; its run's rows are copied with the new run id (calls, outputs,
-arg_diffs, trace_errors, replay_batches renumbered after each other, staged_results), schema issues are kept
+arg_diffs, trace_errors, replay_chunks renumbered after each other, staged_results), schema issues are kept
 once, and `sessions` is re-materialised from the merged calls with the same SQL as `Store.finish_run`
 (compounded_p uses run-wide per-tool rates, which only the merged calls give).
 """
@@ -49,7 +49,7 @@ def merge_into(store: Store, sources: list[tuple[str, int]], run: dict, counts: 
             for alias, (_, src_run) in zip(aliases, sources):
                 for table in _COPIED:
                     _copy(con, alias, table, run_id, src_run)
-            _copy_batches(con, aliases, sources, run_id)
+            _copy_chunks(con, aliases, sources, run_id)
             union = " UNION ".join(
                 f"SELECT tool_name, schema_source, severity, message FROM {a}.schema_issues WHERE run_id = {int(r)}"
                 for a, (_, r) in zip(aliases, sources))
@@ -70,12 +70,16 @@ def _copy(con: duckdb.DuckDBPyConnection, alias: str, table: str, run_id: int, s
                          "merged once") from None
 
 
-def _copy_batches(con: duckdb.DuckDBPyConnection, aliases: list[str], sources: list[tuple[str, int]],
-                  run_id: int) -> None:
-    """replay_batches, numbered 0.. across the shards in the order given."""
+def _copy_chunks(con: duckdb.DuckDBPyConnection, aliases: list[str], sources: list[tuple[str, int]],
+                 run_id: int) -> None:
+    """replay_chunks, numbered 0.. across the shards in the order given (a shard written before migration 8
+    holds them as replay_batches, numbered by batch_no)."""
     offset = 0
     for alias, (_, src_run) in zip(aliases, sources):
-        con.execute(f"INSERT INTO replay_batches BY NAME SELECT * REPLACE (? AS run_id, batch_no + ? AS batch_no) "
-                    f"FROM {alias}.replay_batches WHERE run_id = ?", [run_id, offset, src_run])
-        offset += con.execute(f"SELECT coalesce(max(batch_no) + 1, 0) FROM {alias}.replay_batches "
+        old = not con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = "
+                              "'replay_chunks'", [alias]).fetchall()[0][0]
+        table, number = ("replay_batches", "batch_no") if old else ("replay_chunks", "chunk_no")
+        con.execute(f"INSERT INTO replay_chunks BY NAME SELECT * EXCLUDE ({number}) REPLACE (? AS run_id), "
+                    f"{number} + ? AS chunk_no FROM {alias}.{table} WHERE run_id = ?", [run_id, offset, src_run])
+        offset += con.execute(f"SELECT coalesce(max({number}) + 1, 0) FROM {alias}.{table} "
                               "WHERE run_id = ?", [src_run]).fetchall()[0][0]

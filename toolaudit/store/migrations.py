@@ -5,7 +5,7 @@ Every column is documented in docs/schema.md; a test checks the exact columns of
 
 from __future__ import annotations
 
-from toolaudit.store.views import CORE_VIEWS, views_sql
+from toolaudit.store.views import CORE_VIEWS, replay_batches_alias, views_sql
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "core tables and drift views", """
@@ -208,7 +208,7 @@ SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum
        sum(errors) AS errors
 FROM replay_batches GROUP BY run_id, side;
 """),
-    (4, "views generated from the drift vocabulary", views_sql(CORE_VIEWS)),
+    (4, "views generated from the drift vocabulary", views_sql(CORE_VIEWS, version=4)),
     (5, "staged results for path-major replays", """
 CREATE TABLE staged_results (
     run_id BIGINT NOT NULL,
@@ -221,7 +221,13 @@ CREATE TABLE staged_results (
     PRIMARY KEY (run_id, session_id, call_index, side)
 );
 """),
-    (6, "views with order-independent aggregates (exact merges of shards)", views_sql(CORE_VIEWS)),
+    (6, "views with order-independent aggregates (exact merges of shards)", views_sql(CORE_VIEWS, version=6)),
     (7, "remedy matrices: candidate runs grouped under a matrix run, and the frontier views",
-     "ALTER TABLE runs ADD COLUMN matrix_id BIGINT;\n" + views_sql()),
+     "ALTER TABLE runs ADD COLUMN matrix_id BIGINT;\n" + views_sql(version=7)),
+    # "batch" keeps one meaning (the OpenAI Batch interop): a replay's engine calls are chunks. The old table
+    # name stays readable as a view for one release; so does customer_drift's old column.
+    (8, "names: replay_batches -> replay_chunks, the two compounded session figures named apart", """
+ALTER TABLE replay_batches RENAME TO replay_chunks;
+ALTER TABLE replay_chunks RENAME COLUMN batch_no TO chunk_no;
+""" + views_sql(("path_performance", "customer_drift"), version=8) + replay_batches_alias()),
 ]

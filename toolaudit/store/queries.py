@@ -32,9 +32,10 @@ def slice_counts(store: Store, run_id: int, customer: str | None = None) -> dict
     """Matched, drifted and exact calls, sessions, and both compounded session figures of a run or a customer.
 
     `compounded_run_rates`: mean over sessions of 1 - prod(1 - p_tool), p_tool the RUN-WIDE drift rate of each
-    call's tool (the `sessions.compounded_p` column; what `summary` and the `customer_drift` view show).
-    `compounded_own_rates`: the same with the slice's OWN per-tool rates (what a customer's report shows: it must
-    not depend on other customers' traffic). For a whole run the two are equal.
+    call's tool (the `sessions.compounded_p` column; `summary`'s `compounded_session_drift_run_rates`).
+    `compounded_own_rates`: the same with the slice's OWN per-tool rates (a customer's report shows it as
+    `compounded_session_drift_own_rates`: it must not depend on other customers' traffic). For a whole run the
+    two are equal.
     """
     where, params = _slice(customer)
     row = store.rows(f"""
@@ -67,6 +68,17 @@ def status_counts(store: Store, run_id: int, customer: str | None = None) -> dic
         WHERE run_id = ? AND NOT {_MATCHED}{where} GROUP BY 1""", [run_id, *params])[1])
 
 
+def call_count(store: Store, run_id: int) -> int:
+    """Every calls row of a run (any match status)."""
+    return store.query("SELECT count(*) FROM calls WHERE run_id = ?", [run_id])[1][0][0]
+
+
+def latest_interrupted_run(store: Store) -> int | None:
+    """The newest run stopped by an error or Ctrl-C (what `replay --resume` would finish), if any."""
+    rows = store.query("SELECT run_id FROM runs WHERE status = 'interrupted' ORDER BY run_id DESC LIMIT 1")[1]
+    return rows[0][0] if rows else None
+
+
 def trace_error_count(store: Store, run_id: int) -> int:
     return store.query("SELECT count(*) FROM trace_errors WHERE run_id = ?", [run_id])[1][0][0]
 
@@ -83,8 +95,11 @@ def first_trace_errors(store: Store, run_id: int, limit: int = 5) -> list[dict[s
 
 
 def customer_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
+    """Per customer, from `customer_drift`; `compounded_session_drift` is the deprecated name of the run-rates
+    figure, kept in `summary --json` for one release."""
     return store.rows("""SELECT customer, calls, drifted_calls, drift_rate, ci_low, ci_high, sessions,
-        sessions_with_drift, observed_session_drift, compounded_session_drift
+        sessions_with_drift, observed_session_drift, compounded_session_drift_run_rates,
+        compounded_session_drift_run_rates AS compounded_session_drift
         FROM customer_drift WHERE run_id = ? ORDER BY customer""", [run_id])
 
 

@@ -1,4 +1,5 @@
-"""The tables written in bulk: their column order and Arrow types, and the batch that collects their rows."""
+"""The tables written in bulk: their column order and Arrow types, and the buffer that collects their rows until
+the store writes them in one transaction."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "run_id": pa.int64(), "side": pa.string(), "source": pa.string(), "line": pa.int32(),
         "field": pa.string(), "message": pa.string(), "excerpt": pa.string(),
     },
-    "replay_batches": {
-        "run_id": pa.int64(), "batch_no": pa.int32(), "side": pa.string(), "path_name": pa.string(),
+    "replay_chunks": {
+        "run_id": pa.int64(), "chunk_no": pa.int32(), "side": pa.string(), "path_name": pa.string(),
         "calls": pa.int32(), "wall_s": pa.float64(), "completion_tokens": pa.int64(), "drafted_tokens": pa.int64(),
         "accepted_tokens": pa.int64(), "forward_passes": pa.int64(), "errors": pa.int32(),
     },
@@ -55,11 +56,11 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
 }
 
 
-class RowBatch:
+class RowBuffer:
     """Rows for several tables, given by column name, kept as tuples and turned into Arrow columns at write time.
 
     Columns a row leaves out are NULL; a name that is not a column of the table is an error (a typo must not
-    silently drop a value). The transpose to columns happens once per batch.
+    silently drop a value). The transpose to columns happens once per write.
     """
 
     def __init__(self) -> None:

@@ -1,11 +1,18 @@
-"""The reporting views, generated from the drift vocabulary (`records.DriftKind`, `records.MatchStatus`) so the
+"""The reporting views, generated from the drift vocabulary (`compare.vocabulary.DriftKind`, `MatchStatus`) so the
 SQL can never spell a kind or status differently from the code that writes it.
 
 Aggregates whose result depends on input order (floating averages, examples) take their rows in a fixed
 order (session, call), so a run merged from shards reads exactly as the unsharded run.
 
-Migrations apply these with CREATE OR REPLACE; a change to the vocabulary needs a new numbered migration that
-calls `views_sql()` again (released migrations are never edited).
+Migrations apply these with CREATE OR REPLACE; a change to a view needs a new numbered migration that calls
+`views_sql()` again, and the builders take the `version` of the migration that calls them, so a released
+migration keeps creating the views it created (e.g. `path_performance` read `replay_batches` before 8).
+
+Two compounded session figures exist and carry two names: `customer_drift` has
+`compounded_session_drift_run_rates`, the RUN-WIDE per-tool drift rates applied to each session (the mean of
+`sessions.compounded_p`, what `summary` shows). A customer's report shows `compounded_session_drift_own_rates`,
+the customer's OWN per-tool rates (it does not depend on other customers' traffic); the view leaves it out: its
+exact, order-fixed products doubled `summary`'s time on 2M calls (1.1 -> 2.1 s).
 """
 
 from __future__ import annotations
@@ -13,6 +20,9 @@ from __future__ import annotations
 from toolaudit.compare.vocabulary import DRIFTED_KINDS, MatchStatus
 
 MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
+# The migration that last changed a view; builders given an older `version` create the view as it was then.
+LATEST = 8
+NAMES_SPLIT = 8  # replay_batches -> replay_chunks; the two compounded figures named apart
 
 
 def _call_drift() -> str:
@@ -46,7 +56,10 @@ FROM calls WHERE {MATCHED}
 GROUP BY run_id, tool_name;"""
 
 
-def _customer_drift() -> str:
+def _customer_drift(version: int) -> str:
+    run_rates = "compounded_session_drift" if version < NAMES_SPLIT else "compounded_session_drift_run_rates"
+    deprecated = "" if version < NAMES_SPLIT else (
+        f",\n       s.{run_rates} AS compounded_session_drift  -- deprecated alias, kept for one release")
     return f"""
 CREATE OR REPLACE VIEW customer_drift AS
 WITH c AS (
@@ -56,12 +69,12 @@ WITH c AS (
 s AS (
     SELECT run_id, coalesce(customer, '(none)') AS customer, count(*) AS sessions,
            count(*) FILTER (any_drift) AS sessions_with_drift,
-           avg(compounded_p ORDER BY session_id) AS compounded_session_drift
+           avg(compounded_p ORDER BY session_id) AS {run_rates}
     FROM sessions WHERE matched_calls > 0 GROUP BY ALL)
 SELECT c.run_id, c.customer, c.calls, c.drifted_calls, c.drifted_calls / c.calls AS drift_rate,
        wilson_low(c.drifted_calls, c.calls) AS ci_low, wilson_high(c.drifted_calls, c.calls) AS ci_high,
        s.sessions, s.sessions_with_drift, s.sessions_with_drift / s.sessions AS observed_session_drift,
-       s.compounded_session_drift
+       s.{run_rates}{deprecated}
 FROM c LEFT JOIN s USING (run_id, customer);"""
 
 
@@ -80,8 +93,9 @@ FROM arg_diffs d LEFT JOIN per_tool p ON p.run_id = d.run_id AND p.tool_name IS 
 GROUP BY d.run_id, d.tool_name, d.arg_path, p.tool_calls;"""
 
 
-def _path_performance() -> str:
-    return """
+def _path_performance(version: int) -> str:
+    chunks = "replay_batches" if version < NAMES_SPLIT else "replay_chunks"
+    return f"""
 CREATE OR REPLACE VIEW path_performance AS
 SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum(wall_s) AS wall_s,
        sum(completion_tokens) AS completion_tokens,
@@ -90,7 +104,17 @@ SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum
        sum(accepted_tokens) / nullif(sum(drafted_tokens), 0) AS acceptance_rate,
        sum(completion_tokens) / nullif(sum(forward_passes), 0) AS tokens_per_forward_pass,
        sum(errors) AS errors
-FROM replay_batches GROUP BY run_id, side;"""
+FROM {chunks} GROUP BY run_id, side;"""
+
+
+def replay_batches_alias() -> str:
+    """The table's old name, kept as a view for users' SQL for one release: a replay chunk was
+    called a batch, a word now kept for the OpenAI Batch interop."""
+    return """
+CREATE VIEW replay_batches AS
+SELECT run_id, chunk_no AS batch_no, side, path_name, calls, wall_s, completion_tokens, drafted_tokens,
+       accepted_tokens, forward_passes, errors
+FROM replay_chunks;"""
 
 
 def _frontier(per_customer: bool) -> str:
@@ -98,7 +122,7 @@ def _frontier(per_customer: bool) -> str:
     drift, the session drift its per-call rate implies at the observed session length, its speed against the
     shared baseline, and whether it is Pareto-optimal (no other candidate, nor the baseline itself at 0 drift
     and 1.0x, is at least as good on both drift and speed and better on one). Speeds come from the matched
-    calls' outputs (tokens over each call's share of its batch's wall time), so a customer's row uses only
+    calls' outputs (tokens over each call's share of its engine call's wall time), so a customer's row uses only
     that customer's calls; recorded logs have no timings, so their speed and `pareto` are NULL."""
     name = "customer_frontier" if per_customer else "frontier"
     cust = "coalesce(customer, '(none)') AS customer, " if per_customer else ""
@@ -156,15 +180,16 @@ SELECT b.matrix_id, b.run_id, b.baseline, b.candidate, {"b.customer, " if per_cu
 FROM rated b;"""
 
 
-VIEW_BUILDERS = {"call_drift": _call_drift, "session_drift": _session_drift, "tool_drift": _tool_drift,
-                 "customer_drift": _customer_drift, "argument_drift": _argument_drift,
-                 "path_performance": _path_performance, "frontier": lambda: _frontier(False),
-                 "customer_frontier": lambda: _frontier(True)}
+VIEW_BUILDERS = {"call_drift": lambda v: _call_drift(), "session_drift": lambda v: _session_drift(),
+                 "tool_drift": lambda v: _tool_drift(), "customer_drift": _customer_drift,
+                 "argument_drift": lambda v: _argument_drift(), "path_performance": _path_performance,
+                 "frontier": lambda v: _frontier(False), "customer_frontier": lambda v: _frontier(True)}
 # The views before migration 7 (runs.matrix_id): migrations 4 and 6 create exactly these, so a fresh file
 # migrates in order (the frontier views need the column that migration 7 adds).
 CORE_VIEWS = ("call_drift", "session_drift", "tool_drift", "customer_drift", "argument_drift", "path_performance")
 
 
-def views_sql(names: tuple[str, ...] | None = None) -> str:
-    """CREATE OR REPLACE statements for the named reporting views (default: all of them)."""
-    return "\n".join(VIEW_BUILDERS[n]() for n in (names or tuple(VIEW_BUILDERS)))
+def views_sql(names: tuple[str, ...] | None = None, version: int = LATEST) -> str:
+    """CREATE OR REPLACE statements for the named reporting views (default: all of them), as migration `version`
+    creates them."""
+    return "\n".join(VIEW_BUILDERS[n](version) for n in (names or tuple(VIEW_BUILDERS)))

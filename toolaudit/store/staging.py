@@ -1,6 +1,11 @@
-"""The SQL half of `compare`: scanned digests are appended to a DuckDB staging table, and call indices, the join
-by (session, call index), and the rows of every agreeing or unmatched pair are computed there, so memory stays
-flat as logs grow (DuckDB spills past its memory limit) and only the ~1% of pairs that differ come back to Python.
+"""The SQL half of `compare`, and the one writer of a compare run's rows.
+
+Scanned digests are appended to a DuckDB staging table, and call indices, the join by (session, call index),
+and the rows of every agreeing or unmatched pair are computed there, so memory stays flat as logs grow (DuckDB
+spills past its memory limit) and only the ~1% of pairs that differ come back to Python. Those pairs' rows
+(built by `compare.pairs.Analyzer` into a `RowBuffer`), the run's trace error and schema issue rows, and the
+agreeing pairs' rows (INSERT ... SELECT from the digests) are all written here, through the `Store`'s
+transactions: `Staging.write` and `Staging.write_agreeing`.
 
 Call indices follow `traces.CallIndexer` exactly: within a session, in line order, an explicit index `e` is kept
 and moves the next implicit index to at least `e + 1`; an implicit one takes the next index. With `I` the implicit
@@ -18,9 +23,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from toolaudit.compare.vocabulary import MatchStatus
+from toolaudit.compare.vocabulary import DriftKind, MatchStatus
+from toolaudit.store.db import Store
+from toolaudit.store.rows import RowBuffer
 
 SCAN, INDEX, PAIRS, CVAL, CHUNKS, OUT = "_ta_scan", "_ta_index", "_ta_pairs", "_ta_cval", "_ta_chunks", "_ta_out"
+_SAME_TEXT = (f"CASE WHEN b.text_hash = c.text_hash THEN '{DriftKind.IDENTICAL.value}' "
+              f"ELSE '{DriftKind.TEXT_ONLY.value}' END")
 # rows per transaction of the final inserts: DuckDB keeps a transaction's new primary-key entries in memory
 ROWS_PER_COMMIT = 2_000_000
 # how a (session, call index) key is resolved
@@ -80,8 +89,7 @@ SELECT $run_id AS run_id, p.session_id, p.call_index,
             ELSE coalesce(b.tool_name, c.tool_name) END AS tool_name,
        CASE p.how WHEN {FAST} THEN '{MatchStatus.MATCHED.value}' WHEN {BASELINE_ONLY}
             THEN '{MatchStatus.BASELINE_ONLY.value}' ELSE '{MatchStatus.CANDIDATE_ONLY.value}' END AS match_status,
-       CASE WHEN p.how = {FAST} THEN CASE WHEN b.text_hash = c.text_hash THEN 'identical' ELSE 'text_only' END
-            END AS drift_kind,
+       CASE WHEN p.how = {FAST} THEN {_SAME_TEXT} END AS drift_kind,
        CASE WHEN p.how = {FAST} THEN false END AS drifted,
        CASE WHEN p.how = {FAST} THEN b.raw_hash = c.raw_hash END AS exact_text_match,
        CASE WHEN p.how = {FAST} THEN b.valid END AS baseline_valid,
@@ -126,13 +134,15 @@ WHERE {{lines}}"""
 
 
 class Staging:
-    """The staging tables of one comparison on the store's connection (temporary: gone when it closes)."""
+    """The staging tables of one comparison on the store's connection (temporary: gone when it closes), and the
+    writer of the comparison's rows."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
-        self.con = con
-        con.execute(_CREATE_SCAN)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {CVAL} (line BIGINT, valid BOOLEAN, schema_errors VARCHAR)")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {CHUNKS} (file VARCHAR, side UTINYINT, base BIGINT)")
+    def __init__(self, store: Store):
+        self.store = store
+        self.con = store.con
+        self.con.execute(_CREATE_SCAN)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {CVAL} (line BIGINT, valid BOOLEAN, schema_errors VARCHAR)")
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {CHUNKS} (file VARCHAR, side UTINYINT, base BIGINT)")
         self.chunks: list[tuple[str, int, int, int]] = []  # (outputs file, side, line base, lines), in line order
 
     def append(self, side: int, table: pa.Table, line_base: int, lines: int, shown: pa.Array | None,
@@ -171,7 +181,7 @@ class Staging:
 
     def fast_kinds(self) -> dict[str, int]:
         return dict(self.con.execute(
-            f"SELECT CASE WHEN b.text_hash = c.text_hash THEN 'identical' ELSE 'text_only' END AS kind, count(*) "
+            f"SELECT {_SAME_TEXT} AS kind, count(*) "
             f"FROM {PAIRS} p JOIN {SCAN} b ON b.side = 0 AND b.line = p.bl "
             f"JOIN {SCAN} c ON c.side = 1 AND c.line = p.cl WHERE p.how = {FAST} GROUP BY kind").fetchall())
 
@@ -195,7 +205,13 @@ class Staging:
             self._insert(CVAL, pa.table({"line": pa.array(lines, pa.int64()), "valid": pa.array(valid, pa.bool_()),
                                          "schema_errors": pa.array(errors, pa.string())}))
 
-    def write_rows(self, run_id: int, names: tuple[str, str], sources: tuple[str, str]) -> None:
+    # -- the one writer of the run's rows ---------------------------------------------------------------------
+    def write(self, rows: RowBuffer) -> None:
+        """Rows built in Python, in one transaction: the differing pairs' calls, outputs and arg_diffs, and the
+        run's trace_errors and schema_issues."""
+        self.store.write_rows(rows)
+
+    def write_agreeing(self, run_id: int, names: tuple[str, str], sources: tuple[str, str]) -> None:
         """Insert the calls and outputs rows of every agreeing or unmatched pair, at most ROWS_PER_COMMIT rows
         per transaction (so memory does not grow with the logs): calls by ranges of pairs, outputs by groups of
         consecutive chunk files (each group's Parquet files are read once)."""
@@ -227,13 +243,8 @@ class Staging:
             yield group
 
     def _commit(self, sql: str, params: dict[str, Any]) -> None:
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            self.con.execute(sql, params)
-        except BaseException:
-            self.con.execute("ROLLBACK")
-            raise
-        self.con.execute("COMMIT")
+        with self.store.transaction() as con:
+            con.execute(sql, params)
 
     def _pages(self, sql: str, limit: int) -> Iterator[list[dict[str, Any]]]:
         table = self.con.sql(sql).to_arrow_table()  # narrow columns: small even for many rows
@@ -246,14 +257,15 @@ class Staging:
 
 
 @contextmanager
-def staging(con: duckdb.DuckDBPyConnection, memory_limit: str | None = None) -> Iterator[Staging]:
+def staging(store: Store, memory_limit: str | None = None) -> Iterator[Staging]:
     """Staging tables for one comparison; with `memory_limit`, DuckDB spills past it to its temp directory
     (the setting is put back afterwards)."""
+    con = store.con
     before = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] if memory_limit else None
     if memory_limit:
         con.execute("SET memory_limit = ?", [memory_limit])
     try:
-        stage = Staging(con)
+        stage = Staging(store)
         try:
             yield stage
         finally:
