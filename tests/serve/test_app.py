@@ -31,7 +31,7 @@ from helpers import (
     torch_path_toml,
 )
 
-from toolaudit.engines import EngineRequest, EngineResult, make_engine
+from toolaudit.engines import Capabilities, Engine, EngineRequest, EngineResult, make_engine
 from toolaudit.engines.paths import load_paths
 from toolaudit.replay.replayer import ReplayOptions, load_calls, replay_traces
 from toolaudit.store import Store
@@ -264,7 +264,8 @@ def test_serve_cli_errors(tmp_path, setup):
     result = runner.invoke(cli, ["serve", "--paths", str(paths), "--path", "nope"])
     assert result.exit_code == 1 and "unknown decode path 'nope'" in result.output
     result = runner.invoke(cli, ["serve", "--paths", str(paths), "--path", "http-tiny"])
-    assert result.exit_code == 1 and "paths.http-tiny: serve runs the embedded engine" in result.output
+    assert result.exit_code == 1 and ("paths.http-tiny: serve runs in-process engines (hf, torch, vllm); engine "
+                                      "'openai' paths are served elsewhere") in result.output
     port = setup.servers["tiny"].base_url.rsplit(":", 1)[1].split("/")[0]
     result = runner.invoke(cli, ["serve", "--paths", str(paths), "--path", "tiny", "--port", port])
     assert result.exit_code == 1 and f"cannot listen on 127.0.0.1:{port}" in result.output
@@ -272,20 +273,18 @@ def test_serve_cli_errors(tmp_path, setup):
 
 # ---------------------------------------------------------------------------------------------- batching
 
-class _IdEngine:
-    """A fake embedded engine: answers each request with a tool call echoing its last message, and records the
-    size of every engine call, so routing under batching can be checked exactly."""
+class _IdEngine(Engine):
+    """A stand-in in-process engine: answers each request with a tool call echoing its last message, and records
+    the size of every engine call, so routing under batching can be checked exactly."""
 
+    name = "torch"  # serves the path below, which names the torch engine
+    capabilities = Capabilities(in_process=True, decodes_tokens=True)
     batches: ClassVar[list[int]] = []
 
-    def __init__(self, path):
-        self.path = path
-        self.tokenizer = SimpleNamespace(decode=lambda ids: f"<{ids[0]}>")
+    def decode_tokens(self, ids, keep_special=False):
+        return f"<{ids[0]}>"
 
-    def load(self):
-        pass
-
-    def fingerprint_components(self):
+    def path_components(self):
         return {"engine": "fake", "max_tokens": self.path.max_tokens}
 
     def generate(self, reqs):

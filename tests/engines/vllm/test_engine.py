@@ -123,7 +123,7 @@ def test_prompt_ids_equal_embedded_rendering(fp32, model_available):
     from transformers import AutoTokenizer
 
     try:
-        from toolaudit.engines.torch.prompting import render
+        from toolaudit.engines.prompting import render
     except ImportError:
         from toolaudit.prompting import render
     tokenizer = AutoTokenizer.from_pretrained(model_available)
