@@ -17,15 +17,12 @@ import importlib.metadata
 import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolaudit import ConfigError
 
 from .base import Capabilities, Engine
 from .logs import LogNote
-
-if TYPE_CHECKING:
-    from .paths import PathConfig
 
 GROUP = "toolaudit.engines"
 # The built-ins' entry points as pyproject.toml declares them (a test keeps the two equal): used only when
@@ -38,7 +35,8 @@ Fail = Callable[[str, str], ConfigError]
 @dataclass(frozen=True)
 class EngineSpec:
     """What toolaudit knows of an engine before importing it. A distribution exposes one per engine as the
-    object its `toolaudit.engines` entry point names (the entry point's name is the engine's name).
+    object its `toolaudit.engines` entry point names (the entry point's name is the engine's name). `path`
+    arguments below are `paths.PathConfig`s (not imported here: `paths` imports this module).
 
     `factory` is "module:attribute" of a callable `factory(path) -> Engine`, usually the `Engine` subclass
     itself, imported on first use. `keys` are the engine's own `[paths.NAME]` keys besides the common ones
@@ -54,11 +52,11 @@ class EngineSpec:
     notes: tuple[LogNote, ...] = ()  # lines of the engine's own log to repeat to the user (see `logs`)
     source: str = ""  # who registered it: "toolaudit (torch = toolaudit.engines.torch.config:ENGINE)"
 
-    def load_factory(self) -> Callable[[PathConfig], Engine]:
+    def load_factory(self) -> Callable[..., Engine]:
         """The factory, imported now (an `ImportError` names what the engine needs)."""
         return pkgutil.resolve_name(self.factory)
 
-    def create(self, path: PathConfig) -> Engine:
+    def create(self, path) -> Engine:
         """An engine for `path` (nothing loads yet). Missing dependencies and a factory that returns something
         other than an `Engine` are `ConfigError`s naming the path and who registered the engine."""
         try:
@@ -72,7 +70,7 @@ class EngineSpec:
                               f"{type(engine).__name__}, not a toolaudit.engines.Engine ({self.source})")
         return engine
 
-    def with_override(self, path: PathConfig, key: str, value: Any) -> PathConfig:
+    def with_override(self, path, key: str, value: Any):
         """`path` with a run-wide override of one of this engine's `capabilities.overrides` keys, validated by
         `parse_options` as if paths.toml set it (the path's dtype and device alongside, for cross-key rules)."""
         def fail(k: str, message: str) -> ConfigError:
