@@ -24,6 +24,7 @@ from pathlib import Path
 
 _WARNING = re.compile(r"\bWARN(?:ING)?\b|Warning:|\w+Warning\b")
 _ERROR = re.compile(r"\bERROR\b|\bTraceback \(most recent call last\)|\w+Error: ")
+_KEPT: list[io.TextIOWrapper] = []  # streams handed to engines: never closed, never collected
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class EngineLogs:
     def __init__(self, file: Path | str | None):
         self.file = Path(file) if file is not None else None
         self._start: int | None = None  # the file's size before this command wrote to it
+        self._text: io.TextIOWrapper | None = None
         self._depth = 0
 
     @contextlib.contextmanager
@@ -49,11 +51,10 @@ class EngineLogs:
         if self.file is None or self._depth:
             yield
             return
-        self._open()
+        text = self._stream()
         self._depth += 1
-        streams = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
-        _flush(streams)
-        fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        before = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+        _flush(before)
         saved: list[tuple[int, int]] = []
         try:
             for target in (1, 2):
@@ -61,20 +62,28 @@ class EngineLogs:
                     saved.append((target, os.dup(target)))
                 except OSError:  # no such descriptor (a daemon): nothing to redirect
                     continue
-                os.dup2(fd, target)
-            text = io.TextIOWrapper(io.FileIO(os.dup(fd), "w"), encoding="utf-8", errors="replace",
-                                    line_buffering=True)
-            with text, contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+                os.dup2(text.fileno(), target)
+            with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
                 try:
                     yield
                 finally:
-                    _flush(streams)  # what handlers bound to the real streams buffered belongs in the file
+                    _flush((text, *before))  # what handlers bound to the real streams buffered belongs in the file
         finally:
             for target, copy in saved:
                 os.dup2(copy, target)
                 os.close(copy)
-            os.close(fd)
             self._depth -= 1
+
+    def _stream(self) -> io.TextIOWrapper:
+        """The log file as a text stream, opened once and never closed: a logging handler an engine creates
+        while captured (vLLM configures its own on import) binds to it and keeps writing to the file."""
+        if self._text is None:
+            self._open()
+            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._text = io.TextIOWrapper(io.FileIO(fd, "w"), encoding="utf-8", errors="replace",
+                                          line_buffering=True)
+            _KEPT.append(self._text)
+        return self._text
 
     def _open(self) -> None:
         """On first use in this command: a header line, so appended runs can be told apart."""
@@ -83,8 +92,8 @@ class EngineLogs:
         self.file.parent.mkdir(parents=True, exist_ok=True)
         self._start = self.file.stat().st_size if self.file.exists() else 0
         with self.file.open("a", encoding="utf-8") as f:
-            f.write(f"==== toolaudit {' '.join(sys.argv[1:2]) or 'engines'} at {time.strftime('%Y-%m-%d %H:%M:%S')}, "
-                    f"pid {os.getpid()} ====\n")
+            command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300]
+            f.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {command} ====\n")
 
     def lines(self) -> list[str]:
         """What engines wrote during this command (after its header line)."""
@@ -104,7 +113,8 @@ class EngineLogs:
         said = [f"note: {n.says}" for n in dict.fromkeys(notes) if any(re.search(n.pattern, line) for line in lines)]
         errors = sum(1 for line in lines if _ERROR.search(line))
         warnings = sum(1 for line in lines if _WARNING.search(line) and not _ERROR.search(line))
-        counts = ", ".join(f"{n} {word}" for n, word in ((warnings, "warnings"), (errors, "errors")) if n)
+        counts = ", ".join(f"{n} {word}{'s' if n > 1 else ''}" for n, word in ((warnings, "warning"), (errors, "error"))
+                           if n)
         return [*said, f"engine logs: {self.file} ({len(lines)} lines{', ' + counts if counts else ''})"]
 
     def _drop_header(self) -> None:
@@ -114,7 +124,6 @@ class EngineLogs:
             self.file.unlink()
         else:
             os.truncate(self.file, self._start)
-        self._start = None
 
 
 def log_file_for(db: str | Path) -> Path:
