@@ -135,6 +135,31 @@ def test_served_fingerprint_is_the_paths_fingerprint(setup):
                       "fingerprint": fingerprint(make_engine(path).fingerprint_components())}
 
 
+def test_any_in_process_engine_is_served(tmp_path, setup):
+    """serve hosts engines by capability (`in_process`), not by name: an hf path (generate() on the tiny model)
+    called over HTTP gives the tokens the hf engine gives in process, under the same fingerprint."""
+    from toolaudit.engines.fingerprint import fingerprint
+
+    serve_file = tmp_path / "hf.toml"
+    serve_file.write_text(f'[paths.tiny-hf]\nengine = "hf"\nmodel = "{setup.root / "tiny"}"\ndtype = "float32"\n'
+                          'max_tokens = 12\nthreads = 1\n')
+    server = ServeProcess(serve_file, "tiny-hf", tmp_path / "hf.log")
+    try:
+        client = load_paths(_write(tmp_path, openai_path_toml("http-hf", server.wait(), "tiny-hf", logprobs=True,
+                                                              extra_body=TOKEN_IDS)))["http-hf"]
+        with make_engine(client) as engine:
+            over_http = engine.generate(requests(3))
+        health = json.loads(get(server.root + "/health")[1])
+    finally:
+        assert server.stop() == 0
+    with make_engine(load_paths(serve_file)["tiny-hf"]) as local:
+        in_process = local.generate(requests(3))
+        assert health["fingerprint"] == fingerprint(local.fingerprint_components())
+    for h, e in zip(over_http, in_process):
+        assert h.ok and e.ok and e.token_ids, (h.error, e.error)
+        assert (h.token_ids, h.top2, h.completion_tokens) == (e.token_ids, e.top2, e.completion_tokens)
+
+
 def _same_answer(a: EngineResult, b: EngineResult) -> None:
     strip = [{**c, "id": None} for c in a.message.get("tool_calls") or []]
     assert strip == [{**c, "id": None} for c in b.message.get("tool_calls") or []]
