@@ -1,6 +1,6 @@
 """Engines' own output (vLLM's and transformers' logs, Python warnings, progress bars, what worker processes and
 C++ code print) goes to a log file instead of the user's terminal, where it buried toolaudit's progress and
-results (a replay through an hf and a vLLM path printed 94 lines for 6 calls, 70 of them vLLM's).
+results (a replay of 6 calls through an hf and a vLLM path printed 94 lines, 73 of them the engines' own).
 
 `EngineLogs.captured()` is held around every engine call (create, load, generate, fingerprint, close): it
 points file descriptors 1 and 2 at the log file, so output from C code and from processes spawned meanwhile
@@ -101,7 +101,8 @@ class EngineLogs:
             return []
         with self.file.open("rb") as f:
             f.seek(self._start)
-            return f.read().decode("utf-8", "replace").splitlines()[1:]
+            text = f.read().decode("utf-8", "replace")
+        return text.split("\n")[1:-1] if text.endswith("\n") else text.split("\n")[1:]  # "\r" (progress) stays in
 
     def summary(self, notes: Iterable[LogNote] = ()) -> list[str]:
         """Lines for the user: each note whose pattern matched (once), then where the log is with its counts.

@@ -133,7 +133,7 @@ NOTES = (
             "vLLM ran without tcmalloc / Intel OpenMP preloaded (LD_PRELOAD), which it says costs speed on CPU: "
             "its tokens/s are below a tuned deployment's"),
     LogNote(r"force killing (remaining process|sub process)",
-            "vLLM's worker processes did not stop within its grace period and were killed"),
+            "vLLM's engine processes did not exit within its shutdown grace period and were killed"),
 )
 ENGINE = EngineSpec(name="vllm", factory="toolaudit.engines.vllm.engine:VLLMEngine", keys=KEYS,
                     parse_options=parse_options, capabilities=CAPABILITIES, notes=NOTES)
