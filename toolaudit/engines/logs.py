@@ -116,7 +116,8 @@ class EngineLogs:
         warnings = sum(1 for line in lines if _WARNING.search(line) and not _ERROR.search(line))
         counts = ", ".join(f"{n} {word}{'s' if n > 1 else ''}" for n, word in ((warnings, "warning"), (errors, "error"))
                            if n)
-        return [*said, f"engine logs: {self.file} ({len(lines)} lines{', ' + counts if counts else ''})"]
+        size = f"{len(lines)} line{'s' if len(lines) > 1 else ''}"
+        return [*said, f"engine logs: {self.file} ({size}{', ' + counts if counts else ''})"]
 
     def _drop_header(self) -> None:
         if self.file is None or self._start is None or not self.file.exists():
