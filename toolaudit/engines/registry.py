@@ -50,7 +50,7 @@ class EngineSpec:
     parse_options: Callable[[dict[str, Any], Fail], dict[str, Any]]
     capabilities: Capabilities = Capabilities()
     notes: tuple[LogNote, ...] = ()  # lines of the engine's own log to repeat to the user (see `logs`)
-    source: str = ""  # who registered it: "toolaudit (torch = toolaudit.engines.torch.config:ENGINE)"
+    source: str = ""  # set by the registry: "the distribution D (entry point N = V in group toolaudit.engines)"
 
     def load_factory(self) -> Callable[..., Engine]:
         """The factory, imported now (an `ImportError` names what the engine needs)."""
