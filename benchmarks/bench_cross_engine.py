@@ -97,9 +97,9 @@ def run_hf_direct(requests, args) -> EngineRun:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteriaList, StopStringCriteria
 
+    from toolaudit.engines.models import converted_dir, resolve
     from toolaudit.engines.paths import builtin_paths
-    from toolaudit.engines.torch.models import converted_dir, resolve
-    from toolaudit.engines.torch.prompting import render
+    from toolaudit.engines.prompting import render
 
     directory = converted_dir(resolve("smollm2-135m"))
     tokenizer = AutoTokenizer.from_pretrained(directory)
@@ -210,7 +210,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from toolaudit.engines import ENGINES
-    from toolaudit.engines.torch.models import converted_dir, resolve
+    from toolaudit.engines.models import converted_dir, resolve
 
     tokenizer = AutoTokenizer.from_pretrained(converted_dir(resolve("smollm2-135m")))
 

@@ -93,9 +93,10 @@ class Bench:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from toolaudit.engines.models import converted_dir, resolve
         from toolaudit.engines.paths import builtin_paths
-        from toolaudit.engines.torch import models
-        from toolaudit.engines.torch.prompting import render
+        from toolaudit.engines.prompting import render
+        from toolaudit.engines.torch.models import load_model
 
         torch.set_num_threads(os.cpu_count() or 1)
         self.torch = torch
@@ -104,8 +105,8 @@ class Bench:
         self.paths = {k: replace(v, dtype=dtype, max_tokens=max_tokens, options=options)
                       for k, v in builtin_paths().items()}
         self.requests = load_requests(n, sample)
-        self.model, self.tokenizer = models.load_model("smollm2-135m", dtype, "cpu", numerics)
-        directory = models.converted_dir(models.resolve("smollm2-135m"))
+        self.model, self.tokenizer = load_model("smollm2-135m", dtype, "cpu", numerics)
+        directory = converted_dir(resolve("smollm2-135m"))
         # A separate copy with transformers' default attention: generate() runs exactly as shipped (in float32
         # for an emulated setup: generate() has no emulation, and float32 is its fast choice without bf16 kernels).
         self.hf_dtype = "float32" if numerics == "emulated" else dtype
@@ -199,7 +200,7 @@ class Bench:
             warm = engine.generate(self.requests[:2])
             if any(r.error for r in warm):
                 raise RuntimeError(f"{name}: {next(r.error for r in warm if r.error)}")
-            llm = engine._llm
+            llm = engine.model
             llm.reset_prefix_cache()
             cache0 = _vllm_prefix_counters(llm)
             start = time.perf_counter()

@@ -85,10 +85,10 @@ def shape_noise(name: str, requests, tokens: int = 36, width: int = 6) -> dict:
     import torch
 
     from toolaudit.engines.paths import builtin_paths
+    from toolaudit.engines.prompting import render
     from toolaudit.engines.torch.kv import KVBatch
     from toolaudit.engines.torch.models import load_model
     from toolaudit.engines.torch.numerics import resolve
-    from toolaudit.engines.torch.prompting import render
 
     dtype, numerics = CONFIGS[name]
     model, tokenizer = load_model("smollm2-135m", dtype, "cpu", resolve(dtype, "cpu", numerics))

@@ -36,7 +36,7 @@ def tiny_model(out: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from toolaudit.engines.torch.models import converted_dir, resolve
+    from toolaudit.engines.models import converted_dir, resolve
 
     tokenizer = AutoTokenizer.from_pretrained(converted_dir(resolve("smollm2-135m")))
     torch.manual_seed(0)

@@ -54,7 +54,7 @@ def build_tiny_model(out: Path, echo: bool = False) -> Path:
     import torch
     from transformers import AutoTokenizer
 
-    from toolaudit.engines.torch.models import converted_dir, resolve
+    from toolaudit.engines.models import converted_dir, resolve
 
     tokenizer = AutoTokenizer.from_pretrained(converted_dir(resolve("smollm2-135m")))
     model = tiny_llama(0, len(tokenizer), hidden=32, heads=2, kv_heads=1, positions=2048, float64=False,
@@ -218,7 +218,7 @@ def smollm2_dir() -> Path:
     import pytest
 
     from toolaudit import ConfigError
-    from toolaudit.engines.torch.models import converted_dir, resolve
+    from toolaudit.engines.models import converted_dir, resolve
 
     try:
         return converted_dir(resolve("smollm2-135m"))

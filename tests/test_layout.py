@@ -137,3 +137,38 @@ def test_no_import_cycles_through_package_inits():
 
     cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
     assert not cycles, f"import cycles through package __init__ modules: {cycles}"
+
+
+ENGINE_DRIVERS = ("toolaudit.replay", "toolaudit.serve", "toolaudit.cli", "toolaudit.engines.base",
+                  "toolaudit.engines.registry", "toolaudit.engines.local", "toolaudit.engines.logs")
+
+
+def test_engines_keep_one_contract_and_nobody_probes_them():
+    """Every registered engine (built-in or plug-in) is an `Engine` subclass declaring its spec's name and
+    capabilities; code that drives engines asks them through that contract, never with getattr/hasattr; and no
+    engine package imports another's (what engines share lives beside them, in toolaudit.engines)."""
+    from toolaudit.engines import ENGINES, Engine
+
+    assert not ENGINES.problems, ENGINES.problems
+    for name, spec in ENGINES.items():
+        factory = spec.load_factory()
+        assert isinstance(factory, type) and issubclass(factory, Engine), f"engine {name}: {spec.factory}"
+        assert (factory.name, factory.capabilities) == (name, spec.capabilities), f"engine {name}"
+
+    mods = _modules()
+    probes = []
+    for name, path in mods.items():
+        if name.startswith(ENGINE_DRIVERS):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                        "getattr", "hasattr"):
+                    probes.append(f"{name}:{node.lineno} {node.func.id}")
+    assert not probes, f"attribute probing where engines are driven: {probes}"
+
+    engine_packages = {n for n, p in mods.items() if n.count(".") == 2 and n.startswith("toolaudit.engines.")
+                       and p.name == "__init__.py"}
+    crossing = sorted((name, target) for name, targets in _imports(mods).items() for target in targets
+                      for pkg in engine_packages for other in engine_packages
+                      if pkg != other and (name + ".").startswith(pkg + ".")
+                      and (target + ".").startswith(other + "."))
+    assert not crossing, f"engine packages importing each other: {crossing}"

@@ -20,7 +20,7 @@ from conftest import REPO
 from helpers import build_tiny_model
 
 from toolaudit.cli import cli
-from toolaudit.engines import make_engine
+from toolaudit.engines import Engine, make_engine
 from toolaudit.replay.replayer import ReplayOptions, replay_traces
 from toolaudit.store import Store
 
@@ -101,20 +101,23 @@ class _Interrupting:
             return engine
         outer = self
 
-        class Wrapped:
+        class Wrapped(Engine):
+            name = engine.name
+            capabilities = engine.capabilities
+
             def generate(self, requests):
                 outer.calls += 1
                 if outer.calls == outer.after:
                     raise KeyboardInterrupt
                 return engine.generate(requests)
 
-            def fingerprint_components(self):
-                return engine.fingerprint_components()
+            def path_components(self):
+                return engine.path_components()
 
-            def tokenizer_decode(self, ids):
-                return engine.tokenizer_decode(ids)
+            def decode_tokens(self, ids, keep_special=False):
+                return engine.decode_tokens(ids, keep_special)
 
-        return Wrapped()
+        return Wrapped(path)
 
 
 def test_interrupted_replay_resumes_to_the_same_calls(tmp_path, paths_file):

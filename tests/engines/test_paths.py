@@ -90,7 +90,7 @@ base_url = "http://localhost:8000/v1"
     ('[paths.p]\nbatch_size = "8"', "paths.toml: paths.p: batch_size must be a positive integer (got '8')"),
     ('[paths.p]\nmax_tokens = true', "paths.toml: paths.p: max_tokens must be a positive integer (got True)"),
     ('[paths.p]\ntemperature = -1', "paths.toml: paths.p: temperature must be >= 0"),
-    ('[paths.p]\nengine = "tgi"', "paths.toml: paths.p: engine must be one of torch, openai, vllm, hf (got 'tgi')"),
+    ('[paths.p]\nengine = "tgi"', "paths.toml: paths.p: engine must be one of hf, openai, torch, vllm (got 'tgi')"),
     ('[paths.p]\nmax_token = 5', "paths.toml: paths.p: max_token is not a key the torch engine knows"),
     ('[paths.p]\nprefix_caching = "yes"', "paths.toml: paths.p: prefix_caching must be a boolean"),
     ('[paths.p.prompt]\nfew_shot = 5',

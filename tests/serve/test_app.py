@@ -31,7 +31,7 @@ from helpers import (
     torch_path_toml,
 )
 
-from toolaudit.engines import EngineRequest, EngineResult, make_engine
+from toolaudit.engines import Capabilities, Engine, EngineRequest, EngineResult, make_engine
 from toolaudit.engines.paths import load_paths
 from toolaudit.replay.replayer import ReplayOptions, load_calls, replay_traces
 from toolaudit.store import Store
@@ -133,6 +133,31 @@ def test_served_fingerprint_is_the_paths_fingerprint(setup):
     health = json.loads(get(setup.servers["tiny"].root + "/health")[1])
     assert health == {"status": "ok", "path": "tiny",
                       "fingerprint": fingerprint(make_engine(path).fingerprint_components())}
+
+
+def test_any_in_process_engine_is_served(tmp_path, setup):
+    """serve hosts engines by capability (`in_process`), not by name: an hf path (generate() on the tiny model)
+    called over HTTP gives the tokens the hf engine gives in process, under the same fingerprint."""
+    from toolaudit.engines.fingerprint import fingerprint
+
+    serve_file = tmp_path / "hf.toml"
+    serve_file.write_text(f'[paths.tiny-hf]\nengine = "hf"\nmodel = "{setup.root / "tiny"}"\ndtype = "float32"\n'
+                          'max_tokens = 12\nthreads = 1\n')
+    server = ServeProcess(serve_file, "tiny-hf", tmp_path / "hf.log")
+    try:
+        client = load_paths(_write(tmp_path, openai_path_toml("http-hf", server.wait(), "tiny-hf", logprobs=True,
+                                                              extra_body=TOKEN_IDS)))["http-hf"]
+        with make_engine(client) as engine:
+            over_http = engine.generate(requests(3))
+        health = json.loads(get(server.root + "/health")[1])
+    finally:
+        assert server.stop() == 0
+    with make_engine(load_paths(serve_file)["tiny-hf"]) as local:
+        in_process = local.generate(requests(3))
+        assert health["fingerprint"] == fingerprint(local.fingerprint_components())
+    for h, e in zip(over_http, in_process):
+        assert h.ok and e.ok and e.token_ids, (h.error, e.error)
+        assert (h.token_ids, h.top2, h.completion_tokens) == (e.token_ids, e.top2, e.completion_tokens)
 
 
 def _same_answer(a: EngineResult, b: EngineResult) -> None:
@@ -264,7 +289,8 @@ def test_serve_cli_errors(tmp_path, setup):
     result = runner.invoke(cli, ["serve", "--paths", str(paths), "--path", "nope"])
     assert result.exit_code == 1 and "unknown decode path 'nope'" in result.output
     result = runner.invoke(cli, ["serve", "--paths", str(paths), "--path", "http-tiny"])
-    assert result.exit_code == 1 and "paths.http-tiny: serve runs the embedded engine" in result.output
+    assert result.exit_code == 1 and ("paths.http-tiny: serve runs in-process engines (hf, torch, vllm); engine "
+                                      "'openai' paths are served elsewhere") in result.output
     port = setup.servers["tiny"].base_url.rsplit(":", 1)[1].split("/")[0]
     result = runner.invoke(cli, ["serve", "--paths", str(paths), "--path", "tiny", "--port", port])
     assert result.exit_code == 1 and f"cannot listen on 127.0.0.1:{port}" in result.output
@@ -272,20 +298,18 @@ def test_serve_cli_errors(tmp_path, setup):
 
 # ---------------------------------------------------------------------------------------------- batching
 
-class _IdEngine:
-    """A fake embedded engine: answers each request with a tool call echoing its last message, and records the
-    size of every engine call, so routing under batching can be checked exactly."""
+class _IdEngine(Engine):
+    """A stand-in in-process engine: answers each request with a tool call echoing its last message, and records
+    the size of every engine call, so routing under batching can be checked exactly."""
 
+    name = "torch"  # serves the path below, which names the torch engine
+    capabilities = Capabilities(in_process=True, decodes_tokens=True)
     batches: ClassVar[list[int]] = []
 
-    def __init__(self, path):
-        self.path = path
-        self.tokenizer = SimpleNamespace(decode=lambda ids: f"<{ids[0]}>")
+    def decode_tokens(self, ids, keep_special=False):
+        return f"<{ids[0]}>"
 
-    def load(self):
-        pass
-
-    def fingerprint_components(self):
+    def path_components(self):
         return {"engine": "fake", "max_tokens": self.path.max_tokens}
 
     def generate(self, reqs):

@@ -111,6 +111,12 @@ def shard_option(func: Callable) -> Callable:
                         "combines them exactly.")(func)
 
 
+def verbose_option(func: Callable) -> Callable:
+    """--verbose: engines' own output (vLLM, transformers, warnings) on the terminal instead of a log file."""
+    return click.option("--verbose", "-v", is_flag=True, help="Show engines' own logs and warnings on the "
+                        "terminal (default: written to DB.engines.log beside --db, named at the end).")(func)
+
+
 def schema_dir_or_none(schema_dir: str) -> str | None:
     return schema_dir if os.path.isdir(schema_dir) else None
 

@@ -16,6 +16,7 @@ from toolaudit.cli.common import (
     output_options,
     schema_dir_or_none,
     shard_option,
+    verbose_option,
 )
 from toolaudit.cli.remedies import show_run
 from toolaudit.report.output import to_json
@@ -24,7 +25,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 
 
-def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None) -> None:
+def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, verbose: bool = False) -> None:
+    from toolaudit.engines import ENGINES
+    from toolaudit.engines.logs import EngineLogs, log_file_for
+
+    logs = EngineLogs(None if verbose else log_file_for(db))
+    try:
+        _replay_into(db, options, resume, fmt, budget, logs)
+    finally:  # also after a failure: the engines' log often says why
+        for line in logs.summary(note for spec in ENGINES.values() for note in spec.notes):
+            click.echo(line, err=True)
+
+
+def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs) -> None:
     from toolaudit.replay.replayer import replay_traces
     from toolaudit.store import Store
     from toolaudit.store.queries import latest_interrupted_run
@@ -33,7 +46,7 @@ def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None) -> 
         bar = _LazyBar()
         try:
             run_id, counts = replay_traces(store, options, progress=bar.update, resume=resume,
-                                           on_total=bar.start)
+                                           on_total=bar.start, logs=logs)
         except KeyboardInterrupt:
             bar.close()
             interrupted = latest_interrupted_run(store)
@@ -81,17 +94,20 @@ class _LazyBar:
 @click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
               help="Calls per engine call and per transaction (a kill loses at most one chunk).")
 @click.option("--run-name", help="A name for this run.")
+@click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
+              "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics).")
 @format_option
 @key_options
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
               help="Folder of <tool>.json schemas that override the request's.")
 @shard_option
+@verbose_option
 @output_options
 @friendly_errors
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
-           run_name: str | None, trace_format: str, session_key: str, customer_key: str, schema_dir: str,
-           shard, fmt: str) -> None:
+           run_name: str | None, numerics: str | None, trace_format: str, session_key: str, customer_key: str,
+           schema_dir: str, shard, verbose: bool, fmt: str) -> None:
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
 
     Trace files may be in any format `compare` reads (detected from the first record unless --format says)."""
@@ -99,17 +115,17 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
 
     if resume is None and not traces:
         raise click.UsageError("give trace files to replay, or --resume RUN")
-    if resume is not None and (traces or shard):
-        raise click.UsageError("--resume takes its traces, paths and shard from the run; do not pass trace "
-                               "files or --shard")
+    if resume is not None and (traces or shard or numerics):
+        raise click.UsageError("--resume takes its traces, paths, numerics and shard from the run; do not pass "
+                               "trace files, --numerics or --shard")
     options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidates[0],
                             candidates=list(candidates) if len(candidates) > 1 else None,
                             paths_file=paths_file, limit=limit, calls_per_session=calls_per_session,
                             run_name=run_name, chunk=chunk, session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
                             trace_format=None if trace_format == "auto" else trace_format,
-                            shard=shard.as_dict() if shard else None)
-    _run_replay(db, options, resume, fmt)
+                            shard=shard.as_dict() if shard else None, numerics=numerics)
+    _run_replay(db, options, resume, fmt, verbose=verbose)
 
 
 MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32")
@@ -131,11 +147,14 @@ DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
               "and spec-ngram-fp32 on the first 2 calls of each session, with the recommendation per customer.")
 @click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
               help="With --matrix: the session drift budget the recommendation uses.")
+@verbose_option
 @output_options
 @friendly_errors
-def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, fmt: str) -> None:
+def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, verbose: bool,
+         fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
-    from toolaudit.engines.torch.numerics import cpu_capability, resolve
+    from toolaudit.engines import make_engine
+    from toolaudit.replay.inputs import resolve_paths
     from toolaudit.replay.replayer import ReplayOptions
 
     Path(db).resolve().parent.mkdir(parents=True, exist_ok=True)
@@ -148,15 +167,16 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                             chunk=ReplayOptions.chunk if matrix else DEMO_CHUNK,
                             run_name="demo-matrix" if matrix else "demo",
                             schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics)
-    used = resolve("bfloat16", "cpu", numerics)
-    click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)} (bf16 numerics {used}, "
-               f"CPU {cpu_capability()}); results in {db}", err=True)
+    # What the baseline engine says of itself: the numerics it resolved `--numerics` to, on which CPU.
+    components = make_engine(resolve_paths(options)[0]).fingerprint_components()
+    click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)} (bf16 numerics "
+               f"{components['numerics']}, CPU {components['cpu_capability']}); results in {db}", err=True)
     if not matrix:
-        _run_replay(db, options, None, fmt)
+        _run_replay(db, options, None, fmt, verbose=verbose)
         return
     from toolaudit.analysis.frontier import Budget
 
-    _run_replay(db, options, None, fmt, Budget(max_session_drift=max_session_drift))
+    _run_replay(db, options, None, fmt, Budget(max_session_drift=max_session_drift), verbose=verbose)
     if fmt == "table":
         click.echo(f"\nbudget: session drift <= {100 * max_session_drift:g}% on the 95% upper bound "
                    f"(--max-session-drift); remedy reports: toolaudit report --all-customers --max-session-drift "

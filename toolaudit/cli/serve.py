@@ -1,4 +1,4 @@
-"""`toolaudit serve`: an OpenAI-compatible endpoint around an embedded decode path."""
+"""`toolaudit serve`: an OpenAI-compatible endpoint around an in-process decode path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from toolaudit.cli.common import friendly_errors
 
 
 @click.command()
-@click.option("--path", "path_name", required=True, help="Decode path to serve (an embedded, engine = \"torch\" path).")
+@click.option("--path", "path_name", required=True,
+              help="Decode path to serve: one whose engine runs in process (torch, hf, vllm, in-process plug-ins).")
 @click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True),
               help="paths.toml with [paths.NAME] tables (default: built-in target and spec-ngram).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")

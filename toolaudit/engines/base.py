@@ -1,14 +1,36 @@
-"""What every engine takes and returns, so replay code never cares which engine produced a completion.
+"""The engine contract: what every engine takes, returns and declares, so replay and serve code never care
+which engine produced a completion, nor probe one for what it can do.
 
 An engine turns recorded requests into completions on one decode path. The contract that keeps a replay of
 thousands of calls going: one `EngineResult` per request, in request order, and a failure of one request is
-that result's `error`, never an exception that loses the rest of the batch.
+that result's `error`, never an exception that loses the rest of the batch. The lifecycle is explicit:
+`load()` (idempotent; replay calls it outside the path's timings), `generate()`, `decode_tokens()` where the
+engine declares it can, `fingerprint_components()`, `close()` (idempotent; frees models and workers, after
+which the engine loads again on next use). What an engine can do is declared in `Capabilities`, not found out.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
+
+from toolaudit import ConfigError
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine declares about itself; read by replay (scheduling, evidence), serve and the CLI.
+
+    `overrides` names the path keys a run-wide option may set on every path of this engine (`--numerics` sets
+    `numerics`); the engine's own `parse_options` validates the value, as for a key written in paths.toml.
+    """
+
+    sees_logits: bool = False  # results carry token ids and top-1 minus top-2 margins from the model's logits
+    decodes_tokens: bool = False  # `decode_tokens` turns token ids into text (divergence evidence, logprobs)
+    holds_together: bool = True  # False: two instances must not be loaded at once (vLLM's workers, GPU memory)
+    in_process: bool = False  # the model runs in this process: `toolaudit serve` can host the path
+    overrides: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -65,20 +87,83 @@ class EngineResult:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
 
 
-@runtime_checkable
-class Engine(Protocol):
-    """A decode path that can replay requests. Implementations: `TorchEngine` (embedded), `OpenAIEngine` (HTTP)."""
-
-    def generate(self, requests: list[EngineRequest]) -> list[EngineResult]:
-        """One result per request, in order. Never raises for a single bad request: it becomes `error`."""
-        ...
-
-    def fingerprint_components(self) -> dict[str, Any]:
-        """Everything that defines this path (engine, versions, model identity, spec config, dtype, device)."""
-        ...
-
-
 def error_result(key: str, error: BaseException | str) -> EngineResult:
     """The row that stands in for a request an engine could not serve."""
     message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     return EngineResult(key=key, error=message)
+
+
+class Engine(ABC):
+    """One decode path. Subclasses set `name` (the `engine = "..."` value they serve) and `capabilities`, and
+    implement `generate` and `path_components`; those holding resources implement `_load` and `_release`,
+    which the base calls once each (`load` and `close` are idempotent). Use as a context manager to close.
+
+    Built-ins: `torch.engine.TorchEngine`, `hf.engine.HFEngine`, `vllm.engine.VLLMEngine` (in process, on the
+    `local.LocalEngine` skeleton) and `openai.engine.OpenAIEngine` (HTTP). Plug-ins subclass this class too.
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, path) -> None:
+        if path.engine != self.name:
+            raise ConfigError(f"paths.{path.name}: engine {path.engine!r} is not the {self.name} engine")
+        self.path = path
+        self._loaded = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def load(self) -> None:
+        """Load models, start workers or clients. Idempotent; `generate` calls it too. Raises on failure."""
+        if not self._loaded:
+            self._load()
+            self._loaded = True
+
+    def close(self) -> None:
+        """Free what `load` took (models, worker processes, connections). Idempotent; the engine stays usable
+        and loads again on next use."""
+        if self._loaded:
+            self._loaded = False
+            self._release()
+
+    def _load(self) -> None:
+        """Acquire resources (called once per `load` after a `close`). Nothing, for engines that hold none."""
+        return
+
+    def _release(self) -> None:
+        """Release what `_load` acquired."""
+        return
+
+    def check(self) -> None:
+        """Cheap checks that need no load (model files exist, options agree); raises `ConfigError`."""
+        return
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- work ---------------------------------------------------------------------------------------------
+    @abstractmethod
+    def generate(self, requests: list[EngineRequest]) -> list[EngineResult]:
+        """One result per request, in order. Never raises for a single bad request: it becomes `error`."""
+
+    def decode_tokens(self, ids: list[int], keep_special: bool = False) -> str:
+        """Token ids as text (special tokens dropped unless `keep_special`). Only for engines whose
+        `capabilities.decodes_tokens` is true."""
+        raise NotImplementedError(f"the {self.name} engine cannot decode token ids "
+                                  "(capabilities.decodes_tokens is false)")
+
+    # -- identity -----------------------------------------------------------------------------------------
+    def fingerprint_components(self) -> dict[str, Any]:
+        """Everything that defines this path (engine, versions, model identity, spec config, dtype, device):
+        the engine's name and its `path_components`. Needs no loaded model."""
+        return {"engine": self.name, **self.path_components()}
+
+    @abstractmethod
+    def path_components(self) -> dict[str, Any]:
+        """What defines this path on this engine, as JSON-ready values (the fingerprint hashes them)."""

@@ -6,19 +6,19 @@ size, sampling, speculative decoding and prompt rendering. Keys mirror vLLM's na
 `spec-ngram`, differ only in speculative decoding; a `paths.toml` adds paths or replaces built-ins by name.
 
 Only the keys every engine shares are validated here. The path's engine (looked up in the registry,
-`toolaudit.engines.ENGINES`) declares and validates its own keys, which land in `PathConfig.options`.
+`toolaudit.engines.ENGINES`, built-ins and plug-ins alike) declares and validates its own keys, which land in
+`PathConfig.options`.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from toolaudit import ConfigError
 
-from . import ENGINES
+from .registry import ENGINES
 
 try:
     import tomllib
@@ -142,10 +142,12 @@ def parse_path(name: str, table: Any, source: str | None = None) -> PathConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: must be a table")
     engine = _get(table, "engine", str, "torch", fail)
+    if engine in ENGINES.problems:  # a plug-in that failed to load, or a name registered twice
+        raise fail("engine", f"{engine!r} {ENGINES.problems[engine]}")
     if engine not in ENGINES:
         raise fail("engine", f"must be one of {', '.join(ENGINES)} (got {engine!r})")
-    config = importlib.import_module(ENGINES[engine].config)
-    known = COMMON_KEYS | config.KEYS
+    engine_spec = ENGINES[engine]
+    known = COMMON_KEYS | engine_spec.keys
     unknown = sorted(set(table) - known)
     if unknown:
         raise fail(unknown[0], f"is not a key the {engine} engine knows ({', '.join(sorted(known))})")
@@ -175,7 +177,7 @@ def parse_path(name: str, table: Any, source: str | None = None) -> PathConfig:
         name=name, engine=engine, model=_get(table, "model", str, DEFAULT_MODEL, fail), dtype=dtype,
         device=device, batch_size=batch_size, max_tokens=max_tokens, temperature=temperature, seed=seed,
         stop=stop, prefix_caching=prefix_caching, speculative=_parse_speculative(table.get("speculative"), fail),
-        prompt=_parse_prompt(table.get("prompt"), fail), options=config.parse_options(table, fail),
+        prompt=_parse_prompt(table.get("prompt"), fail), options=engine_spec.parse_options(table, fail),
     )
 
 

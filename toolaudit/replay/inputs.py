@@ -3,14 +3,14 @@ sharded) and the decode paths they name."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from toolaudit import ConfigError, StoreError
 from toolaudit.engines.paths import PathConfig, load_paths
-from toolaudit.engines.torch.config import NUMERICS
+from toolaudit.engines.registry import ENGINES
 from toolaudit.ingest.shards import shard_from_options
 from toolaudit.ingest.traces import (
     DEFAULT_CUSTOMER_KEY,
@@ -42,7 +42,8 @@ class ReplayOptions:
     chunk: int = 64
     # None: path-major when an engine cannot be held beside another (see Replayer.path_major); True/False force.
     path_major: bool | None = None
-    # Overrides the `numerics` key of every torch path ("auto" | "native" | "emulated"), e.g. for the demo.
+    # Overrides the `numerics` key of every path whose engine accepts it as an override (the torch engine:
+    # "auto" | "native" | "emulated"), e.g. for the demo. See `overrides`.
     numerics: str | None = None
     # Trace format (see `toolaudit.ingest.formats`); None detects it from each file's first record. Kept for --resume.
     trace_format: str | None = None
@@ -57,6 +58,11 @@ class ReplayOptions:
     @property
     def candidate_names(self) -> list[str]:
         return list(self.candidates) if self.candidates else [self.candidate]
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """Run-wide path keys (the `--numerics` option sets `numerics`), for every engine that declares them."""
+        return {"numerics": self.numerics} if self.numerics is not None else {}
 
 
 def load_calls(options: ReplayOptions, session_lengths: dict[str, float] | None = None
@@ -119,13 +125,23 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ConfigError(f"candidate path {repeated[0]!r} given twice")
-    chosen = [paths[options.baseline], *(paths[n] for n in names)]
-    if options.numerics is not None:
-        if options.numerics not in NUMERICS:
-            raise ConfigError(f"numerics must be one of {', '.join(NUMERICS)} (got {options.numerics!r})")
-        chosen = [replace(p, options={**p.options, "numerics": options.numerics}) if p.engine == "torch"
-                  else p for p in chosen]
+    chosen = apply_overrides([paths[options.baseline], *(paths[n] for n in names)], options.overrides)
     return chosen[0], chosen[1:]
+
+
+def apply_overrides(paths: list[PathConfig], overrides: dict[str, Any]) -> list[PathConfig]:
+    """Each override set on every path whose engine declares the key (`Capabilities.overrides`), validated by
+    that engine as if paths.toml set it. An override no chosen path accepts is an error, not a silent no-op."""
+    for key, value in overrides.items():
+        specs = {p.name: ENGINES.spec(p.engine, f"paths.{p.name}") for p in paths}
+        takers = [p.name for p in paths if key in specs[p.name].capabilities.overrides]
+        if not takers:
+            accept = sorted(name for name, spec in ENGINES.items() if key in spec.capabilities.overrides)
+            raise ConfigError(f"{key}: no path of this run accepts it (engines that do: "
+                              f"{', '.join(accept) or 'none'}; the paths' engines: "
+                              f"{', '.join(sorted({p.engine for p in paths}))})")
+        paths = [specs[p.name].with_override(p, key, value) if p.name in takers else p for p in paths]
+    return paths
 
 
 def options_for_resume(store: Store, run_id: int) -> tuple[int, ReplayOptions]:

@@ -13,7 +13,6 @@ are stored as error rows and retried on resume.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +22,12 @@ import orjson
 from toolaudit import ConfigError, StoreError
 from toolaudit.compare.pairs import Analyzer, write_call, write_output
 from toolaudit.compare.vocabulary import MatchStatus
-from toolaudit.engines import ENGINES, Engine, EngineRequest, EngineResult, make_engine
+from toolaudit.engines import Engine, EngineRequest, EngineResult, make_engine
 from toolaudit.engines.fingerprint import fingerprint
+from toolaudit.engines.logs import EngineLogs
 from toolaudit.engines.paths import PathConfig
 from toolaudit.ingest.traces import TraceCall, TraceLineError
+from toolaudit.replay.engine_pool import EnginePool
 from toolaudit.replay.evidence import first_divergence, result_from_json, side_output
 from toolaudit.replay.inputs import ReplayOptions, load_calls, options_for_resume, resolve_paths
 from toolaudit.store import RowBuffer, Store
@@ -63,23 +64,17 @@ class Replayer:
     """Drives one replay run (or remedy matrix) into the store; `run()` is safe to call again on the same run."""
 
     def __init__(self, store: Store, options: ReplayOptions,
-                 engine_factory: Callable[[PathConfig], Engine] = make_engine):
+                 engine_factory: Callable[[PathConfig], Engine] = make_engine, logs: EngineLogs | None = None):
         self.store, self.options = store, options
         self.baseline_path, self.candidate_paths = resolve_paths(options)
-        self.engine_factory = engine_factory
-        self._engines: dict[str, Engine] = {}
+        self.engines = EnginePool(engine_factory, logs)
         self._next_chunk: dict[int, int] = {}
-
-    def engine(self, path: PathConfig) -> Engine:
-        if path.name not in self._engines:
-            self._engines[path.name] = self.engine_factory(path)
-        return self._engines[path.name]
 
     # -- runs ---------------------------------------------------------------------------------------------
     def create_run(self) -> int:
         """The run row(s): one run, or a matrix run and one run per candidate. Returns the run to drive."""
         base = self.baseline_path
-        base_components = self.engine(base).fingerprint_components()
+        base_components = self.engines.fingerprint_components(base)
         if len(self.candidate_paths) == 1:
             return self._create_member(self.candidate_paths[0], base_components, None)
         names = [p.name for p in self.candidate_paths]
@@ -93,7 +88,7 @@ class Replayer:
         return matrix
 
     def _create_member(self, path: PathConfig, base_components: dict, matrix_id: int | None) -> int:
-        components = self.engine(path).fingerprint_components()
+        components = self.engines.fingerprint_components(path)
         options = self.options.as_dict() | {
             "candidate": path.name,
             "baseline_config": self.baseline_path.config_dict(),
@@ -125,8 +120,7 @@ class Replayer:
         held together (vLLM's workers spin and starve each other on a small CPU, and split GPU memory)."""
         if self.options.path_major is not None:
             return self.options.path_major
-        return not all(ENGINES[p.engine].holds_together for p in (self.baseline_path, *self.candidate_paths)
-                       if p.engine in ENGINES)
+        return not self.engines.holds_together([self.baseline_path, *self.candidate_paths])
 
     def run(self, run_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None
             ) -> ReplayCounts:
@@ -161,7 +155,7 @@ class Replayer:
             raise
         finally:  # free models and engine processes (vLLM workers spin while idle) as soon as the run ends
             for path in (self.baseline_path, *self.candidate_paths):
-                self._release(path)
+                self.engines.release(path)
         counts.errors = sum(m.errors for m in members)
         shard = {"shard": self.options.shard} if self.options.shard else {}
         for m in members:
@@ -210,13 +204,13 @@ class Replayer:
             self._stage_chunk(run_id, members, chunk)
             if progress:
                 progress(len(chunk))
-        self._release(self.baseline_path)
+        self.engines.release(self.baseline_path)
         for m in members:
             for chunk in self._chunks([c for c in needed if c.key in m.todo]):
                 self._pair_staged_chunk(run_id, m, chunk, unstage=single)
                 if progress:
                     progress(len(chunk))
-            self._release(m.path)
+            self.engines.release(m.path)
         if not single:
             self.store.drop_staged(run_id)
 
@@ -252,20 +246,10 @@ class Replayer:
 
     # -- engine calls and rows ----------------------------------------------------------------------------
     def _generate(self, path: PathConfig, chunk: list[TraceCall]) -> tuple[list[EngineResult], float]:
-        """One engine call for a chunk, timed."""
+        """One engine call for a chunk, timed (model loading left out)."""
         requests = [EngineRequest(f"{c.session_id}\x1f{c.call_index}", c.request.get("messages") or [],
                                   c.tools) for c in chunk]
-        engine = self.engine(path)
-        load = getattr(engine, "load", None)
-        if load is not None:  # model loading is not decoding: keep it out of the path's timings
-            load()
-        t0 = time.perf_counter()
-        out = engine.generate(requests)
-        wall = time.perf_counter() - t0
-        if len(out) != len(requests):
-            raise StoreError(f"engine for path {path.name!r} returned {len(out)} results for "
-                             f"{len(requests)} requests")
-        return out, wall
+        return self.engines.generate(path, requests)
 
     def _chunk_row(self, rows: RowBuffer, run_id: int, side: str, path: PathConfig, results: list[EngineResult],
                    wall: float, chunk_no: int | None = None) -> int:
@@ -302,7 +286,7 @@ class Replayer:
     def _pair(self, m: Member, chunk: list[TraceCall], base: list[EngineResult], cand: list[EngineResult],
               shares: tuple[list[float], list[float]], rows: RowBuffer) -> None:
         """Rows for each call of a chunk in one candidate's run; failed calls become error rows."""
-        decode = self._decoder()
+        decode = self.engines.decoder([self.baseline_path, *self.candidate_paths])
         for i, call in enumerate(chunk):
             b_res, c_res = base[i], cand[i]
             # a call's share of its engine call's wall time: batched decoding has no per-request wall time
@@ -320,22 +304,6 @@ class Replayer:
             m.analyzer.pair(rows, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
                           first_divergence(b_res, c_res, decode))
         m.analyzer.flush_issues(rows)
-
-    def _decoder(self) -> Callable[[list[int]], str] | None:
-        """Token ids -> text for divergence evidence, from a live engine (the baseline's may be released)."""
-        for path in (self.baseline_path, *self.candidate_paths):
-            engine = self._engines.get(path.name)
-            decode = getattr(engine, "tokenizer_decode", None) if engine is not None else None
-            if decode is not None:
-                return decode
-        return None
-
-    def _release(self, path: PathConfig) -> None:
-        """Close a path's engine (frees its model, workers and memory) before the next path loads."""
-        engine = self._engines.pop(path.name, None)
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
 
     def _write_trace_errors(self, run_id: int, bad_lines: list[TraceLineError]) -> None:
         rows = RowBuffer()
@@ -370,13 +338,15 @@ def _sum_stats(stats: dict[str, dict]) -> dict[str, int]:
 
 def replay_traces(store: Store, options: ReplayOptions, progress: Progress | None = None,
                   resume: int | None = None, engine_factory: Callable[[PathConfig], Engine] = make_engine,
-                  on_total: Callable[[int], None] | None = None) -> tuple[int, ReplayCounts]:
-    """Start (or resume) a replay run or remedy matrix; returns (run_id, counts)."""
+                  on_total: Callable[[int], None] | None = None, logs: EngineLogs | None = None
+                  ) -> tuple[int, ReplayCounts]:
+    """Start (or resume) a replay run or remedy matrix; returns (run_id, counts). `logs` says where engines'
+    own output goes (default: wherever it would go)."""
     if resume is not None:
         resume, options = options_for_resume(store, resume)
     for path in options.traces:
         if not Path(path).exists():
             raise ConfigError(f"{path}: trace file not found")
-    replayer = Replayer(store, options, engine_factory)
+    replayer = Replayer(store, options, engine_factory, logs)
     run_id = resume if resume is not None else replayer.create_run()
     return run_id, replayer.run(run_id, progress, on_total)

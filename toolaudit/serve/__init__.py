@@ -1,4 +1,4 @@
-"""`toolaudit serve`: an OpenAI-compatible HTTP server around the embedded engine. Modules: `app` (routes,
+"""`toolaudit serve`: an OpenAI-compatible HTTP server around an in-process decode path. Modules: `app` (routes,
 batching host, process lifecycle), `api` (request parsing and response shapes), `metrics` (Prometheus)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The OpenAI Chat Completions shapes `toolaudit serve` speaks: request validation, responses, stream chunks and
 errors. Pure functions over dicts and `EngineResult`s, so they are testable without a server or a model.
 
-Logprobs: the embedded engine keeps, for each generated token, the top-2 token ids and the top-1 minus top-2
+Logprobs: in-process engines keep, for each generated token, the top-2 token ids and the top-1 minus top-2
 *logit* margin, not the log-softmax normaliser. Since log-softmax subtracts the same constant from every logit,
 that margin is exactly logprob(top-1) - logprob(top-2). The values returned are therefore logprobs relative to
 the top-1 token: top-1 gets 0.0 and top-2 gets -margin (true logprobs are these minus log(sum(exp(logit - max))),
@@ -105,12 +105,12 @@ def parse_chat_request(body: Any, served: Sequence[str]) -> ChatRequest:
                        f"tools[{i}]")
     choice = body.get("tool_choice")
     if choice not in (None, "auto", "required"):
-        raise _bad(f"tool_choice {choice!r} is not supported: the embedded engine answers as its path's prompt "
+        raise _bad(f"tool_choice {choice!r} is not supported: the served engine answers as its path's prompt "
                    f"makes it (use \"auto\")", "tool_choice", "unsupported_value")
     if body.get("n") not in (None, 1):
         raise _bad("only n = 1 is supported", "n", "unsupported_value")
     if body.get("top_p") not in (None, 1, 1.0):
-        raise _bad("top_p is not supported by the embedded engine (only 1)", "top_p", "unsupported_value")
+        raise _bad("top_p is not supported by the served engine (only 1)", "top_p", "unsupported_value")
     temperature = body.get("temperature")
     if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
                                     or not 0 <= temperature <= 2):

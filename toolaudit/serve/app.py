@@ -1,5 +1,6 @@
-"""`toolaudit serve`: an OpenAI-compatible HTTP server around the embedded engine, so the whole HTTP decode path
-(client, server, tool-call parsing, streaming) can be audited for real on a machine without a GPU.
+"""`toolaudit serve`: an OpenAI-compatible HTTP server around an in-process decode path (any engine whose
+capabilities say `in_process`: torch, hf, vllm, or a plug-in), so the whole HTTP decode path (client, server,
+tool-call parsing, streaming) can be audited for real on a machine without a GPU.
 
 Routes: `POST /v1/chat/completions` (tools in, `tool_calls` out, `stream` as SSE, `logprobs` from the engine's
 top-2 margins: see `api`; an `X-Request-Id` header is echoed and names the completion),
@@ -7,10 +8,10 @@ top-2 margins: see `api`; an `X-Request-Id` header is echoed and names the compl
 spec-decode counter names: see `metrics`).
 
 A request's `max_tokens`, `temperature` and `stop` override the path's (one engine per distinct setting, all on
-the same weights); `system_fingerprint` is the fingerprint of the path as actually run, so it equals the path's
-own (`/health`) when a request leaves them alone. `stream: true` sends the finished completion as chunks: the
-embedded engine does not hand out tokens as it decodes, so a time to first token measured through this server
-equals its latency.
+the same weights; an engine that cannot be held beside another, vLLM, reloads when the settings change);
+`system_fingerprint` is the fingerprint of the path as actually run, so it equals the path's own (`/health`)
+when a request leaves them alone. `stream: true` sends the finished completion as chunks: engines do not hand
+out tokens as they decode, so a time to first token measured through this server equals its latency.
 
 Batching: requests wait in a queue; a collector takes up to the path's `batch_size` of them (waiting
 `batch_wait_s` for company when the queue is short), groups them by sampling settings, and runs one
@@ -34,7 +35,7 @@ import orjson
 from aiohttp import web
 
 from toolaudit import ConfigError
-from toolaudit.engines import make_engine
+from toolaudit.engines import ENGINES, Engine, make_engine
 from toolaudit.engines.base import EngineRequest, EngineResult, error_result
 from toolaudit.engines.fingerprint import fingerprint
 from toolaudit.engines.paths import PathConfig
@@ -78,11 +79,11 @@ class EngineHost:
     worker thread, fed by a batching collector."""
 
     def __init__(self, path: PathConfig, metrics: Metrics, batch_wait_s: float = 0.005,
-                 engine_factory: Callable[[PathConfig], Any] | None = None):
+                 engine_factory: Callable[[PathConfig], Engine] | None = None):
         self.path, self.metrics, self.batch_wait_s = path, metrics, batch_wait_s
         self.engine_factory = engine_factory or make_engine
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolaudit-engine")
-        self.engines: dict[Settings, Any] = {}
+        self.engines: dict[Settings, Engine] = {}
         self.fingerprints: dict[Settings, str] = {}
         self.queue: asyncio.Queue[_Pending] | None = None
         self.ready = asyncio.Event()
@@ -98,18 +99,23 @@ class EngineHost:
                 p.stop if req.stop is None else req.stop)
 
     # -- worker thread ------------------------------------------------------------------------------------
-    def _engine(self, settings: Settings):
+    def _engine(self, settings: Settings) -> Engine:
         engine = self.engines.get(settings)
         if engine is None:
             if len(self.engines) >= MAX_ENGINES:  # clients choose settings: keep the default, drop the oldest
                 oldest = next(k for k in self.engines if k != self.default_settings())
-                del self.engines[oldest], self.fingerprints[oldest]
+                self.engines.pop(oldest).close()
+                del self.fingerprints[oldest]
             max_tokens, temperature, stop = settings
             engine = self.engine_factory(replace(self.path, max_tokens=max_tokens, temperature=temperature,
                                                  stop=stop))
-            engine.load()
             self.engines[settings] = engine
             self.fingerprints[settings] = fingerprint(engine.fingerprint_components())
+        if not engine.capabilities.holds_together:  # e.g. vLLM: one loaded at a time
+            for other in self.engines.values():
+                if other is not engine:
+                    other.close()
+        engine.load()
         return engine
 
     def _load(self) -> str:
@@ -119,11 +125,10 @@ class EngineHost:
     def _run(self, settings: Settings, requests: list[EngineRequest]) -> list[Served]:
         engine = self._engine(settings)
         results = engine.generate(requests)
-        tokenizer = engine.tokenizer
         out = []
         for r in results:
             ids = set(r.token_ids) | {t for pair in r.top2 for t in pair}
-            out.append(Served(r, self.fingerprints[settings], {t: tokenizer.decode([t]) for t in ids}))
+            out.append(Served(r, self.fingerprints[settings], {t: _piece(engine, t) for t in ids}))
         return out
 
     # -- event loop ---------------------------------------------------------------------------------------
@@ -179,7 +184,19 @@ class EngineHost:
                         item.future.set_result(s)
 
     def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        """Stop the worker thread (after the call in flight, if any: requests had their grace period), then free
+        every engine (models, worker processes)."""
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        for engine in self.engines.values():
+            engine.close()
+
+
+def _piece(engine: Engine, token: int) -> str:
+    """One token's text for logprobs (special tokens included); `token_id:N`, as vLLM writes token ids, from an
+    engine that cannot decode ids."""
+    if engine.capabilities.decodes_tokens:
+        return engine.decode_tokens([token], keep_special=True)
+    return f"token_id:{token}"
 
 
 # ------------------------------------------------------------------------------------------------ HTTP
@@ -274,15 +291,14 @@ def build_app(path: PathConfig, host: EngineHost) -> web.Application:
 
 
 def check_servable(path: PathConfig) -> None:
-    """Fail fast (before binding a port) on a path the server cannot run."""
-    if path.engine != "torch":
-        raise ConfigError(f"paths.{path.name}: serve runs the embedded engine; engine {path.engine!r} paths are "
-                          f"served elsewhere (point an openai path at them instead)")
-    from toolaudit.engines.torch.models import resolve
-
-    resolve(path.model)
-    if path.speculative is not None and path.speculative.model:
-        resolve(path.speculative.model)
+    """Fail fast (before binding a port) on a path the server cannot run: its engine must run in process, and
+    what it checks without loading (model files, options) must hold."""
+    spec = ENGINES.spec(path.engine, f"paths.{path.name}")
+    if not spec.capabilities.in_process:
+        in_process = ", ".join(name for name, s in ENGINES.items() if s.capabilities.in_process)
+        raise ConfigError(f"paths.{path.name}: serve runs in-process engines ({in_process}); engine "
+                          f"{path.engine!r} paths are served elsewhere (point an openai path at them instead)")
+    make_engine(path).check()
 
 
 def serve(path: PathConfig, host: str = "127.0.0.1", port: int = 8000, batch_wait_s: float = 0.005,

@@ -18,10 +18,12 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from toolaudit import ConfigError  # noqa: E402
-from toolaudit.engines import make_engine  # noqa: E402
+from toolaudit.engines import (
+    make_engine,  # noqa: E402
+    models,  # noqa: E402
+)
 from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import parse_path  # noqa: E402
-from toolaudit.engines.torch import models  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -42,26 +42,9 @@ def prompts():
 
 
 @pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, target):
+def tiny_model_dir(tmp_path_factory, target, chat_tokenizer):
     """A tiny model directory with a byte-level tokenizer and SmolLM2's chat template (no tool support)."""
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     directory = tmp_path_factory.mktemp("tiny-model")
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
-    vocab.update({ch: i + 3 for i, ch in enumerate(sorted(alphabet))})
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<|im_start|>", pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-    )
-    fast.chat_template = (
-        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-        "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-    )
-    fast.save_pretrained(directory)
+    chat_tokenizer.save_pretrained(directory)
     target.save_pretrained(directory)
     return directory

@@ -17,9 +17,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from toolaudit import ConfigError  # noqa: E402
+from toolaudit.engines import models  # noqa: E402
 from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import builtin_paths  # noqa: E402
-from toolaudit.engines.torch import models  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

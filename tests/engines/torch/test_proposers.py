@@ -11,8 +11,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from toolaudit import ConfigError  # noqa: E402
+from toolaudit.engines.models import check_draft_compatible  # noqa: E402
 from toolaudit.engines.torch.loop import DecodeSettings, decode  # noqa: E402
-from toolaudit.engines.torch.proposers import DraftModelProposer, NgramProposer, check_draft_compatible  # noqa: E402
+from toolaudit.engines.torch.proposers import DraftModelProposer, NgramProposer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SETTINGS = DecodeSettings(max_tokens=MAX_TOKENS)

@@ -60,12 +60,12 @@ def model_available():
 
 def run_pair(target: PathConfig, spec: PathConfig, requests: list[EngineRequest]) -> dict:
     """Generate on each path in turn, closing each engine before the next loads; timings per path."""
-    from toolaudit.engines.vllm import create
+    from toolaudit.engines import make_engine
 
     out = {}
     for side, path in (("target", target), ("spec", spec)):
         before = child_processes()
-        engine = create(path)
+        engine = make_engine(path)
         t0 = time.perf_counter()
         engine.load()
         t1 = time.perf_counter()
@@ -123,7 +123,7 @@ def test_prompt_ids_equal_embedded_rendering(fp32, model_available):
     from transformers import AutoTokenizer
 
     try:
-        from toolaudit.engines.torch.prompting import render
+        from toolaudit.engines.prompting import render
     except ImportError:
         from toolaudit.prompting import render
     tokenizer = AutoTokenizer.from_pretrained(model_available)
@@ -171,11 +171,11 @@ def test_fingerprint_components(fp32, bf16):
 
 def test_unloadable_path_fails_every_request_as_rows(model_available):
     """A path vLLM cannot run (a CUDA device on the CPU build, or the reverse) gives error rows, not a raise."""
-    from toolaudit.engines.vllm import create
-    from toolaudit.engines.vllm.engine import _vllm_device_type
+    from toolaudit.engines import make_engine
+    from toolaudit.engines.vllm.runtime import device_type
 
-    other = "cuda" if _vllm_device_type() == "cpu" else "cpu"
-    engine = create(vllm_path("target", device=other))
+    other = "cuda" if device_type() == "cpu" else "cpu"
+    engine = make_engine(vllm_path("target", device=other))
     results = engine.generate(demo_requests(2))
     assert [r.key for r in results] == [r.key for r in demo_requests(2)]
     assert all(r.error and "device" in r.error for r in results)

@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from toolaudit.engines.base import EngineRequest
+from toolaudit.engines.local import Prompt
 from toolaudit.engines.paths import builtin_paths
-from toolaudit.engines.vllm.engine import VLLMEngine, _shares
+from toolaudit.engines.vllm.engine import VLLMEngine
+from toolaudit.engines.vllm.evidence import shares
 
 
 class Tokenizer:
@@ -47,10 +49,11 @@ class FakeLLM:
 
 
 def engine(llm, name="target", **changes) -> VLLMEngine:
+    """A VLLMEngine whose LLM is the stand-in, marked loaded (so `generate` loads nothing)."""
     e = VLLMEngine(replace(builtin_paths()[name], engine="vllm", **changes))
-    e._llm, e._tokenizer, e._max_len = llm, Tokenizer(), 100
+    e._model, e._tokenizer, e._max_len, e._loaded = llm, Tokenizer(), 100, True
     e._sampling = lambda key: None
-    e._prepare = lambda req: ({"prompt_token_ids": list(range(int(req.key)))}, "<tool_call>\n")
+    e._prepare = lambda req: Prompt(list(range(int(req.key))), "<tool_call>\n")
     return e
 
 
@@ -82,7 +85,7 @@ def test_aggregate_counters_shared_when_per_request_metrics_missing():
     results = engine(llm, "spec-ngram").generate(reqs(3, 4, 5))
     assert [r.drafted_tokens for r in results] == [10, 30, 0]  # in proportion to tokens after the first
     assert [r.accepted_tokens for r in results] == [2, 6, 0]
-    assert _shares(10, [1, 1, 1]) == [4, 3, 3] and sum(_shares(7, [5, 0, 2])) == 7
+    assert shares(10, [1, 1, 1]) == [4, 3, 3] and sum(shares(7, [5, 0, 2])) == 7
 
 
 def test_speculative_call_that_drafted_nothing_is_an_error():

@@ -162,7 +162,7 @@ def test_server_prompt_is_the_embedded_rendering_without_prefill(runs, model_dir
     from transformers import AutoTokenizer
 
     from toolaudit.engines.paths import PromptConfig
-    from toolaudit.engines.torch.prompting import render
+    from toolaudit.engines.prompting import render
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     rows = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()][:LIMIT]

@@ -8,8 +8,9 @@ common keys (`toolaudit.engines.paths`); `prefix_caching` is accepted and ignore
   (prompt lookup, draft model) runs batch size 1 only, so "padded" with `speculative` is refused.
 - `attention = "sdpa" | "eager" | "toolaudit"`: the attention the model runs. "sdpa" (default) is what
   `from_pretrained` picks on its own, i.e. what an eval harness runs; the model is a copy loaded for hf paths.
-  "toolaudit" runs generate() on the torch engine's own shared model (`torch.models.load_model`, its grouped
-  attention): same weights object and kernels as torch paths, only the decode loop differs.
+  "toolaudit" runs generate() on the torch engine's own shared model (asked of the torch engine through the
+  registry; its grouped attention): same weights object and kernels as torch paths, only the decode loop
+  differs.
 - `threads`: torch threads while this path runs (default: the cores the process may use).
 - `num_assistant_tokens_schedule = "constant" | "heuristic" | "heuristic_transient"` (draft_model only):
   how the draft's proposal count moves between verification passes; default "constant" (always
@@ -31,6 +32,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from toolaudit import ConfigError
+
+from ..base import Capabilities
+from ..registry import EngineSpec
 
 SPEC_METHODS = ("ngram", "draft_model")
 BATCH_MODES = ("per_prompt", "padded")
@@ -131,3 +135,8 @@ def check_path(path) -> None:
         table["speculative"] = {"method": spec.method, "model": spec.model,
                                 "prompt_lookup_min": spec.prompt_lookup_min}
     parse_options(table, fail)
+
+
+CAPABILITIES = Capabilities(sees_logits=True, decodes_tokens=True, holds_together=True, in_process=True)
+ENGINE = EngineSpec(name="hf", factory="toolaudit.engines.hf.engine:HFEngine", keys=KEYS,
+                    parse_options=parse_options, capabilities=CAPABILITIES)

@@ -2,19 +2,22 @@
 checked) before any engine loads.
 
 `parse_options` checks a table's keys when paths.toml is read; `options_for` turns a path into `OpenAIOptions`
-when the engine is created, checking again because a path can also be built or changed in code.
+when the engine is created, checking again because a path can also be built or changed in code. `ENGINE` is
+what the `toolaudit.engines` entry point `openai` names.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from toolaudit import ConfigError
 
+from ..base import Capabilities
 from ..paths import PathConfig
+from ..registry import EngineSpec
 
 OPTION_KEYS = ("base_url", "api_key_env", "extra_body", "tool_choice", "logprobs", "top_logprobs", "concurrency",
                "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s")
@@ -56,9 +59,9 @@ def options_for(path: PathConfig) -> OpenAIOptions:
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(f"{where}: {key} {message}")
 
-    defaults = PathConfig(name=path.name)
+    given, defaults = asdict(path), asdict(PathConfig(name=path.name))
     for key in _TORCH_ONLY:
-        if getattr(path, key) != getattr(defaults, key):
+        if given[key] != defaults[key]:
             raise fail(key, "is a torch engine key; an openai path's server decides it "
                             "(pass server switches in extra_body)")
     opts = dict(path.options)
@@ -112,3 +115,10 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
                          tool_choice=tool_choice, logprobs=opts.get("logprobs", False), top_logprobs=top,
                          concurrency=concurrency, max_retries=retries, stream=opts.get("stream", False),
                          **numbers)
+
+
+# The server decides the model's numerics and tokenizer: margins come only from its logprobs (`logprobs = true`),
+# and token ids cannot be decoded here.
+CAPABILITIES = Capabilities(sees_logits=False, decodes_tokens=False, holds_together=True, in_process=False)
+ENGINE = EngineSpec(name="openai", factory="toolaudit.engines.openai.engine:OpenAIEngine", keys=KEYS,
+                    parse_options=parse_options, capabilities=CAPABILITIES)

@@ -29,9 +29,9 @@ from urllib.parse import urlsplit
 
 from toolaudit import ConfigError
 
-from ..base import EngineRequest, EngineResult
+from ..base import Engine, EngineRequest, EngineResult
 from ..paths import PathConfig
-from .config import OpenAIOptions, options_for
+from .config import CAPABILITIES, OpenAIOptions, options_for
 from .shapes import StreamAggregate, openai_messages, openai_tools, result_from_response
 
 _DUMMY_KEY = "EMPTY"  # what vLLM's docs use for servers without authentication
@@ -145,11 +145,15 @@ class _LoopThread:
         self.thread.join(timeout=5)
 
 
-class OpenAIEngine:
-    """One decode path behind an OpenAI-compatible endpoint. Validates its keys and finds its key at creation."""
+class OpenAIEngine(Engine):
+    """One decode path behind an OpenAI-compatible endpoint. Validates its keys and finds its key at creation;
+    `load` starts the event loop thread and the client, `close` stops them."""
+
+    name = "openai"
+    capabilities = CAPABILITIES
 
     def __init__(self, path: PathConfig, rng: random.Random | None = None):
-        self.path = path
+        super().__init__(path)
         self.options = options_for(path)
         self._key = api_key(path, self.options)
         self._secret = self._key if self.options.api_key_env else None
@@ -164,8 +168,7 @@ class OpenAIEngine:
         """One result per request, in order; at most `concurrency` in flight. Never raises for a request."""
         if not requests:
             return []
-        if self._loop is None:
-            self._loop = _LoopThread()
+        self.load()
         results = self._loop.run(self._generate_all(requests))
         for r in results:
             if r.system_fingerprint:
@@ -173,11 +176,6 @@ class OpenAIEngine:
         return results
 
     async def _generate_all(self, requests: list[EngineRequest]) -> list[EngineResult]:
-        if self._client is None:
-            import openai
-
-            self._client = openai.AsyncOpenAI(api_key=self._key, base_url=self.options.base_url, max_retries=0,
-                                              timeout=self.options.timeout_s)
         slots = asyncio.Semaphore(self.options.concurrency)
         return list(await asyncio.gather(*(self._request(slots, r) for r in requests)))
 
@@ -254,10 +252,19 @@ class OpenAIEngine:
         result.tokens = [self._scrub(t) for t in result.tokens]
         return result
 
-    def close(self) -> None:
+    def _load(self) -> None:
+        """The event loop thread and the client (created on that loop: its connections belong to it)."""
+        self._loop = _LoopThread()
+        self._client = self._loop.run(self._new_client())
+
+    async def _new_client(self):
+        import openai
+
+        return openai.AsyncOpenAI(api_key=self._key, base_url=self.options.base_url, max_retries=0,
+                                  timeout=self.options.timeout_s)
+
+    def _release(self) -> None:
         """Close the HTTP client and stop the event loop thread (the engine can still be used afterwards)."""
-        if self._loop is None:
-            return
         if self._client is not None:
             self._loop.run(self._client.close())
             self._client = None
@@ -266,12 +273,11 @@ class OpenAIEngine:
 
     # ------------------------------------------------------------------ identity
 
-    def fingerprint_components(self) -> dict[str, Any]:
+    def path_components(self) -> dict[str, Any]:
         """Endpoint, model, request switches and sampling; the endpoint's system_fingerprint once known. Never the
         key (nor the name of its variable: renaming it does not change the decode path)."""
         p, opts = self.path, self.options
         components: dict[str, Any] = {
-            "engine": "openai",
             "base_url": opts.base_url,
             "model": p.model,
             "extra_body": opts.extra_body,

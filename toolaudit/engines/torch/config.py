@@ -7,7 +7,9 @@ prompt and prefix caching are common keys (`toolaudit.engines.paths`). Its own k
 - `threads`: torch threads while this path runs (default: the cores the process may use).
 
 Also its own: which speculative methods it runs. No heavy imports: paths.toml is read before any engine loads.
-Only the keys a table sets land in the options; the engine applies the defaults.
+Only the keys a table sets land in the options; the engine applies the defaults. `ENGINE` is what the
+`toolaudit.engines` entry point `torch` names: these keys, the engine class and its capabilities (`numerics`
+is the key a run-wide `--numerics` overrides).
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from toolaudit import ConfigError
+
+from ..base import Capabilities
+from ..registry import EngineSpec
 
 KEYS: frozenset[str] = frozenset({"numerics", "threads"})
 SPEC_METHODS = ("ngram", "draft_model")
@@ -49,3 +54,9 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
             raise fail("threads", f"must be a positive integer (got {threads!r})")
         options["threads"] = threads
     return options
+
+
+CAPABILITIES = Capabilities(sees_logits=True, decodes_tokens=True, holds_together=True, in_process=True,
+                            overrides=frozenset({"numerics"}))
+ENGINE = EngineSpec(name="torch", factory="toolaudit.engines.torch.engine:TorchEngine", keys=KEYS,
+                    parse_options=parse_options, capabilities=CAPABILITIES)

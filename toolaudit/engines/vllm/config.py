@@ -27,6 +27,10 @@ from typing import Any, Callable
 
 from toolaudit import ConfigError
 
+from ..base import Capabilities
+from ..logs import LogNote
+from ..registry import EngineSpec
+
 PROMPT_FORMATS = ("toolaudit", "chat_template")
 DTYPES = ("float32", "bfloat16", "float16")  # vLLM has no float64 kernels
 # Speculative methods vLLM 0.32 accepts (`vllm.config.speculative.SpeculativeMethod`, the common ones); those in
@@ -118,3 +122,18 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
 def options_of(path_options: dict[str, Any]) -> dict[str, Any]:
     """The options of a `PathConfig` built in code (possibly empty or partial), defaults filled in."""
     return {**DEFAULTS, **{k: v for k, v in path_options.items() if k in DEFAULTS}}
+
+
+# vLLM's CPU workers spin while waiting and two instances starve each other (or split GPU memory): replays run
+# one vLLM path over the whole selection, release it, then the next.
+CAPABILITIES = Capabilities(sees_logits=True, decodes_tokens=True, holds_together=False, in_process=True)
+# What in vLLM's own log changes how a user should read the run: its CPU speed is not a tuned deployment's.
+NOTES = (
+    LogNote(r"(libtcmalloc|libiomp) is not found in LD_PRELOAD",
+            "vLLM ran without tcmalloc / Intel OpenMP preloaded (LD_PRELOAD), which it says costs speed on CPU: "
+            "its tokens/s are below a tuned deployment's"),
+    LogNote(r"force killing (remaining process|sub process)",
+            "vLLM's engine processes did not exit within its shutdown grace period and were killed"),
+)
+ENGINE = EngineSpec(name="vllm", factory="toolaudit.engines.vllm.engine:VLLMEngine", keys=KEYS,
+                    parse_options=parse_options, capabilities=CAPABILITIES, notes=NOTES)

@@ -1,21 +1,18 @@
-"""Rendering a request for a chat template without tool support: Hermes-style tools, few-shot examples, tool calls
-and results as turns, the assistant prefill."""
+"""Rendering a request for a chat template without tool support (`toolaudit.engines.prompting`, shared by the
+in-process engines): Hermes-style tools, few-shot examples, tool calls and results as turns, the prefill."""
 
 from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytest.importorskip("transformers")
 
 
-def test_rendering_hermes_prompt(tiny_model_dir):
+def test_rendering_hermes_prompt(chat_tokenizer):
     from toolaudit.engines.paths import PromptConfig
-    from toolaudit.engines.torch.prompting import render, template_supports_tools
+    from toolaudit.engines.prompting import render, template_supports_tools
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = chat_tokenizer
     assert not template_supports_tools(tokenizer)
     tools = [{"type": "function", "function": {"name": "get_quote", "description": "Price.",
                                                "parameters": {"type": "object",

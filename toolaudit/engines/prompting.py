@@ -1,4 +1,4 @@
-"""Render a recorded request (messages + tools) into the prompt text an embedded model sees.
+"""Render a recorded request (messages + tools) into the prompt text an in-process model sees (torch, hf, vllm).
 
 Rendering depends only on the request and the path's `PromptConfig`, never on how the path decodes, so two
 paths that share a prompt config see byte-identical prompts and any drift between them comes from decoding.
@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..paths import PromptConfig
+from .paths import PromptConfig
 
 HERMES_INSTRUCTIONS = (
     "You can call functions. Their signatures are in <tools></tools>:\n<tools>\n{tools}\n</tools>\n"
@@ -54,7 +54,7 @@ class RenderedPrompt:
 
 def template_supports_tools(tokenizer: Any) -> bool:
     """Whether the tokenizer's chat template renders a `tools` argument (SmolLM2's silently ignores it)."""
-    template = getattr(tokenizer, "chat_template", None) or ""
+    template = tokenizer.chat_template or ""
     if isinstance(template, dict):  # named templates: look for one dedicated to tool use
         template = template.get("tool_use") or template.get("default") or ""
     return "tools" in template
