@@ -12,7 +12,7 @@ from conftest import REPO, line, tool_call, write_jsonl
 from toolaudit import ConfigError, StoreError
 from toolaudit.cli import cli
 from toolaudit.compare.logs import CompareOptions, compare_logs
-from toolaudit.engines import EngineResult
+from toolaudit.engines import Engine, EngineResult
 from toolaudit.ingest.shards import Shard, parse_shard, shard_of
 from toolaudit.replay.replayer import ReplayOptions, replay_traces
 from toolaudit.store import Store
@@ -175,11 +175,11 @@ def test_missing_shards_merge_into_a_partial_run(tmp_path):
         assert json.loads(run["counts"])["shards"] == {"count": 3, "merged": [1, 3], "missing": [2]}
 
 
-class _EchoEngine:
-    """Deterministic per request: calls search_tickets with the user text; drifts on every 5th session."""
+class _EchoEngine(Engine):
+    """Deterministic per request: calls search_tickets with the user text; drifts on every 5th session. Stands
+    in for the openai engine the paths name (no server needed)."""
 
-    def __init__(self, path):
-        self.path = path
+    name = "openai"
 
     def generate(self, requests):
         out = []
@@ -190,8 +190,8 @@ class _EchoEngine:
             out.append(EngineResult(r.key, text=f"<tool_call>{text}</tool_call>", completion_tokens=3))
         return out
 
-    def fingerprint_components(self):
-        return {"engine": "echo", "path": self.path.name}
+    def path_components(self):
+        return {"echo": True, "path": self.path.name}
 
 
 def test_replay_shards_merge_to_the_unsharded_replay(tmp_path):

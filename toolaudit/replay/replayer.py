@@ -17,27 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
-from toolaudit import ConfigError, StoreError
-from toolaudit.compare.pairs import Analyzer, write_call, write_output
-from toolaudit.compare.vocabulary import MatchStatus
-from toolaudit.engines import Engine, EngineRequest, EngineResult, make_engine
-from toolaudit.engines.fingerprint import fingerprint
+from toolaudit import ConfigError
+from toolaudit.engines import Engine, make_engine
 from toolaudit.engines.logs import EngineLogs
 from toolaudit.engines.paths import PathConfig
-from toolaudit.ingest.traces import TraceCall, TraceLineError
+from toolaudit.replay.chunk_rows import ChunkRows
 from toolaudit.replay.engine_pool import EnginePool
-from toolaudit.replay.evidence import first_divergence, result_from_json, side_output
+from toolaudit.replay.evidence import first_divergence, side_output
 from toolaudit.replay.inputs import ReplayOptions, load_calls, options_for_resume, resolve_paths
-from toolaudit.store import RowBuffer, Store
-from toolaudit.validate.schemas import SchemaRegistry
+from toolaudit.replay.runs import Member, RunRows
+from toolaudit.replay.schedules import CallMajor, PathMajor, Progress, Schedule
+from toolaudit.store import Store
 
 __all__ = ["ReplayCounts", "ReplayOptions", "Replayer", "first_divergence", "load_calls", "replay_traces",
            "side_output"]
-
-Progress = Callable[[int], None]
-Key = tuple[str, int]
 
 
 @dataclass
@@ -49,71 +42,25 @@ class ReplayCounts:
     errors: int = 0  # calls whose engine failed on either path (summed over candidates)
 
 
-@dataclass
-class Member:
-    """One candidate of a run: the run that holds its rows, its path, and the calls it still lacks."""
-
-    run_id: int
-    path: PathConfig
-    analyzer: Analyzer
-    todo: set[Key] = field(default_factory=set)
-    errors: int = 0
-
-
 class Replayer:
-    """Drives one replay run (or remedy matrix) into the store; `run()` is safe to call again on the same run."""
+    """Drives one replay run (or remedy matrix) into the store; `run()` is safe to call again on the same run.
+
+    The steps live beside it: `RunRows` (run rows and members), a `Schedule` (call-major or path-major, one
+    transaction per chunk), `ChunkRows` (engine results to rows) and the `EnginePool` (engine lifecycle)."""
 
     def __init__(self, store: Store, options: ReplayOptions,
                  engine_factory: Callable[[PathConfig], Engine] = make_engine, logs: EngineLogs | None = None):
         self.store, self.options = store, options
         self.baseline_path, self.candidate_paths = resolve_paths(options)
         self.engines = EnginePool(engine_factory, logs)
-        self._next_chunk: dict[int, int] = {}
+        self.runs = RunRows(store, options, self.baseline_path, self.candidate_paths, self.engines)
+        self.rows = ChunkRows(store, self.baseline_path, self.candidate_paths, self.engines)
 
-    # -- runs ---------------------------------------------------------------------------------------------
     def create_run(self) -> int:
-        """The run row(s): one run, or a matrix run and one run per candidate. Returns the run to drive."""
-        base = self.baseline_path
-        base_components = self.engines.fingerprint_components(base)
-        if len(self.candidate_paths) == 1:
-            return self._create_member(self.candidate_paths[0], base_components, None)
-        names = [p.name for p in self.candidate_paths]
-        options = self.options.as_dict() | {"baseline_config": base.config_dict(),
-                                            "baseline_fingerprint_components": base_components}
-        matrix = self.store.create_run("matrix", self.options.run_name, base.name, ", ".join(names),
-                                       _describe(base), "; ".join(_describe(p) for p in self.candidate_paths),
-                                       options, fingerprint(base_components))
-        for path in self.candidate_paths:
-            self._create_member(path, base_components, matrix)
-        return matrix
-
-    def _create_member(self, path: PathConfig, base_components: dict, matrix_id: int | None) -> int:
-        components = self.engines.fingerprint_components(path)
-        options = self.options.as_dict() | {
-            "candidate": path.name,
-            "baseline_config": self.baseline_path.config_dict(),
-            "candidate_config": path.config_dict(),
-            "baseline_fingerprint_components": base_components,
-            "candidate_fingerprint_components": components,
-            "noise_floor": _same_decoding(self.baseline_path, path),
-        }
-        name = self.options.run_name
-        if matrix_id is not None:
-            options["candidates"] = None
-            name = f"{name}/{path.name}" if name else None
-        return self.store.create_run("replay", name, self.baseline_path.name, path.name,
-                                     _describe(self.baseline_path), _describe(path), options,
-                                     fingerprint(base_components), fingerprint(components), matrix_id)
+        return self.runs.create()
 
     def members(self, run_id: int) -> list[Member]:
-        """The candidates of the run (itself, or each candidate's run of a matrix), sharing one schema registry."""
-        registry = SchemaRegistry(self.options.schema_dir)
-        run = self.store.run_row(run_id)
-        if run["kind"] != "matrix":
-            return [Member(run_id, self.candidate_paths[0], Analyzer(run_id, registry))]
-        by_name = {p.name: p for p in self.candidate_paths}
-        return [Member(m["run_id"], by_name[m["candidate_name"]], Analyzer(m["run_id"], registry))
-                for m in self.store.matrix_members(run_id)]
+        return self.runs.members(run_id)
 
     def path_major(self) -> bool:
         """Run one path over the whole selection, release it, then the next: for engines that must not be
@@ -121,6 +68,10 @@ class Replayer:
         if self.options.path_major is not None:
             return self.options.path_major
         return not self.engines.holds_together([self.baseline_path, *self.candidate_paths])
+
+    def schedule(self) -> Schedule:
+        kind = PathMajor if self.path_major() else CallMajor
+        return kind(self.store, self.engines, self.rows, self.options.chunk)
 
     def run(self, run_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None
             ) -> ReplayCounts:
@@ -134,21 +85,13 @@ class Replayer:
             # the traces' own session lengths, for session drift when the replay samples calls (see frontier)
             self.store.update_options(run_id, {"trace_session_calls": lengths})
             for m in members:
-                self._write_trace_errors(m.run_id, bad_lines)
+                self.rows.trace_errors(m.run_id, bad_lines)
                 done = self.store.stored_call_keys(m.run_id)
                 m.todo = {c.key for c in calls if c.key not in done}
             needed = [c for c in calls if any(c.key in m.todo for m in members)]
             counts = ReplayCounts(traces=stats, calls=len(calls), replayed=len(needed),
                                   skipped=len(calls) - len(needed))
-            if self.path_major():
-                self._run_path_major(run_id, members, needed, progress, on_total)
-            else:
-                if on_total:
-                    on_total(len(needed))
-                for chunk in self._chunks(needed):
-                    self._replay_chunk(members, chunk)
-                    if progress:
-                        progress(len(chunk))
+            self.schedule().run(run_id, members, needed, progress, on_total)
         except BaseException:
             for rid in runs:
                 self.store.set_status(rid, "interrupted")
@@ -167,165 +110,6 @@ class Replayer:
             self.store.finish_run(run_id, {"replay": counts.__dict__, "input": _sum_stats(stats), **shard,
                                            "candidates": {m.path.name: m.run_id for m in members}})
         return counts
-
-    # -- the two schedules --------------------------------------------------------------------------------
-    def _chunks(self, calls: list[TraceCall]) -> list[list[TraceCall]]:
-        size = max(self.options.chunk, self.baseline_path.batch_size, *(p.batch_size for p in self.candidate_paths))
-        return [calls[i:i + size] for i in range(0, len(calls), size)]
-
-    def _replay_chunk(self, members: list[Member], chunk: list[TraceCall]) -> None:
-        """Call-major: the baseline once, then each candidate on the calls it lacks, all in one transaction."""
-        rows = RowBuffer()
-        base, b_wall = self._generate(self.baseline_path, chunk)
-        numbers = self._baseline_rows(rows, members, chunk, base, b_wall)
-        for m in members:
-            mine = [i for i, c in enumerate(chunk) if c.key in m.todo]
-            if not mine:
-                continue
-            calls = [chunk[i] for i in mine]
-            cand, c_wall = self._generate(m.path, calls)
-            self._chunk_row(rows, m.run_id, "candidate", m.path, cand, c_wall, numbers[m.run_id])
-            shares = [b_wall / len(chunk)] * len(calls), [c_wall / len(calls)] * len(calls)
-            self._pair(m, calls, [base[i] for i in mine], cand, shares, rows)
-        self.store.write_rows(rows)
-
-    def _run_path_major(self, run_id: int, members: list[Member], needed: list[TraceCall],
-                        progress: Progress | None, on_total: Callable[[int], None] | None) -> None:
-        """The baseline over every call (results staged under `run_id`), released; then each candidate in turn,
-        paired with the staged results. A single run drops each staged result with the chunk that consumes it;
-        a matrix keeps them for the next candidate and drops them all at the end."""
-        single = len(members) == 1 and members[0].run_id == run_id
-        self.store.drop_staged(run_id, failed_only=True)  # a failed baseline call is retried, not re-used
-        staged = self.store.staged_keys(run_id, "baseline")
-        first = [c for c in needed if c.key not in staged]
-        if on_total:
-            on_total(len(first) + sum(len(m.todo) for m in members))
-        for chunk in self._chunks(first):
-            self._stage_chunk(run_id, members, chunk)
-            if progress:
-                progress(len(chunk))
-        self.engines.release(self.baseline_path)
-        for m in members:
-            for chunk in self._chunks([c for c in needed if c.key in m.todo]):
-                self._pair_staged_chunk(run_id, m, chunk, unstage=single)
-                if progress:
-                    progress(len(chunk))
-            self.engines.release(m.path)
-        if not single:
-            self.store.drop_staged(run_id)
-
-    def _stage_chunk(self, run_id: int, members: list[Member], chunk: list[TraceCall]) -> None:
-        """Path-major, first pass: the baseline's results wait in `staged_results` for the candidates'."""
-        rows = RowBuffer()
-        results, wall = self._generate(self.baseline_path, chunk)
-        self._baseline_rows(rows, members, chunk, results, wall)
-        for call, result in zip(chunk, results):
-            rows.add("staged_results", run_id=run_id, session_id=call.session_id, call_index=call.call_index,
-                      side="baseline", path_name=self.baseline_path.name, wall_share_s=wall / len(chunk),
-                      result=orjson.dumps(result).decode())
-        self.store.write_rows(rows)
-
-    def _pair_staged_chunk(self, run_id: int, m: Member, chunk: list[TraceCall], unstage: bool) -> None:
-        """Path-major, second pass: one candidate on a chunk, paired with the staged baseline results."""
-        rows = RowBuffer()
-        cand, c_wall = self._generate(m.path, chunk)
-        self._chunk_row(rows, m.run_id, "candidate", m.path, cand, c_wall)
-        keys = [c.key for c in chunk]
-        staged = self.store.staged_results(run_id, "baseline", keys)
-        missing = [k for k in keys if k not in staged]
-        if missing:
-            raise StoreError(f"run {run_id}: baseline results missing for {len(missing)} calls "
-                             f"(first: session {missing[0][0]} call {missing[0][1]}); resume the run")
-        base = [result_from_json(staged[k]["result"]) for k in keys]
-        shares = [staged[k]["wall_share_s"] for k in keys], [c_wall / len(chunk)] * len(chunk)
-        self._pair(m, chunk, base, cand, shares, rows)
-        if unstage:
-            self.store.write_rows_unstaging(rows, run_id, keys)
-        else:
-            self.store.write_rows(rows)
-
-    # -- engine calls and rows ----------------------------------------------------------------------------
-    def _generate(self, path: PathConfig, chunk: list[TraceCall]) -> tuple[list[EngineResult], float]:
-        """One engine call for a chunk, timed (model loading left out)."""
-        requests = [EngineRequest(f"{c.session_id}\x1f{c.call_index}", c.request.get("messages") or [],
-                                  c.tools) for c in chunk]
-        return self.engines.generate(path, requests)
-
-    def _chunk_row(self, rows: RowBuffer, run_id: int, side: str, path: PathConfig, results: list[EngineResult],
-                   wall: float, chunk_no: int | None = None) -> int:
-        """A `replay_chunks` row (timings of one engine call, or a member's share of it) among the chunk's rows."""
-        if chunk_no is None:
-            chunk_no = self._chunk_no(run_id)
-        rows.add("replay_chunks", run_id=run_id, chunk_no=chunk_no, side=side, path_name=path.name,
-                  calls=len(results), wall_s=wall, completion_tokens=sum(r.completion_tokens for r in results),
-                  drafted_tokens=sum(r.drafted_tokens for r in results),
-                  accepted_tokens=sum(r.accepted_tokens for r in results),
-                  forward_passes=sum(r.forward_passes for r in results),
-                  errors=sum(1 for r in results if r.error))
-        return chunk_no
-
-    def _baseline_rows(self, rows: RowBuffer, members: list[Member], chunk: list[TraceCall],
-                       results: list[EngineResult], wall: float) -> dict[int, int]:
-        """The shared baseline's timings, recorded in each candidate's run (prorated to the calls it lacks),
-        so every candidate run reads on its own with the baseline it was measured against. Returns each run's
-        chunk number (a call-major chunk's candidate row shares it)."""
-        numbers = {}
-        for m in members:
-            mine = [r for c, r in zip(chunk, results) if c.key in m.todo]
-            if mine:
-                numbers[m.run_id] = self._chunk_row(rows, m.run_id, "baseline", self.baseline_path, mine,
-                                                    wall * len(mine) / len(chunk))
-        return numbers
-
-    def _chunk_no(self, run_id: int) -> int:
-        if run_id not in self._next_chunk:
-            self._next_chunk[run_id] = self.store.next_chunk_no(run_id)
-        self._next_chunk[run_id] += 1
-        return self._next_chunk[run_id] - 1
-
-    def _pair(self, m: Member, chunk: list[TraceCall], base: list[EngineResult], cand: list[EngineResult],
-              shares: tuple[list[float], list[float]], rows: RowBuffer) -> None:
-        """Rows for each call of a chunk in one candidate's run; failed calls become error rows."""
-        decode = self.engines.decoder([self.baseline_path, *self.candidate_paths])
-        for i, call in enumerate(chunk):
-            b_res, c_res = base[i], cand[i]
-            # a call's share of its engine call's wall time: batched decoding has no per-request wall time
-            b_out = side_output(b_res, self.baseline_path, shares[0][i])
-            c_out = side_output(c_res, m.path, shares[1][i])
-            if b_res.error or c_res.error:
-                m.errors += 1
-                message = "; ".join(f"{side}: {r.error}" for side, r in (("baseline", b_res), ("candidate", c_res))
-                                    if r.error)
-                write_call(rows, m.run_id, call.session_id, call.call_index, MatchStatus.ERROR,
-                           customer=call.customer, detail=message)
-                write_output(rows, m.run_id, call.session_id, call.call_index, "baseline", b_out.row())
-                write_output(rows, m.run_id, call.session_id, call.call_index, "candidate", c_out.row())
-                continue
-            m.analyzer.pair(rows, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
-                          first_divergence(b_res, c_res, decode))
-        m.analyzer.flush_issues(rows)
-
-    def _write_trace_errors(self, run_id: int, bad_lines: list[TraceLineError]) -> None:
-        rows = RowBuffer()
-        for err in bad_lines:
-            rows.add("trace_errors", run_id=run_id, side="input", source=err.source, line=err.line,
-                      field=err.field, message=err.message, excerpt=err.excerpt)
-        self.store.replace_trace_errors(run_id, rows)
-
-
-def _same_decoding(a: PathConfig, b: PathConfig) -> bool:
-    """A noise-floor run: the same path on both sides, batch size aside (batch shape is itself a source of
-    drift, which is what a batch-size noise floor measures)."""
-    first, second = a.config_dict(), b.config_dict()
-    first.pop("batch_size", None)
-    second.pop("batch_size", None)
-    return first == second
-
-
-def _describe(path: PathConfig) -> str:
-    spec = path.speculative
-    what = f"{path.engine}:{path.model} {path.dtype} batch {path.batch_size}"
-    return what + (f" spec {spec.method} k={spec.num_speculative_tokens}" if spec else " target-only")
 
 
 def _sum_stats(stats: dict[str, dict]) -> dict[str, int]:

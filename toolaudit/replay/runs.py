@@ -1,0 +1,96 @@
+"""The run rows of a replay: one run, or a remedy matrix (a `matrix` run holding one run per candidate), and
+the candidates ("members") a run drives. Fingerprints and configs of both paths are stored with each run, so a
+run reads on its own and a resume can rebuild its paths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from toolaudit.compare.pairs import Analyzer
+from toolaudit.engines.fingerprint import fingerprint
+from toolaudit.engines.paths import PathConfig
+from toolaudit.replay.engine_pool import EnginePool
+from toolaudit.replay.inputs import ReplayOptions
+from toolaudit.store import Store
+from toolaudit.validate.schemas import SchemaRegistry
+
+Key = tuple[str, int]
+
+
+@dataclass
+class Member:
+    """One candidate of a run: the run that holds its rows, its path, and the calls it still lacks."""
+
+    run_id: int
+    path: PathConfig
+    analyzer: Analyzer
+    todo: set[Key] = field(default_factory=set)
+    errors: int = 0
+
+
+class RunRows:
+    """Creates a replay's run rows and finds the members of an existing one."""
+
+    def __init__(self, store: Store, options: ReplayOptions, baseline: PathConfig, candidates: list[PathConfig],
+                 engines: EnginePool):
+        self.store, self.options, self.engines = store, options, engines
+        self.baseline, self.candidates = baseline, candidates
+
+    def create(self) -> int:
+        """One run, or a matrix run and one run per candidate. Returns the run to drive."""
+        base = self.baseline
+        base_components = self.engines.fingerprint_components(base)
+        if len(self.candidates) == 1:
+            return self._create_member(self.candidates[0], base_components, None)
+        names = [p.name for p in self.candidates]
+        options = self.options.as_dict() | {"baseline_config": base.config_dict(),
+                                            "baseline_fingerprint_components": base_components}
+        matrix = self.store.create_run("matrix", self.options.run_name, base.name, ", ".join(names),
+                                       describe(base), "; ".join(describe(p) for p in self.candidates),
+                                       options, fingerprint(base_components))
+        for path in self.candidates:
+            self._create_member(path, base_components, matrix)
+        return matrix
+
+    def _create_member(self, path: PathConfig, base_components: dict, matrix_id: int | None) -> int:
+        components = self.engines.fingerprint_components(path)
+        options = self.options.as_dict() | {
+            "candidate": path.name,
+            "baseline_config": self.baseline.config_dict(),
+            "candidate_config": path.config_dict(),
+            "baseline_fingerprint_components": base_components,
+            "candidate_fingerprint_components": components,
+            "noise_floor": same_decoding(self.baseline, path),
+        }
+        name = self.options.run_name
+        if matrix_id is not None:
+            options["candidates"] = None
+            name = f"{name}/{path.name}" if name else None
+        return self.store.create_run("replay", name, self.baseline.name, path.name, describe(self.baseline),
+                                     describe(path), options, fingerprint(base_components), fingerprint(components),
+                                     matrix_id)
+
+    def members(self, run_id: int) -> list[Member]:
+        """The candidates of the run (itself, or each candidate's run of a matrix), sharing one schema registry."""
+        registry = SchemaRegistry(self.options.schema_dir)
+        run = self.store.run_row(run_id)
+        if run["kind"] != "matrix":
+            return [Member(run_id, self.candidates[0], Analyzer(run_id, registry))]
+        by_name = {p.name: p for p in self.candidates}
+        return [Member(m["run_id"], by_name[m["candidate_name"]], Analyzer(m["run_id"], registry))
+                for m in self.store.matrix_members(run_id)]
+
+
+def same_decoding(a: PathConfig, b: PathConfig) -> bool:
+    """A noise-floor run: the same path on both sides, batch size aside (batch shape is itself a source of
+    drift, which is what a batch-size noise floor measures)."""
+    first, second = a.config_dict(), b.config_dict()
+    first.pop("batch_size", None)
+    second.pop("batch_size", None)
+    return first == second
+
+
+def describe(path: PathConfig) -> str:
+    spec = path.speculative
+    what = f"{path.engine}:{path.model} {path.dtype} batch {path.batch_size}"
+    return what + (f" spec {spec.method} k={spec.num_speculative_tokens}" if spec else " target-only")

@@ -1,0 +1,130 @@
+"""The two orders in which a replay decodes its calls, each chunk stored in one transaction.
+
+Call-major: per chunk, the baseline once, then each candidate on the calls it lacks; the paths' engines stay
+loaded together. Path-major, for engines that must not be held together (vLLM's workers spin and starve each
+other on a small CPU, and split GPU memory): the baseline over every call, its results staged in
+`staged_results`, released; then each candidate in turn, paired with the staged results. Both give the same
+rows; a kill loses at most the chunk in flight and the resume redoes it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+
+from toolaudit import StoreError
+from toolaudit.engines import EngineRequest, EngineResult
+from toolaudit.engines.paths import PathConfig
+from toolaudit.ingest.traces import TraceCall
+from toolaudit.replay.chunk_rows import ChunkRows
+from toolaudit.replay.engine_pool import EnginePool
+from toolaudit.replay.evidence import result_from_json
+from toolaudit.replay.runs import Member
+from toolaudit.store import RowBuffer, Store
+
+Progress = Callable[[int], None]
+
+
+class Schedule:
+    """What both orders share: chunking, one timed engine call per chunk and path, the chunk's rows."""
+
+    def __init__(self, store: Store, engines: EnginePool, rows: ChunkRows, chunk: int):
+        self.store, self.engines, self.rows = store, engines, rows
+        self.baseline, self.candidates = rows.baseline, rows.candidates
+        self.chunk = max(chunk, self.baseline.batch_size, *(p.batch_size for p in self.candidates))
+
+    def chunks(self, calls: list[TraceCall]) -> list[list[TraceCall]]:
+        return [calls[i:i + self.chunk] for i in range(0, len(calls), self.chunk)]
+
+    def generate(self, path: PathConfig, chunk: list[TraceCall]) -> tuple[list[EngineResult], float]:
+        """One engine call for a chunk, timed (model loading left out)."""
+        requests = [EngineRequest(f"{c.session_id}\x1f{c.call_index}", c.request.get("messages") or [],
+                                  c.tools) for c in chunk]
+        return self.engines.generate(path, requests)
+
+    def run(self, run_id: int, members: list[Member], needed: list[TraceCall], progress: Progress | None,
+            on_total: Callable[[int], None] | None) -> None:
+        raise NotImplementedError
+
+
+class CallMajor(Schedule):
+    def run(self, run_id: int, members: list[Member], needed: list[TraceCall], progress: Progress | None,
+            on_total: Callable[[int], None] | None) -> None:
+        if on_total:
+            on_total(len(needed))
+        for chunk in self.chunks(needed):
+            self._chunk(members, chunk)
+            if progress:
+                progress(len(chunk))
+
+    def _chunk(self, members: list[Member], chunk: list[TraceCall]) -> None:
+        """The baseline once, then each candidate on the calls it lacks, all in one transaction."""
+        rows = RowBuffer()
+        base, b_wall = self.generate(self.baseline, chunk)
+        numbers = self.rows.baseline_timings(rows, members, chunk, base, b_wall)
+        for m in members:
+            mine = [i for i, c in enumerate(chunk) if c.key in m.todo]
+            if not mine:
+                continue
+            calls = [chunk[i] for i in mine]
+            cand, c_wall = self.generate(m.path, calls)
+            self.rows.timing(rows, m.run_id, "candidate", m.path, cand, c_wall, numbers[m.run_id])
+            shares = [b_wall / len(chunk)] * len(calls), [c_wall / len(calls)] * len(calls)
+            self.rows.pairs(m, calls, [base[i] for i in mine], cand, shares, rows)
+        self.store.write_rows(rows)
+
+
+class PathMajor(Schedule):
+    def run(self, run_id: int, members: list[Member], needed: list[TraceCall], progress: Progress | None,
+            on_total: Callable[[int], None] | None) -> None:
+        """A single run drops each staged result with the chunk that consumes it; a matrix keeps them for the
+        next candidate and drops them all at the end."""
+        single = len(members) == 1 and members[0].run_id == run_id
+        self.store.drop_staged(run_id, failed_only=True)  # a failed baseline call is retried, not re-used
+        staged = self.store.staged_keys(run_id, "baseline")
+        first = [c for c in needed if c.key not in staged]
+        if on_total:
+            on_total(len(first) + sum(len(m.todo) for m in members))
+        for chunk in self.chunks(first):
+            self._stage(run_id, members, chunk)
+            if progress:
+                progress(len(chunk))
+        self.engines.release(self.baseline)
+        for m in members:
+            for chunk in self.chunks([c for c in needed if c.key in m.todo]):
+                self._pair_staged(run_id, m, chunk, unstage=single)
+                if progress:
+                    progress(len(chunk))
+            self.engines.release(m.path)
+        if not single:
+            self.store.drop_staged(run_id)
+
+    def _stage(self, run_id: int, members: list[Member], chunk: list[TraceCall]) -> None:
+        """First pass: the baseline's results wait in `staged_results` for the candidates'."""
+        rows = RowBuffer()
+        results, wall = self.generate(self.baseline, chunk)
+        self.rows.baseline_timings(rows, members, chunk, results, wall)
+        for call, result in zip(chunk, results):
+            rows.add("staged_results", run_id=run_id, session_id=call.session_id, call_index=call.call_index,
+                     side="baseline", path_name=self.baseline.name, wall_share_s=wall / len(chunk),
+                     result=orjson.dumps(result).decode())
+        self.store.write_rows(rows)
+
+    def _pair_staged(self, run_id: int, m: Member, chunk: list[TraceCall], unstage: bool) -> None:
+        """Second pass: one candidate on a chunk, paired with the staged baseline results."""
+        rows = RowBuffer()
+        cand, c_wall = self.generate(m.path, chunk)
+        self.rows.timing(rows, m.run_id, "candidate", m.path, cand, c_wall)
+        keys = [c.key for c in chunk]
+        staged = self.store.staged_results(run_id, "baseline", keys)
+        missing = [k for k in keys if k not in staged]
+        if missing:
+            raise StoreError(f"run {run_id}: baseline results missing for {len(missing)} calls "
+                             f"(first: session {missing[0][0]} call {missing[0][1]}); resume the run")
+        base = [result_from_json(staged[k]["result"]) for k in keys]
+        shares = [staged[k]["wall_share_s"] for k in keys], [c_wall / len(chunk)] * len(chunk)
+        self.rows.pairs(m, chunk, base, cand, shares, rows)
+        if unstage:
+            self.store.write_rows_unstaging(rows, run_id, keys)
+        else:
+            self.store.write_rows(rows)
