@@ -25,6 +25,7 @@ from format_records import (
 
 from toolaudit.cli import cli
 from toolaudit.compare.logs import CompareOptions, compare_logs
+from toolaudit.engines import Engine, EngineResult
 from toolaudit.ingest.formats import detect_format
 from toolaudit.ingest.traces import TraceCall, TraceLineError, TraceStats, read_trace, use_format
 from toolaudit.store import Store
@@ -255,21 +256,19 @@ def test_compare_cli_takes_format_and_prints_skipped_records(fixtures, tmp_path)
     assert data["skipped"]["candidate"]["count"] > 0 and data["counts"]["formats"]["baseline"] == "openinference"
 
 
-class _EchoEngine:
-    """A stand-in decode path that answers every request with one fixed tool call (no model needed)."""
+class _EchoEngine(Engine):
+    """A stand-in for the built-in paths' torch engine that answers every request with one fixed tool call (no
+    model needed)."""
 
-    def __init__(self, path):
-        self.name = path.name
+    name = "torch"
 
     def generate(self, requests):
-        from toolaudit.engines.base import EngineResult
-
         return [EngineResult(key=r.key, message={"role": "assistant", "content": None, "tool_calls": [
             {"id": "c", "type": "function", "function": {"name": "close_ticket", "arguments": '{"ticket_id": 1}'}}]},
             completion_tokens=3) for r in requests]
 
-    def fingerprint_components(self):
-        return {"engine": "echo", "path": self.name}
+    def path_components(self):
+        return {"echo": True, "path": self.path.name}
 
 
 def test_replay_takes_span_files_and_names_their_bad_spans(tmp_path, db_path):
