@@ -25,7 +25,7 @@ from format_records import (
 
 from toolaudit.cli import cli
 from toolaudit.compare.logs import CompareOptions, compare_logs
-from toolaudit.ingest.formats import detect_format
+from toolaudit.ingest.registry import detect_format
 from toolaudit.ingest.traces import TraceCall, TraceLineError, TraceStats, read_trace, use_format
 from toolaudit.store import Store
 

@@ -31,8 +31,9 @@ from toolaudit.ingest.formats.base import (
     text_content,
     usage_block,
 )
-from toolaudit.ingest.formats.detect import mixed
-from toolaudit.ingest.formats.otlp import Span, read_spans
+from toolaudit.ingest.formats.contract import Sample, TraceFormat
+from toolaudit.ingest.formats.otlp import Span, detect_convention, read_spans
+from toolaudit.ingest.registry import mixed
 
 KIND = "openinference.span.kind"
 SESSION_ATTR = "session.id"
@@ -43,6 +44,15 @@ _RESERVED = {"messages", "tools", "metadata", "model"}
 
 def read(path: str, keys: Keys) -> Conversion:
     return read_spans(path, "openinference", keys, span_to_call, lambda record: mixed(record, "openinference"))
+
+
+def detect(sample: Sample) -> bool | None:
+    return detect_convention(sample, "openinference")
+
+
+FORMAT = TraceFormat(name="openinference", description="OpenInference LLM spans (Phoenix): OTLP/JSON exports, "
+                     "one request per line", detect=detect, read=read, record_word="span",
+                     looks_like="an OpenInference (OTLP/JSON) export")
 
 
 def span_to_call(span: Span, keys: Keys) -> Call | str:

@@ -29,8 +29,9 @@ from toolaudit.ingest.formats.base import (
     text_content,
     usage_block,
 )
-from toolaudit.ingest.formats.detect import mixed
-from toolaudit.ingest.formats.otlp import Span, read_spans
+from toolaudit.ingest.formats.contract import Sample, TraceFormat
+from toolaudit.ingest.formats.otlp import Span, detect_convention, read_spans
+from toolaudit.ingest.registry import mixed
 
 SESSION_ATTR = "gen_ai.conversation.id"
 CUSTOMER_ATTRS = ("user.id", "enduser.id")
@@ -47,6 +48,14 @@ _FINISH = {"tool_call": "tool_calls", "tool_calls": "tool_calls", "stop": "stop"
 
 def read(path: str, keys: Keys) -> Conversion:
     return read_spans(path, "otel", keys, span_to_call, lambda record: mixed(record, "otel"))
+
+
+def detect(sample: Sample) -> bool | None:
+    return detect_convention(sample, "otel")
+
+
+FORMAT = TraceFormat(name="otel", description="OTel GenAI spans: OTLP/JSON exports, one request per line",
+                     detect=detect, read=read, record_word="span", looks_like="an OTel GenAI (OTLP/JSON) export")
 
 
 def span_to_call(span: Span, keys: Keys) -> Call | str:

@@ -26,6 +26,7 @@ from toolaudit.ingest.formats.base import (
     load_line,
     record_lines,
 )
+from toolaudit.ingest.formats.contract import Sample
 
 # A convention's reader: a decoded span -> a call, or the reason it is skipped. Raises Invalid.
 SpanReader = Callable[["Span", Keys], "Call | str"]
@@ -257,3 +258,34 @@ def _one_span(conv: Conversion, seen: dict, keys: Keys, reader: SpanReader, reso
         conv.skip(result)
     else:
         conv.calls.append(result)
+
+
+# -- detection -------------------------------------------------------------------------------------------------
+
+def otlp_convention(record: dict) -> str | None:
+    """"openinference" or "otel" from the first span attribute that tells them apart, else None."""
+    for rs in record.get("resourceSpans") or []:
+        if not isinstance(rs, dict):
+            continue
+        for scope in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
+            for span in (scope.get("spans") or []) if isinstance(scope, dict) else []:
+                attrs = span.get("attributes") if isinstance(span, dict) else None
+                for attr in attrs if isinstance(attrs, list) else []:
+                    key = attr.get("key") if isinstance(attr, dict) else None
+                    if not isinstance(key, str):
+                        continue
+                    if key.startswith("openinference.") or key.startswith("llm."):
+                        return "openinference"
+                    if key.startswith("gen_ai."):
+                        return "otel"
+    return None
+
+
+def detect_convention(sample: Sample, convention: str) -> bool | None:
+    """An OTLP/JSON export whose spans follow `convention`: True; another convention: False; an export whose
+    spans carry neither (only HTTP spans, say): None, a later record decides."""
+    record = sample.value
+    if not isinstance(record, dict) or not isinstance(record.get("resourceSpans"), list):
+        return False
+    found = otlp_convention(record)
+    return None if found is None else found == convention
