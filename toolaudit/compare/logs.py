@@ -154,7 +154,7 @@ class _Comparison:
     def run(self) -> None:
         workers = self.options.workers or default_workers(self.paths)
         tasks, sides = [], []
-        for side, (path, src) in enumerate(zip(self.paths, self.sources)):
+        for side, src in enumerate(self.sources):
             stats = self._stats(side)
             if src.preset is not None:  # read whole: its own lines, records and skips, and its bad records
                 for name in ("lines", "blank", "records", "skipped"):
@@ -165,8 +165,7 @@ class _Comparison:
                     continue
                 stats.errors += 1
                 self._error(side, err)
-            parts = max(workers * 4 if workers > 1 else 1, path.stat().st_size // CHUNK_BYTES)
-            for start, end in src.units(parts):
+            for start, end in src.units(workers * 4 if workers > 1 else 1, CHUNK_BYTES):
                 tasks.append((side, start, end, self.options.schema_dir, self.shard, side == 0, self.tmp))
                 sides.append(side)
         line_base = [0, 0]

@@ -1,84 +1,42 @@
-"""A whole-file reader's calls, checked and held in memory as records (`HeldRecords`).
+"""A file's calls, checked and held in memory as records (`HeldRecords`), found again by position.
 
-Spans arrive unordered and batched, and Langfuse joins observations to traces across lines, so these formats
-need the whole file before a session's calls can be ordered. The reader's `Conversion` is turned into exactly
-the records an OpenAI log line would give: each call's request carries its session, customer and call index in
-`request.metadata` (as `toolaudit import` writes it), is checked as a log line is (`check_request`, a recorded
-answer when one is required, a usable call index), and every error row names the user's file, the line, the span
-or observation id and the attribute. Calls are held in the order a session's calls are indexed in (start time);
-a call is found again by its position.
+Formats whose calls need the whole file end here: a Langfuse export joins observations to traces across lines,
+an OTLP export's spans arrive unordered and a session's calls are indexed by start time (`otlp_export` reads
+it in parallel ranges and settles them), and a format given by a plug-in's `read` (`TraceFormat.read`) returns
+the whole file's `Conversion`. Every call is checked exactly as an OpenAI log line holding it would be
+(`calls.check_call`), so the records are the ones an OpenAI log gives, each error row naming the user's file,
+line, span or observation id and field. Calls are held in the order a sequential read yields them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
-import orjson
-
-from toolaudit.ingest import deepjson
-from toolaudit.ingest.formats.base import Call, Conversion, Keys
+from toolaudit.ingest.calls import check_call, error_about, named
+from toolaudit.ingest.formats.base import Conversion, Keys
 from toolaudit.ingest.formats.contract import TraceFormat
-from toolaudit.ingest.formats.openai_lines import NO_RESPONSE, as_index, as_key, check_request
-from toolaudit.ingest.records import (
-    CALL_INDEX_KEY,
-    DEFAULT_SESSION_KEY,
-    RawCall,
-    TraceLineError,
-    TraceStats,
-    collector_paused,
-    line_error,
-)
+from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats, collector_paused
 from toolaudit.ingest.sources import Item, TraceSource
 
-NO_ANSWER = "missing: the record holds no answer to compare (was message content capture switched on?)"
-
-
-def chat_request(call: Call) -> dict:
-    """The call's request with its session, customer and call index in `metadata` (what an OpenAI log holds)."""
-    request = dict(call.request)
-    metadata = dict(request["metadata"]) if isinstance(request.get("metadata"), dict) else {}
-    metadata["session_id"] = call.session_id
-    if call.customer is not None:
-        metadata["customer"] = call.customer
-    if call.call_index is not None:
-        metadata["call_index"] = call.call_index
-    request["metadata"] = metadata
-    return request
-
-
-def log_line(request: dict, response: dict | None) -> bytes:
-    """The call as one OpenAI-log line (for an error row's excerpt)."""
-    record = {"request": request, "response": response}
-    try:
-        return orjson.dumps(record)
-    except TypeError:  # nested past orjson's 254 levels
-        return deepjson.dumps(record, sort_keys=False).encode()
+CALL_BYTES = 4096  # about what a call takes in an OpenAI log, to size ranges as a log's would be
 
 
 class HeldRecords(TraceSource):
-    """A file read whole by its format's reader: ranges are ranges of positions, keys are positions."""
+    """A file's records held in memory: ranges are ranges of positions, keys are positions.
 
-    def __init__(self, path: str, fmt: TraceFormat, conv: Conversion, require_response: bool = True,
-                 detected: bool = True):
-        super().__init__(str(path), fmt.name, detected)
-        self.word = fmt.record_word
-        self.require_response = require_response
-        self.preset = TraceStats(lines=conv.lines, blank=conv.blank, records=conv.records,
-                                 skipped=sum(conv.skipped.values()))
-        self.skipped = dict(conv.skipped)
-        self.errors = [TraceLineError(self.source, p.line, p.field, self._named(p.record, p.message), p.excerpt)
-                       for p in conv.problems]
-        self.calls: list[RawCall] = []
-        self.shown = []
-        for call in conv.ordered():
-            item = self._check(call)
-            if isinstance(item, RawCall):
-                self.calls.append(item)
-                self.shown.append(item.line)
-            else:
-                self.errors.append(item)
+    `calls` are checked records in the order a sequential read yields them (a session's calls by start time),
+    each call's `key` its position; `errors` the file's error rows; `preset` its lines, records and skips."""
+
+    def __init__(self, path: str, fmt: str, word: str, calls: list[RawCall], errors: list[TraceLineError],
+                 preset: TraceStats, skipped: dict[str, int], detected: bool = True):
+        super().__init__(str(path), fmt, detected)
+        self.word = word
+        self.calls = calls
+        self.errors = errors
+        self.preset = preset
+        self.skipped = skipped
+        self.shown = [call.line for call in calls]
         self.size = os.path.getsize(self.source)
 
     @classmethod
@@ -88,46 +46,27 @@ class HeldRecords(TraceSource):
         if fmt.read is None:
             raise ValueError(f"trace format {fmt.name!r} opens its own sources: it is not read whole")
         with collector_paused():
-            return cls(path, fmt, fmt.read(str(path), keys), require_response, detected)
+            return cls.from_conversion(str(path), fmt, fmt.read(str(path), keys), require_response, detected)
 
-    def _named(self, record: str | None, message: str) -> str:
-        return f"{self.word} {record}: {message}" if record else message
-
-    def _check(self, call: Call) -> Item:
-        """The checks a log line gets (`openai_lines.parse_line`), on the call as a log line would hold it."""
-        request, response, origin = chat_request(call), call.response, call.origin
-
-        def error(field: str | None, message: str) -> TraceLineError:
-            err = line_error(log_line(request, response), self.source, origin.line, field, message)
-            return TraceLineError(err.source, err.line, err.field, self._named(origin.record, err.message),
-                                  err.excerpt)
-
-        problem = check_request(request)
-        if problem:
-            return error(*problem)
-        if response is not None and not isinstance(response, dict):
-            return error("response", f"must be an object, got {type(response).__name__}")
-        if self.require_response and response is None:
-            return error(origin.response_field, NO_ANSWER) if origin.response_field else error("response",
-                                                                                                NO_RESPONSE)
-        metadata: dict[str, Any] = request["metadata"]
-        session_id = as_key(metadata.get("session_id"))
-        if session_id is None:
-            return error(DEFAULT_SESSION_KEY, "missing or not a string: cannot tell which session this call "
-                                              "belongs to (use --session-key to name another field)")
-        explicit = metadata.get("call_index")
-        index = None
-        if explicit is not None:
-            index = as_index(explicit)
-            if index is None:
-                return error(CALL_INDEX_KEY, f"must be a non-negative integer, got {explicit!r}")
-        return RawCall(origin.line, session_id, index, as_key(metadata.get("customer")), request, response,
-                       len(self.calls), origin.record)
+    @classmethod
+    def from_conversion(cls, path: str, fmt: TraceFormat, conv: Conversion, require_response: bool = True,
+                        detected: bool = True) -> HeldRecords:
+        """A reader's conversion checked into records (problems first, then the calls that fail their check)."""
+        word = fmt.record_word
+        errors = [TraceLineError(path, p.line, p.field, named(word, p.record, p.message), p.excerpt)
+                  for p in conv.problems]
+        calls: list[RawCall] = []
+        for call in conv.ordered():
+            item = check_call(call, path, word, require_response, len(calls))
+            (calls if isinstance(item, RawCall) else errors).append(item)
+        preset = TraceStats(lines=conv.lines, blank=conv.blank, records=conv.records,
+                            skipped=sum(conv.skipped.values()))
+        return cls(path, fmt.name, word, calls, errors, preset, dict(conv.skipped), detected)
 
     # -- TraceSource ------------------------------------------------------------------------------------------
-    def units(self, parts: int) -> list[tuple[int, int]]:
+    def units(self, parts: int, budget: int = 0) -> list[tuple[int, int]]:
         n = len(self.calls)
-        parts = max(1, min(parts, n))
+        parts = max(1, min(max(parts, n * CALL_BYTES // budget if budget else parts), n))
         bounds = sorted({n * i // parts for i in range(parts + 1)})
         return list(zip(bounds, bounds[1:])) or [(0, 0)]
 
@@ -146,7 +85,4 @@ class HeldRecords(TraceSource):
         return self.calls[key]
 
     def error_at(self, key: int, line: int, field: str | None, message: str) -> TraceLineError:
-        call = self.calls[key]
-        err = line_error(log_line(call.request, call.response), self.source, line, field, message)
-        return TraceLineError(err.source, err.line, err.field, self._named(call.record, err.message), err.excerpt)
-
+        return error_about(self.calls[key], self.source, self.word, line, field, message)

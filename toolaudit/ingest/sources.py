@@ -1,9 +1,9 @@
 """A trace file opened in its format (`TraceSource`): what `read_trace` iterates and what `compare` scans in
-parallel and re-reads.
+parallel ranges and re-reads.
 
 Two kinds exist. An OpenAI log (`formats.openai.OpenAILog`) is read where it is: scanned in byte ranges by worker
-processes, a call found again by its byte offset, so memory stays flat however big the log is. Every other
-format is read whole by its reader (spans arrive unordered: a session's calls need the whole file) into records
+processes, a call found again by its byte offset, so memory stays flat however big the log is. A format whose
+calls need the whole file (spans arrive unordered; Langfuse joins records across lines) is read into records
 held in memory (`held.HeldRecords`), scanned by ranges of positions and found again by position. Both yield the
 same records: `RawCall`s and `TraceLineError`s that name the user's file, line, span and field.
 """
@@ -19,6 +19,28 @@ from toolaudit import TraceError
 from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats
 
 Item = RawCall | TraceLineError
+
+
+SMALL = 1 << 20  # files under this size are one range
+
+
+def line_ranges(path: str, parts: int, budget: int = 0) -> list[tuple[int, int]]:
+    """Byte ranges of a file that end on line boundaries: about `parts`, more when needed for none to be much
+    larger than `budget` bytes (0: no bound); one range for a small file."""
+    size = Path(path).stat().st_size
+    parts = max(parts, size // budget) if budget else parts
+    if parts <= 1 or size < SMALL:
+        return [(0, size)]
+    bounds = [0]
+    with open_trace(path) as handle:
+        for i in range(1, parts):
+            handle.seek(max(bounds[-1], size * i // parts))
+            handle.readline()
+            pos = handle.tell()
+            if pos < size and pos > bounds[-1]:
+                bounds.append(pos)
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
 
 
 def open_trace(path: str | Path) -> BinaryIO:
@@ -48,8 +70,10 @@ class TraceSource(ABC):
 
     # -- scanning -------------------------------------------------------------------------------------------
     @abstractmethod
-    def units(self, parts: int) -> list[tuple[int, int]]:
-        """About `parts` ranges that together cover the source, in order (byte ranges, position ranges)."""
+    def units(self, parts: int, budget: int = 0) -> list[tuple[int, int]]:
+        """At least about `parts` ranges that together cover the source, in order (byte ranges, position ranges);
+        more when needed for none to hold much more than `budget` bytes of an OpenAI log (0: no bound), so that
+        one range's digests stay small."""
 
     @abstractmethod
     def unit_bytes(self, start: int, end: int) -> int:
@@ -58,8 +82,8 @@ class TraceSource(ABC):
     @abstractmethod
     def scan(self, start: int, end: int, stats: TraceStats) -> Iterator[tuple[int, Item]]:
         """(position within the range, counted from 1, record) for every record of a range. Error rows found here
-        carry lines relative to the range for a source whose positions are lines. `stats` counts the range's
-        lines and blank lines when the source reads lines as it goes."""
+        carry lines relative to the range. `stats` counts the range's lines, blank lines and records when the
+        source reads lines as it goes."""
 
     @abstractmethod
     def positions(self, start: int, end: int, scanned: TraceStats) -> int:

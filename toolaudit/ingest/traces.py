@@ -3,7 +3,8 @@
 
 Where the work is done: `records` (what reading yields), `registry` (the formats: entry points, detection),
 `reading` (open a file in its format, read it call by call), `sources` (a file opened for scanning and
-re-reading), `held` (a whole-file reader's calls held as records), `formats/` (one module per format).
+re-reading), `held` (calls held in memory as records), `calls` (a reader's call checked into a record),
+`formats/` (one module per format, and what they share).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ by start time and gives every error row the original file, line, record id and f
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -206,6 +207,22 @@ def chat_tools(tools: Any, field_name: str) -> list:
             out.append({"type": "function", "function": fn})
         # other tool types (web search, file search, MCP...) cannot be called as functions: left out
     return out
+
+
+def tools_from_json(text: str, field_name: str, single: bool = False) -> list:
+    """Tool definitions held in a JSON string (a list, or one tool with `single`), as Chat tools.
+
+    Agents send the same definitions with every call: calls whose strings are equal share the converted tool
+    objects (parsed once, held in memory once), so a request's tools are read, never changed."""
+    try:
+        return list(_shared_tools(text, single))
+    except Invalid:  # convert again to name the field
+        return chat_tools([json_value(text, field_name)] if single else json_value(text, field_name), field_name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shared_tools(text: str, single: bool) -> tuple:
+    return tuple(chat_tools([json_value(text, "")] if single else json_value(text, ""), ""))
 
 
 def chat_response(message: dict, finish_reason: str | None, response_id: Any = None, model: Any = None,

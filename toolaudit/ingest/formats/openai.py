@@ -8,7 +8,6 @@ when no format claims it: its line parser explains what is wrong with each line.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -25,9 +24,7 @@ from toolaudit.ingest.records import (
     TraceStats,
     line_error,
 )
-from toolaudit.ingest.sources import Item, TraceSource, open_trace
-
-SMALL = 1 << 20  # logs under this size are one range
+from toolaudit.ingest.sources import Item, TraceSource, line_ranges, open_trace
 
 
 class OpenAILog(TraceSource):
@@ -43,20 +40,8 @@ class OpenAILog(TraceSource):
     def __getstate__(self) -> dict:  # a worker process started by spawn gets the path, not the open file
         return {**self.__dict__, "_handle": None}
 
-    def units(self, parts: int) -> list[tuple[int, int]]:
-        size = os.path.getsize(self.source)
-        if parts <= 1 or size < SMALL:
-            return [(0, size)]
-        bounds = [0]
-        with open_trace(self.source) as handle:
-            for i in range(1, parts):
-                handle.seek(max(bounds[-1], size * i // parts))
-                handle.readline()
-                pos = handle.tell()
-                if pos < size and pos > bounds[-1]:
-                    bounds.append(pos)
-        bounds.append(size)
-        return list(zip(bounds, bounds[1:]))
+    def units(self, parts: int, budget: int = 0) -> list[tuple[int, int]]:
+        return line_ranges(self.source, parts, budget)
 
     def unit_bytes(self, start: int, end: int) -> int:
         return end - start

@@ -18,7 +18,6 @@ from typing import Any
 
 from toolaudit.ingest.formats.base import (
     Call,
-    Conversion,
     Invalid,
     Keys,
     Origin,
@@ -29,11 +28,13 @@ from toolaudit.ingest.formats.base import (
     check_role,
     json_value,
     text_content,
+    tools_from_json,
     usage_block,
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
-from toolaudit.ingest.formats.otlp import Span, detect_convention, read_spans
-from toolaudit.ingest.registry import mixed
+from toolaudit.ingest.formats.otlp import Span, detect_convention
+from toolaudit.ingest.formats.otlp_export import read_export
+from toolaudit.ingest.held import HeldRecords
 
 KIND = "openinference.span.kind"
 SESSION_ATTR = "session.id"
@@ -42,8 +43,9 @@ INPUT, OUTPUT, TOOLS = "llm.input_messages", "llm.output_messages", "llm.tools"
 _RESERVED = {"messages", "tools", "metadata", "model"}
 
 
-def read(path: str, keys: Keys) -> Conversion:
-    return read_spans(path, "openinference", keys, span_to_call, lambda record: mixed(record, "openinference"))
+def open_export(path: str, keys: Keys, require_response: bool = True, detected: bool = True) -> HeldRecords:
+    """The export's LLM spans as held records (see `otlp_export`)."""
+    return read_export(path, "openinference", span_to_call, keys, require_response, detected)
 
 
 def detect(sample: Sample) -> bool | None:
@@ -51,7 +53,7 @@ def detect(sample: Sample) -> bool | None:
 
 
 FORMAT = TraceFormat(name="openinference", description="OpenInference LLM spans (Phoenix): OTLP/JSON exports, "
-                     "one request per line", detect=detect, read=read, record_word="span",
+                     "one request per line", detect=detect, open=open_export, record_word="span",
                      looks_like="an OpenInference (OTLP/JSON) export")
 
 
@@ -77,7 +79,8 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
             schema = (tool.get("tool") or {}).get("json_schema") if isinstance(tool.get("tool"), dict) else None
             if schema is None:
                 raise Invalid(at, "missing: each tool needs its JSON definition")
-            request["tools"].extend(chat_tools([json_value(schema, at)], at))
+            request["tools"].extend(tools_from_json(schema, at, single=True) if isinstance(schema, str) else
+                                    chat_tools([json_value(schema, at)], at))
     params = span.attr("llm.invocation_parameters")
     if params is not None:
         params = json_value(params, "llm.invocation_parameters")

@@ -16,7 +16,6 @@ from typing import Any
 
 from toolaudit.ingest.formats.base import (
     Call,
-    Conversion,
     Invalid,
     Keys,
     Origin,
@@ -27,11 +26,13 @@ from toolaudit.ingest.formats.base import (
     check_role,
     json_value,
     text_content,
+    tools_from_json,
     usage_block,
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
-from toolaudit.ingest.formats.otlp import Span, detect_convention, read_spans
-from toolaudit.ingest.registry import mixed
+from toolaudit.ingest.formats.otlp import Span, detect_convention
+from toolaudit.ingest.formats.otlp_export import read_export
+from toolaudit.ingest.held import HeldRecords
 
 SESSION_ATTR = "gen_ai.conversation.id"
 CUSTOMER_ATTRS = ("user.id", "enduser.id")
@@ -46,8 +47,9 @@ _FINISH = {"tool_call": "tool_calls", "tool_calls": "tool_calls", "stop": "stop"
            "content_filter": "content_filter", "error": "error"}
 
 
-def read(path: str, keys: Keys) -> Conversion:
-    return read_spans(path, "otel", keys, span_to_call, lambda record: mixed(record, "otel"))
+def open_export(path: str, keys: Keys, require_response: bool = True, detected: bool = True) -> HeldRecords:
+    """The export's GenAI chat spans as held records (see `otlp_export`)."""
+    return read_export(path, "otel", span_to_call, keys, require_response, detected)
 
 
 def detect(sample: Sample) -> bool | None:
@@ -55,7 +57,7 @@ def detect(sample: Sample) -> bool | None:
 
 
 FORMAT = TraceFormat(name="otel", description="OTel GenAI spans: OTLP/JSON exports, one request per line",
-                     detect=detect, read=read, record_word="span", looks_like="an OTel GenAI (OTLP/JSON) export")
+                     detect=detect, open=open_export, record_word="span", looks_like="an OTel GenAI (OTLP/JSON) export")
 
 
 def span_to_call(span: Span, keys: Keys) -> Call | str:
@@ -79,7 +81,8 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
     request["messages"] = messages
     tools = span.attr("gen_ai.tool.definitions")
     if tools is not None:
-        request["tools"] = chat_tools(json_value(tools, "gen_ai.tool.definitions"), "gen_ai.tool.definitions")
+        request["tools"] = (tools_from_json(tools, "gen_ai.tool.definitions") if isinstance(tools, str) else
+                            chat_tools(json_value(tools, "gen_ai.tool.definitions"), "gen_ai.tool.definitions"))
     for attr, name in _PARAMS.items():
         if span.attr(attr) is not None:
             request[name] = span.attr(attr)
