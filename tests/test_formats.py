@@ -289,3 +289,27 @@ def test_replay_takes_span_files_and_names_their_bad_spans(tmp_path, db_path):
     assert err["message"].startswith("span a3: missing")
     assert counts.traces[str(path)] == {"lines": 2, "blank": 0, "calls": 2, "errors": 1, "skipped": 1, "records": 4}
     assert stored["baseline"]["skipped"] == 1
+
+
+def test_an_export_read_in_parallel_ranges_settles_to_what_one_range_gives(fixtures, tmp_path, monkeypatch):
+    """Spans exported twice across ranges, sessions spread over ranges, bad spans: the same records either way."""
+    import toolaudit.ingest.sources as sources
+    from toolaudit.ingest.formats import Keys, otel, otlp_export
+
+    lines = (fixtures / "otel_candidate.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    conflicting = {**first, "name": "renamed"}  # same ids, other content: an error where it comes again
+    extra = [otlp(conflicting), otlp(otel_span("late", session="s-late", end=None)),
+             otlp(otel_span("x9", start=7, end=8))]
+    path = write_jsonl(tmp_path / "spans.jsonl", [*lines, *extra])
+    monkeypatch.setattr(sources, "SMALL", 0)
+    monkeypatch.setattr(otlp_export, "RANGE_BYTES", 64 << 10)
+    one = otlp_export.read_export(str(path), "otel", otel.span_to_call, Keys(), workers=1)
+    many = otlp_export.read_export(str(path), "otel", otel.span_to_call, Keys(), workers=3)
+    assert len(sources.line_ranges(str(path), 6, 64 << 10)) > 10
+    assert many.calls == one.calls and many.errors == one.errors
+    assert (many.skipped, many.preset, many.shown) == (one.skipped, one.preset, one.shown)
+    assert one.skipped["duplicate export of a span"] > 0 and len(one.errors) == 2
+    assert "with different content" in one.errors[0].message and one.errors[0].line == len(lines) + 1
+    placed = [(c.session_id, c.explicit_index, c.line) for c in one.calls if c.record == "x9"]
+    assert placed == [("s1", 0, len(lines) + 3)]

@@ -97,6 +97,6 @@ def detect(sample: Sample) -> bool:
 
 
 FORMAT = TraceFormat(
-    name="openai", description="OpenAI Chat Completions logs: one {request, response} per line", detect=detect,
+    name="openai", description="OpenAI Chat Completions logs, one {request, response} per line", detect=detect,
     open=OpenAILog,
     record_word="line", looks_like="an OpenAI Chat Completions log line")

@@ -52,8 +52,8 @@ def detect(sample: Sample) -> bool | None:
     return detect_convention(sample, "openinference")
 
 
-FORMAT = TraceFormat(name="openinference", description="OpenInference LLM spans (Phoenix): OTLP/JSON exports, "
-                     "one request per line", detect=detect, open=open_export, record_word="span",
+FORMAT = TraceFormat(name="openinference", description="OpenInference LLM spans (Phoenix) in OTLP/JSON "
+                     "exports, one export request per line", detect=detect, open=open_export, record_word="span",
                      looks_like="an OpenInference (OTLP/JSON) export")
 
 

@@ -56,7 +56,7 @@ def detect(sample: Sample) -> bool | None:
     return detect_convention(sample, "otel")
 
 
-FORMAT = TraceFormat(name="otel", description="OTel GenAI spans: OTLP/JSON exports, one request per line",
+FORMAT = TraceFormat(name="otel", description="OTel GenAI spans in OTLP/JSON exports, one export request per line",
                      detect=detect, open=open_export, record_word="span", looks_like="an OTel GenAI (OTLP/JSON) export")
 
 

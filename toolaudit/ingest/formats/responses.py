@@ -75,7 +75,7 @@ def detect(sample: Sample) -> bool:
     return isinstance(sample.value, dict) and looks_like_responses(sample.value)
 
 
-FORMAT = TraceFormat(name="responses", description="OpenAI Responses API logs: one {request, response} per line",
+FORMAT = TraceFormat(name="responses", description="OpenAI Responses API logs, one {request, response} per line",
                      detect=detect, read=read, record_word="record", looks_like="a Responses API log line")
 
 
