@@ -26,10 +26,11 @@ from toolaudit.ingest.formats.base import (
     load_line,
     record_lines,
     text_content,
+    tools_from_json,
     usage_block,
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 
 __all__ = ["Call", "Conversion", "Invalid", "Keys", "Origin", "Problem", "Sample", "TraceFormat", "arguments_text",
            "as_key", "chat_response", "chat_tools", "check_role", "json_value", "load_line", "record_lines",
-           "text_content", "usage_block"]
+           "text_content", "tools_from_json", "usage_block"]
