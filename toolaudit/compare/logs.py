@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from toolaudit.compare.pairs import Analyzer, SideOutput, message_raw_text
-from toolaudit.compare.scan import ChunkResult, digest, hold, scan_task, start_worker
+from toolaudit.compare.scan import ChunkResult, digest, hold, scan_task, settled, start_worker
 from toolaudit.compare.staging import BASELINE_ONLY, CANDIDATE_ONLY, FAST, Staging, staging
 from toolaudit.compare.vocabulary import DriftKind
 from toolaudit.ingest.reading import check, open_source
@@ -169,11 +169,20 @@ class _Comparison:
                 tasks.append((side, start, end, self.options.schema_dir, self.shard, side == 0, self.tmp))
                 sides.append(side)
         line_base = [0, 0]
+        waiting: list[list[ChunkResult]] = [[], []]  # a settling source's chunks, until all of them are in
         with staging(self.store.con, self.options.memory_limit) as stage:
             with _results(tasks, workers, self.sources) as results:
                 for side, task, chunk in zip(sides, tasks, results):
-                    self._absorb(stage, side, chunk, line_base[side], self.sources[side].unit_bytes(*task[1:3]))
+                    size = self.sources[side].unit_bytes(*task[1:3])
+                    if self.sources[side].settles:
+                        waiting[side].append(chunk)
+                        self._advance(size)
+                        continue
+                    self._absorb(stage, side, chunk, line_base[side], size)
                     line_base[side] += chunk.lines
+            for side, chunks in enumerate(waiting):
+                if chunks:
+                    self._settle(stage, side, chunks, line_base[side])
             self._duplicates(stage)
             self._flush(force=True)
             for side, src in enumerate(self.sources):
@@ -202,8 +211,28 @@ class _Comparison:
             stats.calls += len(chunk.table)
             stage.append(side, chunk.table, base, chunk.lines, self.shown[side], chunk.outputs_file)
         self._flush()
-        if self.progress:
+        self._advance(size)
+
+    def _advance(self, size: int) -> None:
+        if self.progress and size:
             self.progress(size)
+
+    def _settle(self, stage: Staging, side: int, chunks: list[ChunkResult], base: int) -> None:
+        """A settling source's chunks, once all are in: its error rows and skips, then each chunk as settled."""
+        src, stats = self.sources[side], self._stats(side)
+        settlement = src.settle([chunk.notes for chunk in chunks])
+        self.shown[side] = pa.array(src.shown, pa.int64())
+        stats.skipped += sum(src.skipped.values())
+        for err in settlement.errors:
+            if self.shard is not None and not self.shard.owns_unkeyed:
+                self._elsewhere(side, 1)
+                continue
+            stats.errors += 1
+            self._error(side, err)
+        for chunk, keep in zip(chunks, settlement.keep):
+            self._absorb(stage, side, settled(chunk, keep), base, 0)
+            base += chunk.lines
+        chunks.clear()  # their notes: what re-reading needs is the source's now
 
     def _duplicates(self, stage: Staging) -> None:
         """A second call with the same (session, call index) is an error row, as in a sequential read."""

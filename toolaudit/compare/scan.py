@@ -19,8 +19,8 @@ import gc
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -30,7 +30,7 @@ from toolaudit.compare.diff import call_signature
 from toolaudit.compare.pairs import Analyzer, message_raw_text, tool_calls_json
 from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats, first_message
 from toolaudit.ingest.shards import Shard
-from toolaudit.ingest.sources import TraceSource
+from toolaudit.ingest.sources import Scanned, TraceSource
 from toolaudit.validate.records import ToolCall
 from toolaudit.validate.schemas import SchemaRegistry
 from toolaudit.validate.toolcalls import parse_message
@@ -91,6 +91,7 @@ class ChunkResult:
     schema_issues: list[dict] = field(default_factory=list)
     other_calls: int = 0  # calls of sessions in other shards (not digested)
     other_errors: int = 0  # bad lines left to shard 1 (they belong to no session)
+    notes: Any = None  # a settling source's notes on the range (see `TraceSource.settles`)
 
 
 class SchemaCache:
@@ -194,11 +195,12 @@ def scan_chunk(side: int, start: int, end: int, schema_dir: str | None, shard: S
     The outputs columns go to a Parquet file in `out_dir` (default: the system's temporary folder)."""
     source = _SOURCES[side]
     result = ChunkResult()
+    scanned = Scanned(result.stats)
     rows: list[tuple] = []
     outs: list[tuple] = []
     analyzer = Analyzer(0, SchemaRegistry(schema_dir))
     cache = SchemaCache(analyzer)
-    for position, item in source.scan(start, end, result.stats):
+    for position, item in source.scan(start, end, scanned):
         if isinstance(item, TraceLineError):
             if shard is not None and not shard.owns_unkeyed:
                 result.other_errors += 1
@@ -218,9 +220,25 @@ def scan_chunk(side: int, start: int, end: int, schema_dir: str | None, shard: S
         fd, result.outputs_file = tempfile.mkstemp(prefix=f"chunk-{side}-{start}-", suffix=".parquet", dir=out_dir)
         os.close(fd)
         pq.write_table(_table(outs, OUTPUT_COLUMNS), result.outputs_file, compression="lz4")
-    result.lines = source.positions(start, end, result.stats)
+    result.lines = source.positions(start, end, scanned)
+    result.notes = scanned.notes
     result.schema_issues = analyzer.pending_issues
     return result
+
+
+def settled(chunk: ChunkResult, keep: dict[int, int]) -> ChunkResult:
+    """A settling source's chunk as settled: the rows of the calls that stay (`keep`: position -> call index),
+    each given its call index; the calls kept but not digested here belong to other shards."""
+    table = chunk.table
+    if table is not None and len(table):
+        positions = table.column("line").to_pylist()
+        kept = [p for p in positions if p in keep]
+        if len(kept) < len(positions):
+            table = table.filter(pa.array([p in keep for p in positions]))
+        column = table.schema.get_field_index("explicit_index")
+        table = table.set_column(column, "explicit_index", pa.array([keep[p] for p in kept], pa.int64()))
+    rows = 0 if table is None else len(table)
+    return replace(chunk, table=table, other_calls=len(keep) - rows, other_errors=0, errors=[])
 
 
 def _text_hash(text: str) -> bytes:

@@ -7,6 +7,7 @@ so a call is the same whatever format it was read from; an error row's excerpt i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -87,3 +88,10 @@ def error_about(call: RawCall, source: str, word: str, line: int, field: str | N
     """An error row about a checked call (a duplicate call index), its excerpt the call's log line."""
     err = line_error(log_line(call.request, call.response), source, line, field, message)
     return TraceLineError(err.source, err.line, err.field, named(word, call.record, err.message), err.excerpt)
+
+
+def indexed(call: RawCall, index: int) -> RawCall:
+    """A checked call given its call index (a span format's, known once the whole file is read), in its request's
+    metadata too, as a log line holding it would carry it."""
+    metadata = {**call.request["metadata"], "call_index": str(index)}
+    return replace(call, explicit_index=index, request={**call.request, "metadata": metadata})

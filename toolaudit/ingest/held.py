@@ -1,11 +1,10 @@
 """A file's calls, checked and held in memory as records (`HeldRecords`), found again by position.
 
-Formats whose calls need the whole file end here: a Langfuse export joins observations to traces across lines,
-an OTLP export's spans arrive unordered and a session's calls are indexed by start time (`otlp_export` reads
-it in parallel ranges and settles them), and a format given by a plug-in's `read` (`TraceFormat.read`) returns
-the whole file's `Conversion`. Every call is checked exactly as an OpenAI log line holding it would be
-(`calls.check_call`), so the records are the ones an OpenAI log gives, each error row naming the user's file,
-line, span or observation id and field. Calls are held in the order a sequential read yields them.
+Formats read whole by their reader end here (`TraceFormat.read` returns the whole file's `Conversion`): a
+Langfuse export (observations join their traces across lines), a Responses API log, a plug-in's format. Every
+call is checked exactly as an OpenAI log line holding it would be (`calls.check_call`), so the records are the
+ones an OpenAI log gives, each error row naming the user's file, line, span or observation id and field. Calls
+are held in the order a sequential read yields them.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from toolaudit.ingest.calls import check_call, error_about, named
 from toolaudit.ingest.formats.base import Conversion, Keys
 from toolaudit.ingest.formats.contract import TraceFormat
 from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats, collector_paused
-from toolaudit.ingest.sources import Item, TraceSource
+from toolaudit.ingest.sources import Item, Scanned, TraceSource
 
 CALL_BYTES = 4096  # about what a call takes in an OpenAI log, to size ranges as a log's would be
 
@@ -74,11 +73,11 @@ class HeldRecords(TraceSource):
         n = max(1, len(self.calls))
         return self.size * end // n - self.size * start // n
 
-    def scan(self, start: int, end: int, stats: TraceStats) -> Iterator[tuple[int, Item]]:
+    def scan(self, start: int, end: int, scanned: Scanned) -> Iterator[tuple[int, Item]]:
         for position in range(start, end):
             yield position - start + 1, self.calls[position]
 
-    def positions(self, start: int, end: int, scanned: TraceStats) -> int:
+    def positions(self, start: int, end: int, scanned: Scanned) -> int:
         return end - start
 
     def reread(self, key: int, line: int) -> RawCall:

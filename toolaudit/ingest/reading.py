@@ -14,6 +14,7 @@ from pathlib import Path
 
 from toolaudit import TraceError
 from toolaudit.ingest import registry
+from toolaudit.ingest.calls import indexed
 from toolaudit.ingest.formats.base import Keys
 from toolaudit.ingest.held import HeldRecords
 from toolaudit.ingest.records import (
@@ -26,7 +27,7 @@ from toolaudit.ingest.records import (
     TraceLineError,
     TraceStats,
 )
-from toolaudit.ingest.sources import TraceSource, open_trace
+from toolaudit.ingest.sources import Scanned, TraceSource, open_trace
 
 _format_override: contextvars.ContextVar[str | None] = contextvars.ContextVar("trace_format", default=None)
 
@@ -94,7 +95,7 @@ def read_trace(
                 first.append(err)
             yield err
         indexer = CallIndexer()
-        for _, item in src.scan(*src.whole(), stats):
+        for item in _records(src, stats):
             if isinstance(item, RawCall):
                 index = indexer.assign(item.session_id, item.explicit_index, item.line)
                 if isinstance(index, str):
@@ -110,3 +111,18 @@ def read_trace(
                 stats.calls += 1
             yield item
     check(src, stats, first)
+
+
+def _records(src: TraceSource, stats: TraceStats) -> Iterator[RawCall | TraceLineError]:
+    """The file's records as one range, in order; a settling source's settled (its errors, then its calls)."""
+    scanned = Scanned(stats)
+    if not src.settles:
+        for _, item in src.scan(*src.whole(), scanned):
+            yield item
+        return
+    found = dict(src.scan(*src.whole(), scanned))
+    settlement = src.settle([scanned.notes])
+    stats.skipped += sum(src.skipped.values())
+    yield from settlement.errors
+    for _, position in settlement.order:
+        yield indexed(found[position], settlement.keep[0][position])

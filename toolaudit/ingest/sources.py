@@ -1,24 +1,43 @@
 """A trace file opened in its format (`TraceSource`): what `read_trace` iterates and what `compare` scans in
 parallel ranges and re-reads.
 
-Two kinds exist. An OpenAI log (`formats.openai.OpenAILog`) is read where it is: scanned in byte ranges by worker
-processes, a call found again by its byte offset, so memory stays flat however big the log is. A format whose
-calls need the whole file (spans arrive unordered; Langfuse joins records across lines) is read into records
-held in memory (`held.HeldRecords`), scanned by ranges of positions and found again by position. Both yield the
-same records: `RawCall`s and `TraceLineError`s that name the user's file, line, span and field.
+An OpenAI log (`formats.openai.OpenAILog`) is read where it is: scanned in byte ranges by worker processes, a call
+found again by its byte offset, so memory stays flat however big the log is. An OTLP export
+(`formats.otlp_export.OtlpExport`) is scanned in byte ranges too, and its ranges settled together afterwards
+(re-exported spans, start-time order). A format read whole by its reader (Langfuse joins records across lines; a
+plug-in's `read`) is held in memory (`held.HeldRecords`), scanned by ranges of positions and found again by
+position. All yield the same records: `RawCall`s and `TraceLineError`s naming the user's file, line, span, field.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from toolaudit import TraceError
 from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats
 
 Item = RawCall | TraceLineError
+
+
+@dataclass
+class Scanned:
+    """What scanning one range found beside the records it yielded."""
+
+    stats: TraceStats = field(default_factory=TraceStats)  # lines, blank lines, records of a source read as it goes
+    notes: Any = None  # a settling source's notes on the range (picklable: they come back from a worker)
+
+
+@dataclass
+class Settlement:
+    """How a settling source's ranges fit together, decided once every range is scanned."""
+
+    keep: list[dict[int, int]]  # per range: the position of each call that stays -> its call index
+    errors: list[TraceLineError]  # the file's error rows at the user's lines, in the order a sequential read gives
+    order: list[tuple[int, int]]  # (range, position) of the calls that stay, in the order a sequential read gives
 
 
 SMALL = 1 << 20  # files under this size are one range
@@ -57,7 +76,14 @@ class TraceSource(ABC):
     `errors` holds the error rows known when the file is opened (a whole-file reader's bad records) and
     `preset` its accounting of lines and records; a log scanned in ranges finds both while it is scanned.
     `shown[p - 1]` is the user's line of position p for sources whose positions are not lines (None: they are).
+
+    A source that `settles` cannot decide everything about a range alone (an OTLP export: a span exported twice
+    is skipped only where it comes again, and a session's calls are indexed by start time across the file): its
+    ranges yield the calls they hold and leave notes, and `settle` decides, once every range is scanned, which
+    calls stay, their call indices, the file's error rows, skipped records and `shown` lines.
     """
+
+    settles = False
 
     def __init__(self, source: str, fmt: str, detected: bool):
         self.source = source
@@ -80,14 +106,18 @@ class TraceSource(ABC):
         """How many bytes of the user's file a range stands for (progress is counted in bytes)."""
 
     @abstractmethod
-    def scan(self, start: int, end: int, stats: TraceStats) -> Iterator[tuple[int, Item]]:
+    def scan(self, start: int, end: int, scanned: Scanned) -> Iterator[tuple[int, Item]]:
         """(position within the range, counted from 1, record) for every record of a range. Error rows found here
-        carry lines relative to the range. `stats` counts the range's lines, blank lines and records when the
-        source reads lines as it goes."""
+        carry lines relative to the range (a settling source leaves them, and its notes, in `scanned`).
+        `scanned.stats` counts the range's lines, blank lines and records when the source reads lines as it goes."""
 
     @abstractmethod
-    def positions(self, start: int, end: int, scanned: TraceStats) -> int:
-        """How many positions a range held, once scanned into `scanned` (a log's lines, blank ones included)."""
+    def positions(self, start: int, end: int, scanned: Scanned) -> int:
+        """How many positions a range held, once scanned (a log's lines, blank ones included)."""
+
+    def settle(self, notes: list[Any]) -> Settlement:
+        """Decide what the ranges hold, from every range's notes in order (sources that `settle` only)."""
+        raise NotImplementedError(f"{type(self).__name__} does not settle its ranges")
 
     def whole(self) -> tuple[int, int]:
         """The one range that covers the source."""

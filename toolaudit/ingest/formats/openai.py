@@ -21,10 +21,9 @@ from toolaudit.ingest.records import (
     DEFAULT_SESSION_KEY,
     RawCall,
     TraceLineError,
-    TraceStats,
     line_error,
 )
-from toolaudit.ingest.sources import Item, TraceSource, line_ranges, open_trace
+from toolaudit.ingest.sources import Item, Scanned, TraceSource, line_ranges, open_trace
 
 
 class OpenAILog(TraceSource):
@@ -46,7 +45,8 @@ class OpenAILog(TraceSource):
     def unit_bytes(self, start: int, end: int) -> int:
         return end - start
 
-    def scan(self, start: int, end: int, stats: TraceStats) -> Iterator[tuple[int, Item]]:
+    def scan(self, start: int, end: int, scanned: Scanned) -> Iterator[tuple[int, Item]]:
+        stats = scanned.stats
         with open_trace(self.source) as handle:
             handle.seek(start)
             offset, line_no = start, 0
@@ -64,8 +64,8 @@ class OpenAILog(TraceSource):
                 yield line_no, parse_line(raw, self.source, line_no, self.session_key, self.customer_key,
                                           self.require_response, here)
 
-    def positions(self, start: int, end: int, scanned: TraceStats) -> int:
-        return scanned.lines
+    def positions(self, start: int, end: int, scanned: Scanned) -> int:
+        return scanned.stats.lines
 
     def _line(self, key: int) -> bytes:
         if self._handle is None:

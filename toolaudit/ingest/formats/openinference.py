@@ -33,8 +33,7 @@ from toolaudit.ingest.formats.base import (
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp import Span, detect_convention
-from toolaudit.ingest.formats.otlp_export import read_export
-from toolaudit.ingest.held import HeldRecords
+from toolaudit.ingest.formats.otlp_export import open_export
 
 KIND = "openinference.span.kind"
 SESSION_ATTR = "session.id"
@@ -43,18 +42,8 @@ INPUT, OUTPUT, TOOLS = "llm.input_messages", "llm.output_messages", "llm.tools"
 _RESERVED = {"messages", "tools", "metadata", "model"}
 
 
-def open_export(path: str, keys: Keys, require_response: bool = True, detected: bool = True) -> HeldRecords:
-    """The export's LLM spans as held records (see `otlp_export`)."""
-    return read_export(path, "openinference", span_to_call, keys, require_response, detected)
-
-
 def detect(sample: Sample) -> bool | None:
     return detect_convention(sample, "openinference")
-
-
-FORMAT = TraceFormat(name="openinference", description="OpenInference LLM spans (Phoenix) in OTLP/JSON "
-                     "exports, one export request per line", detect=detect, open=open_export, record_word="span",
-                     looks_like="an OpenInference (OTLP/JSON) export")
 
 
 def span_to_call(span: Span, keys: Keys) -> Call | str:
@@ -177,3 +166,8 @@ def _message(item: dict, where: str) -> dict:
     if calls:
         out["tool_calls"] = calls
     return out
+
+
+FORMAT = TraceFormat(name="openinference", description="OpenInference LLM spans (Phoenix) in OTLP/JSON exports, "
+                     "one export request per line", detect=detect, open=open_export("openinference", span_to_call),
+                     record_word="span", looks_like="an OpenInference (OTLP/JSON) export")

@@ -31,8 +31,7 @@ from toolaudit.ingest.formats.base import (
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp import Span, detect_convention
-from toolaudit.ingest.formats.otlp_export import read_export
-from toolaudit.ingest.held import HeldRecords
+from toolaudit.ingest.formats.otlp_export import open_export
 
 SESSION_ATTR = "gen_ai.conversation.id"
 CUSTOMER_ATTRS = ("user.id", "enduser.id")
@@ -47,17 +46,8 @@ _FINISH = {"tool_call": "tool_calls", "tool_calls": "tool_calls", "stop": "stop"
            "content_filter": "content_filter", "error": "error"}
 
 
-def open_export(path: str, keys: Keys, require_response: bool = True, detected: bool = True) -> HeldRecords:
-    """The export's GenAI chat spans as held records (see `otlp_export`)."""
-    return read_export(path, "otel", span_to_call, keys, require_response, detected)
-
-
 def detect(sample: Sample) -> bool | None:
     return detect_convention(sample, "otel")
-
-
-FORMAT = TraceFormat(name="otel", description="OTel GenAI spans in OTLP/JSON exports, one export request per line",
-                     detect=detect, open=open_export, record_word="span", looks_like="an OTel GenAI (OTLP/JSON) export")
 
 
 def span_to_call(span: Span, keys: Keys) -> Call | str:
@@ -229,3 +219,8 @@ def _event_message(role: str, body: dict, where: str) -> dict:
     if converted:
         message["tool_calls"] = converted
     return message
+
+
+FORMAT = TraceFormat(name="otel", description="OTel GenAI spans in OTLP/JSON exports, one export request per line",
+                     detect=detect, open=open_export("otel", span_to_call), record_word="span",
+                     looks_like="an OTel GenAI (OTLP/JSON) export")
