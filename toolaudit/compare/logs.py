@@ -1,12 +1,13 @@
 """Compare two recorded logs of the same requests (e.g. the nightly canary: target-only vs speculative).
 
-Both files are opened as trace sources in their formats (an OpenAI log where it is, any other format read whole
-into records) and scanned in chunks (by worker processes for big files) into compact digests, which stream into
-a DuckDB staging table; call indices and the join by (session, call index) are computed there (`compare_sql`),
-so memory stays flat however many calls an OpenAI log holds. Pairs whose canonical tool calls agree (~99%) and
+Both files are opened as trace sources in their formats (`toolaudit.ingest.sources`: an OpenAI log or an OTLP
+export scanned where it is, a format read whole held as records) and scanned in chunks (by worker processes for
+big files) into compact digests, which stream into a DuckDB staging table (an OTLP export's chunks once its
+ranges are settled); call indices and the join by (session, call index) are computed there (`compare_sql`), so
+memory stays flat however many calls an OpenAI log holds. Pairs whose canonical tool calls agree (~99%) and
 calls in one log only (counted as unmatched, never as drift) are written with INSERT ... SELECT straight from
-their digests; the rest are found again in their source (a log line by byte offset, a held record by position)
-and diffed argument by argument in Python.
+their digests; the rest are found again in their source (a log line by byte offset, an export's call from its
+compact copy, a held record by position) and diffed argument by argument in Python.
 """
 
 from __future__ import annotations
@@ -106,9 +107,8 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
     paths = [Path(baseline_path), Path(candidate_path)]
     for path in paths:  # fail before a run row exists for a file that cannot be read at all
         open_trace(path).close()
-    # the collector is paused while the files' records are held (see `collector_paused`), and restored after
-    # they are let go; a file in a whole-file format is read here (spans arrive unordered)
-    with tempfile.TemporaryDirectory(prefix="toolaudit-") as tmp, collector_paused():
+    with tempfile.TemporaryDirectory(prefix="toolaudit-") as tmp:
+        # a file in a format read whole is read here (Langfuse joins records across lines)
         sources = [open_source(p, options.format, options.session_key, options.customer_key) for p in paths]
         counts = RunCounts(formats={"baseline": sources[0].fmt, "candidate": sources[1].fmt},
                            skipped_reasons={"baseline": sources[0].skipped, "candidate": sources[1].skipped})
@@ -171,18 +171,19 @@ class _Comparison:
         line_base = [0, 0]
         waiting: list[list[ChunkResult]] = [[], []]  # a settling source's chunks, until all of them are in
         with staging(self.store.con, self.options.memory_limit) as stage:
-            with _results(tasks, workers, self.sources) as results:
-                for side, task, chunk in zip(sides, tasks, results):
-                    size = self.sources[side].unit_bytes(*task[1:3])
-                    if self.sources[side].settles:
-                        waiting[side].append(chunk)
-                        self._advance(size)
-                        continue
-                    self._absorb(stage, side, chunk, line_base[side], size)
-                    line_base[side] += chunk.lines
-            for side, chunks in enumerate(waiting):
-                if chunks:
-                    self._settle(stage, side, chunks, line_base[side])
+            with collector_paused():  # chunk results pile up here (a settling source's notes): see collector_paused
+                with _results(tasks, workers, self.sources) as results:
+                    for side, task, chunk in zip(sides, tasks, results):
+                        size = self.sources[side].unit_bytes(*task[1:3])
+                        if self.sources[side].settles:
+                            waiting[side].append(chunk)
+                            self._advance(size)
+                            continue
+                        self._absorb(stage, side, chunk, line_base[side], size)
+                        line_base[side] += chunk.lines
+                for side, chunks in enumerate(waiting):
+                    if chunks:
+                        self._settle(stage, side, chunks, line_base[side])
             self._duplicates(stage)
             self._flush(force=True)
             for side, src in enumerate(self.sources):
