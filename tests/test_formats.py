@@ -26,7 +26,7 @@ from format_records import (
 from toolaudit.cli import cli
 from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.engines import Engine, EngineResult
-from toolaudit.ingest.formats import detect_format
+from toolaudit.ingest.registry import detect_format
 from toolaudit.ingest.traces import TraceCall, TraceLineError, TraceStats, read_trace, use_format
 from toolaudit.store import Store
 
@@ -288,3 +288,36 @@ def test_replay_takes_span_files_and_names_their_bad_spans(tmp_path, db_path):
     assert err["message"].startswith("span a3: missing")
     assert counts.traces[str(path)] == {"lines": 2, "blank": 0, "calls": 2, "errors": 1, "skipped": 1, "records": 4}
     assert stored["baseline"]["skipped"] == 1
+
+
+def test_an_export_scanned_in_parallel_ranges_settles_to_what_one_range_gives(fixtures, tmp_path, monkeypatch):
+    """Spans exported twice across ranges, sessions spread over ranges, bad spans: the same rows either way."""
+    import toolaudit.compare.logs as compare
+    import toolaudit.ingest.sources as sources
+
+    lines = (fixtures / "otel_candidate.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    conflicting = {**first, "name": "renamed"}  # same ids, other content: an error where it comes again
+    extra = [otlp(conflicting), otlp(otel_span("late", session="s-late", end=None)),
+             otlp(otel_span("x9", start=7, end=8))]
+    path = write_jsonl(tmp_path / "spans.jsonl", [*lines, *extra])
+
+    def stored(name: str, **options) -> tuple[dict, dict]:
+        with Store(tmp_path / f"{name}.duckdb") as store:
+            _, counts = compare_logs(store, fixtures / "otel_baseline.jsonl", path,
+                                     CompareOptions(schema_dir=None, **options))
+            rows = {t: store.query(f"SELECT * EXCLUDE (run_id) FROM {t} ORDER BY ALL")[1]
+                    for t in ("calls", "outputs", "arg_diffs", "trace_errors")}
+        return rows, counts.as_dict()
+
+    whole, whole_counts = stored("whole", workers=1)
+    monkeypatch.setattr(sources, "SMALL", 0)
+    monkeypatch.setattr(compare, "CHUNK_BYTES", 64 << 10)
+    assert len(sources.line_ranges(str(path), 12, 64 << 10)) > 10
+    parts, parts_counts = stored("parts", workers=3)
+    assert parts == whole and parts_counts == whole_counts
+    assert whole_counts["skipped_reasons"]["candidate"]["duplicate export of a span"] > 0
+    errors = [(e[2], e[3]) for e in whole["trace_errors"]]  # (line, field)
+    assert errors == [(len(lines) + 1, "spanId"), (len(lines) + 2, "endTimeUnixNano")]
+    calls, _, _ = read_all(path)
+    assert [(c.session_id, c.call_index, c.line) for c in calls if c.record == "x9"] == [("s1", 0, len(lines) + 3)]

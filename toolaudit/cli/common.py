@@ -65,15 +65,65 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) 
         click.echo(format_table(columns, rows))
 
 
-TRACE_FORMATS = ("auto", "openai", "otel", "openinference", "langfuse", "responses")  # = formats.FORMATS
+class TraceFormatName(click.ParamType):
+    """`auto` or a registered trace format (toolaudit.ingest.registry: built-in formats and plug-ins), checked
+    when the command runs: plug-ins load then, not when the CLI is imported."""
+
+    name = "format"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from toolaudit.ingest import registry
+
+        if value == "auto":
+            return value
+        try:
+            known = registry.names()
+        except ToolauditError as exc:
+            self.fail(str(exc), param, ctx)
+        if value not in known:
+            self.fail(f"{value!r} is not a trace format (known: auto, {', '.join(known)})", param, ctx)
+        return value
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(["auto", *_formats(lambda fmt: fmt.name)]) + "]"
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(name, help=help) for name, help in (("auto", "detected"), *_formats(
+            lambda fmt: (fmt.name, fmt.description))) if name.startswith(incomplete)]
+
+
+def _formats(what: Callable) -> list:
+    """`what(format)` for every registered format; none when a plug-in cannot be loaded (help still shows, and
+    the command that reads traces says what is wrong)."""
+    from toolaudit.ingest import registry
+
+    try:
+        return [what(reg.format) for reg in registry.registered().values()]
+    except ToolauditError:
+        return []
+
+
+class TraceFormatOption(click.Option):
+    """--format's help lists every registered format with its one-line description."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        written = self.help
+        listed = _formats(lambda fmt: f"{fmt.name}: {fmt.description}")
+        if listed:
+            self.help = f"{written} Formats: " + "; ".join(listed) + "."
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.help = written
 
 
 def format_option(func: Callable) -> Callable:
     """--format: how trace files are read (auto: detected from each file's first record)."""
-    return click.option("--format", "trace_format", type=click.Choice(TRACE_FORMATS), default="auto",
-                        show_default=True, help="Trace file format (see docs/formats.md): OpenAI Chat Completions "
-                        "logs, OTel GenAI or OpenInference spans (OTLP/JSON), Langfuse exports, Responses API "
-                        "logs.")(func)
+    return click.option("--format", "trace_format", cls=TraceFormatOption, type=TraceFormatName(), default="auto",
+                        show_default=True, help="Trace file format (see docs/formats.md); auto detects each "
+                        "file's from its first records.")(func)
 
 
 def key_options(func: Callable) -> Callable:

@@ -22,7 +22,9 @@ SHOWN_ERRORS = 5
               help="OpenAI-log JSONL to write ('-': standard output).")
 @friendly_errors
 def import_cmd(trace_file: str, trace_format: str, session_key: str, customer_key: str, output: str) -> None:
-    """Convert a trace file (OTel, OpenInference, Langfuse, Responses API) into an OpenAI Chat Completions log.
+    """Convert a trace file of any registered format into an OpenAI Chat Completions log.
+
+    Formats: OTel GenAI, OpenInference, Langfuse, Responses API, and any plug-in's.
 
     One {"request", "response"} line per call, with session, customer and call index in request.metadata (and
     source_record, the span or observation id). Bad records are listed on stderr as FILE:LINE: field: message;

@@ -1,13 +1,15 @@
 """Compare two recorded logs of the same requests (e.g. the nightly canary: target-only vs speculative).
 
-In two steps. The scan (here): both logs are read in chunks (by worker processes for big logs) into compact
-digests (`scan`), which stream into a DuckDB staging table (`store.staging`), and call indices are assigned
-there (a repeated key is an error row), so memory stays flat however many calls the logs hold. The join
-(`join`): pairs whose canonical tool calls agree (~99%) and calls in one log only (counted as unmatched, never
-as drift) are written with INSERT ... SELECT straight from their digests; the rest are re-read by byte offset
-and diffed argument by argument in Python. Every row is written by `store.staging`: the agreeing pairs' in
-SQL, the others from the buffer of `recorder`.
-"""
+In two steps. The scan (here): both files are opened as trace sources in their formats
+(`toolaudit.ingest.sources`: an OpenAI log or an OTLP export scanned where it is, a format read whole held as
+records) and read in chunks (by worker processes for big files) into compact digests (`scan`), which stream
+into a DuckDB staging table (`store.staging`; an OTLP export's chunks once its ranges are settled), and call
+indices are assigned there (a repeated key is an error row), so memory stays flat however many calls an OpenAI
+log holds. The join (`join`): pairs whose canonical tool calls agree (~99%) and calls in one log only (counted as
+unmatched, never as drift) are written with INSERT ... SELECT straight from their digests; the rest are found
+again in their source (a log line by byte offset, an export's call from its compact copy, a held record by
+position) and diffed argument by argument in Python. Every row is written by `store.staging`: the agreeing
+pairs' in SQL, the others from the buffer of `recorder`."""
 
 from __future__ import annotations
 
@@ -25,21 +27,18 @@ import pyarrow as pa
 from toolaudit.compare.join import Join
 from toolaudit.compare.pairs import Analyzer
 from toolaudit.compare.recorder import Recorder
-from toolaudit.compare.scan import ChunkResult, digest, scan_task, split_file
-from toolaudit.ingest.shards import Shard
-from toolaudit.ingest.traces import (
+from toolaudit.compare.scan import ChunkResult, digest, hold, scan_task, settled, start_worker
+from toolaudit.ingest.reading import check, open_source
+from toolaudit.ingest.records import (
     CALL_INDEX_KEY,
     DEFAULT_CUSTOMER_KEY,
     DEFAULT_SESSION_KEY,
-    RawCall,
     TraceCall,
-    TraceSource,
     TraceStats,
-    line_error,
-    open_source,
-    open_trace,
-    parse_line,
+    collector_paused,
 )
+from toolaudit.ingest.shards import Shard
+from toolaudit.ingest.sources import TraceSource, open_trace
 from toolaudit.store import Store
 from toolaudit.store.staging import Staging, staging
 from toolaudit.validate.schemas import SchemaRegistry
@@ -58,7 +57,7 @@ class CompareOptions:
     candidate_name: str = "candidate"
     rows_per_write: int = 20_000  # rows built in Python per transaction (and differing pairs fetched at a time)
     workers: int | None = None  # None: one per core for big logs, in-process for small ones
-    format: str | None = None  # one of toolaudit.ingest.formats.FORMATS for both files; None: detect each file's
+    format: str | None = None  # a registered trace format for both files (toolaudit.ingest.registry); None: detect
     shard: Shard | None = None  # only this shard's sessions (see toolaudit.ingest.shards)
     memory_limit: str | None = "768MB"  # DuckDB's, while the digests are staged and joined (it spills past it)
 
@@ -102,8 +101,8 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
     for path in paths:  # fail before a run row exists for a file that cannot be read at all
         open_trace(path).close()
     with tempfile.TemporaryDirectory(prefix="toolaudit-") as tmp:
-        # files in another format are converted first (spans arrive unordered: a call needs the whole file)
-        sources = [open_source(p, options.format, options.session_key, options.customer_key, tmp) for p in paths]
+        # a file in a format read whole is read here (Langfuse joins records across lines)
+        sources = [open_source(p, options.format, options.session_key, options.customer_key) for p in paths]
         counts = RunCounts(formats={"baseline": sources[0].fmt, "candidate": sources[1].fmt},
                            skipped_reasons={"baseline": sources[0].skipped, "candidate": sources[1].skipped})
         run_options: dict[str, Any] = {"session_key": options.session_key, "customer_key": options.customer_key,
@@ -118,6 +117,10 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
         except BaseException:
             store.set_status(run_id, "interrupted")
             raise
+        finally:
+            for src in sources:
+                src.close()
+            sources.clear()
     store.finish_run(run_id, counts.as_dict())
     return run_id, counts
 
@@ -130,78 +133,97 @@ class _Comparison:
                  counts: RunCounts, progress: Progress | None, tmp: str):
         self.store, self.run_id, self.sources, self.options = store, run_id, sources, options
         self.tmp = tmp  # the workers' Parquet files of outputs columns
-        self.paths = [Path(src.path) for src in sources]  # what is scanned: the file, or its OpenAI-shaped copy
+        self.paths = [Path(src.source) for src in sources]
         self.counts, self.progress = counts, progress
-        # progress counts the user's bytes: a converted side's scanned bytes are scaled to its file's size
-        self.scale = [os.path.getsize(s.source) / max(1, os.path.getsize(s.path)) for s in sources]
         self.analyzer = Analyzer(run_id, SchemaRegistry(options.schema_dir))
         self.recorder = Recorder(run_id, options.rows_per_write)
-        self.handles: dict[int, Any] = {}
         self.shard = options.shard
         self.other_calls = [0, 0]
-        # a converted log's line N is line shown[N-1] of the user's file
-        self.shown = [None if src.origins is None else pa.array([o.line for o in src.origins], pa.int64())
-                      for src in sources]
+        # a held source's position N is line shown[N-1] of the user's file (None: positions are lines)
+        self.shown = [None if src.shown is None else pa.array(src.shown, pa.int64()) for src in sources]
 
     def run(self) -> None:
         workers = self.options.workers or default_workers(self.paths)
         tasks, sides = [], []
-        for side, (path, src) in enumerate(zip(self.paths, self.sources)):
+        for side, src in enumerate(self.sources):
             stats = self._stats(side)
-            if src.preset is not None:  # a converted file: its own lines, records and skips, and its bad records
+            if src.preset is not None:  # read whole: its own lines, records and skips, and its bad records
                 for name in ("lines", "blank", "records", "skipped"):
                     setattr(stats, name, getattr(src.preset, name))
-                for err in src.errors:
-                    if self.shard is not None and not self.shard.owns_unkeyed:
-                        self._elsewhere(side, 1)
-                        continue
-                    stats.errors += 1
-                    self.recorder.error(side, err)
-            size = path.stat().st_size
-            parts = max(workers * 4 if workers > 1 else 1, size // CHUNK_BYTES)
-            for start, end in split_file(str(path), parts):
-                tasks.append((str(path), start, end, src.session_key, src.customer_key, self.options.schema_dir,
-                              self.shard, side == 0, self.tmp))
+            for err in src.errors:
+                if self.shard is not None and not self.shard.owns_unkeyed:
+                    self._elsewhere(side, 1)
+                    continue
+                stats.errors += 1
+                self.recorder.error(side, err)
+            for start, end in src.units(workers * 4 if workers > 1 else 1, CHUNK_BYTES):
+                tasks.append((side, start, end, self.options.schema_dir, self.shard, side == 0, self.tmp))
                 sides.append(side)
         line_base = [0, 0]
-        try:
-            with staging(self.store, self.options.memory_limit) as stage:
-                with _results(tasks, workers) as results:
+        waiting: list[list[ChunkResult]] = [[], []]  # a settling source's chunks, until all of them are in
+        with staging(self.store, self.options.memory_limit) as stage:
+            with collector_paused():  # chunk results pile up here (a settling source's notes): see collector_paused
+                with _results(tasks, workers, self.sources) as results:
                     for side, task, chunk in zip(sides, tasks, results):
-                        self._absorb(stage, side, chunk, line_base[side], task[2] - task[1])
+                        size = self.sources[side].unit_bytes(*task[1:3])
+                        if self.sources[side].settles:
+                            waiting[side].append(chunk)
+                            self._advance(size)
+                            continue
+                        self._absorb(stage, side, chunk, line_base[side], size)
                         line_base[side] += chunk.lines
-                self._duplicates(stage)
-                self.recorder.flush(stage, force=True)
-                for side, src in enumerate(self.sources):
-                    # a shard may hold none of a file's calls: the file as a whole must hold some
-                    src.check(replace(self._stats(side), calls=self._stats(side).calls + self.other_calls[side]),
-                              self.recorder.first_errors[side])
-                self._join(stage)
-        finally:
-            for handle in self.handles.values():
-                handle.close()
+                for side, chunks in enumerate(waiting):
+                    if chunks:
+                        self._settle(stage, side, chunks, line_base[side])
+            self._duplicates(stage)
+            self.recorder.flush(stage, force=True)
+            for side, src in enumerate(self.sources):
+                # a shard may hold none of a file's calls: the file as a whole must hold some
+                check(src, replace(self._stats(side), calls=self._stats(side).calls + self.other_calls[side]),
+                      self.recorder.first_errors[side])
+            self._join(stage)
 
     # -- per chunk --------------------------------------------------------------------------------------------
     def _absorb(self, stage: Staging, side: int, chunk: ChunkResult, base: int, size: int) -> None:
         """Fold one chunk (`size` bytes of a side's file) into the staging table; progress advances by bytes."""
         stats, src = self._stats(side), self.sources[side]
-        if not src.converted:
+        if src.preset is None:
             stats.lines += chunk.stats.lines
             stats.blank += chunk.stats.blank
-            stats.records += chunk.stats.lines - chunk.stats.blank
+            stats.records += chunk.stats.records
         self.recorder.issues(chunk.schema_issues)
         if chunk.other_calls or chunk.other_errors:
             self.other_calls[side] += chunk.other_calls
             self._elsewhere(side, chunk.other_calls + chunk.other_errors)
-        for err in chunk.errors:
+        for err in chunk.errors:  # found while scanning: lines relative to the chunk
             stats.errors += 1
-            self.recorder.error(side, src.translate(replace(err, line=err.line + base)))
+            self.recorder.error(side, replace(err, line=err.line + base))
         if chunk.table is not None and len(chunk.table):
             stats.calls += len(chunk.table)
             stage.append(side, chunk.table, base, chunk.lines, self.shown[side], chunk.outputs_file)
         self.recorder.flush(stage)
-        if self.progress:
-            self.progress(round(size * self.scale[side]))
+        self._advance(size)
+
+    def _advance(self, size: int) -> None:
+        if self.progress and size:
+            self.progress(size)
+
+    def _settle(self, stage: Staging, side: int, chunks: list[ChunkResult], base: int) -> None:
+        """A settling source's chunks, once all are in: its error rows and skips, then each chunk as settled."""
+        src, stats = self.sources[side], self._stats(side)
+        settlement = src.settle([chunk.notes for chunk in chunks])
+        self.shown[side] = pa.array(src.shown, pa.int64())
+        stats.skipped += sum(src.skipped.values())
+        for err in settlement.errors:
+            if self.shard is not None and not self.shard.owns_unkeyed:
+                self._elsewhere(side, 1)
+                continue
+            stats.errors += 1
+            self.recorder.error(side, err)
+        for chunk, keep in zip(chunks, settlement.keep):
+            self._absorb(stage, side, settled(chunk, keep), base, 0)
+            base += chunk.lines
+        chunks.clear()  # their notes: what re-reading needs is the source's now
 
     def _duplicates(self, stage: Staging) -> None:
         """A second call with the same (session, call index) is an error row, as in a sequential read."""
@@ -212,9 +234,7 @@ class _Comparison:
             stats.errors += 1
             message = (f"duplicate call index {dup['call_index']} for session {dup['session_id']!r} "
                        f"(first seen at line {dup['first_shown']})")
-            raw = self._reread(side, dup["offset"])
-            self.recorder.error(side, self.sources[side].translate(
-                line_error(raw, str(self.paths[side]), dup["line"], CALL_INDEX_KEY, message)))
+            self.recorder.error(side, self.sources[side].error_at(dup["offset"], dup["shown"], CALL_INDEX_KEY, message))
 
     def _elsewhere(self, side: int, n: int) -> None:
         """Records of this file that other shards store (their sessions' calls, or bad lines for shard 1)."""
@@ -238,36 +258,29 @@ class _Comparison:
         counts.candidate_only += joined.candidate_only
 
     def _check(self, line: int, offset: int) -> tuple[int, bool | None, str | None]:
-        """The schema verdict of a candidate line scanned without validating."""
-        src = self.sources[1]
-        item = parse_line(self._reread(1, offset), str(self.paths[1]), line, src.session_key, src.customer_key, True)
-        assert isinstance(item, RawCall), "a line that digested cleanly parses again"
-        d = digest(item, offset, self.analyzer)
+        """The schema verdict of a candidate call scanned without validating."""
+        d = digest(self.sources[1].reread(offset, line), offset, self.analyzer)
         return line, d.valid, d.schema_errors
 
     # -- re-reading -------------------------------------------------------------------------------------------
-    def _reread(self, side: int, offset: int) -> bytes:
-        handle = self.handles.get(side)
-        if handle is None:
-            handle = self.handles[side] = open(self.paths[side], "rb")
-        handle.seek(offset)
-        return handle.readline()
-
     def _call(self, side: int, line: int, offset: int, call_index: int) -> TraceCall:
         src = self.sources[side]
-        item = parse_line(self._reread(side, offset), str(self.paths[side]), line, src.session_key,
-                          src.customer_key, True)
-        assert isinstance(item, RawCall), "a line that digested cleanly parses again"
-        source, shown = src.where(line)
-        return TraceCall(source, shown, item.session_id, call_index, item.customer, item.request, item.response)
+        item = src.reread(offset, line)
+        return TraceCall(src.source, item.line, item.session_id, call_index, item.customer, item.request,
+                         item.response, item.record)
 
 
 @contextmanager
-def _results(tasks: list[tuple], workers: int) -> Iterator[Iterator[ChunkResult]]:
-    """Chunk results in task order: from a process pool, or computed in-process for one worker."""
+def _results(tasks: list[tuple], workers: int, sources: list[TraceSource]) -> Iterator[Iterator[ChunkResult]]:
+    """Chunk results in task order: from a process pool (each worker given the sources once, as it starts: a
+    forked worker inherits held records without copying them), or computed in-process for one worker."""
     if workers <= 1 or len(tasks) <= 2:
-        yield (scan_task(t) for t in tasks)
+        hold(sources)
+        try:
+            yield (scan_task(t) for t in tasks)
+        finally:
+            hold([])
         return
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(workers, initializer=start_worker, initargs=(sources,)) as pool:
         yield pool.imap(scan_task, tasks)

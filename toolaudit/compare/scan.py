@@ -1,10 +1,12 @@
-"""Scan a byte range of a recorded log into compact per-call digests, in a worker process or in-process.
+"""Scan a range of a trace source into compact per-call digests, in a worker process or in-process.
 
 A digest holds what the comparison needs for the common case (the two answers agree): a hash of the canonical
 signature of the tool calls, schema validity, and the row values to store. A chunk's digests travel as one Arrow
-table (`DIGEST_COLUMNS`), which `store.staging` appends to a staging table; the rare pairs whose signatures
-differ are re-read from the file by byte offset and diffed in full. Chunks carry line numbers relative to their start;
-the caller adds the lines of the chunks before, so results equal a sequential read exactly.
+table (`DIGEST_COLUMNS`), which `store.staging` appends to a staging table; the rare pairs whose signatures differ
+are found again by their key (a log line's byte offset, a held record's position: `TraceSource.reread`) and
+diffed in full. Chunks carry positions relative to their start; the caller adds the positions of the chunks
+before, so results equal a sequential read exactly. The sources reach worker processes once, when the pool
+starts (`start_worker`): a fork inherits a whole-file source's records without copying them.
 
 The candidate side is scanned without running its schemas (`validate=False`): an identical pair's candidate has
 the baseline's verdict when both requests offer the same tools and the baseline's calls raised no schema error;
@@ -14,11 +16,12 @@ from both sides.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import tempfile
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -26,8 +29,9 @@ import pyarrow.parquet as pq
 
 from toolaudit.compare.diff import call_signature
 from toolaudit.compare.pairs import Analyzer, message_raw_text, tool_calls_json
+from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats, first_message
 from toolaudit.ingest.shards import Shard
-from toolaudit.ingest.traces import RawCall, TraceLineError, TraceStats, first_message, parse_line
+from toolaudit.ingest.sources import Scanned, TraceSource
 from toolaudit.validate.records import ToolCall
 from toolaudit.validate.schemas import SchemaRegistry
 from toolaudit.validate.toolcalls import parse_message
@@ -37,7 +41,7 @@ class Digest(NamedTuple):
     """One usable line of a log, reduced to what comparing and storing it needs."""
 
     line: int
-    offset: int  # byte offset of the line, to re-read it when the pair needs a full diff
+    offset: int  # the call's key (a log line's byte offset), to re-read it when the pair needs a full diff
     session_id: str
     explicit_index: int | None
     customer: str | None
@@ -80,31 +84,15 @@ _EMPTY = _hash(b"")
 
 @dataclass
 class ChunkResult:
-    table: pa.Table | None = None  # one row per digested line, DIGEST_COLUMNS
+    table: pa.Table | None = None  # one row per digested call, DIGEST_COLUMNS
     outputs_file: str | None = None  # their OUTPUT_COLUMNS (None when the chunk digested no line)
     errors: list[TraceLineError] = field(default_factory=list)
     stats: TraceStats = field(default_factory=TraceStats)
-    lines: int = 0
+    lines: int = 0  # positions in the range (a log's lines, blank ones included)
     schema_issues: list[dict] = field(default_factory=list)
     other_calls: int = 0  # calls of sessions in other shards (not digested)
     other_errors: int = 0  # bad lines left to shard 1 (they belong to no session)
-
-
-def split_file(path: str, parts: int) -> list[tuple[int, int]]:
-    """Byte ranges that end on line boundaries."""
-    size = os.path.getsize(path)
-    if parts <= 1 or size < (1 << 20):
-        return [(0, size)]
-    bounds = [0]
-    with open(path, "rb") as handle:
-        for i in range(1, parts):
-            handle.seek(max(bounds[-1], size * i // parts))
-            handle.readline()
-            pos = handle.tell()
-            if pos < size and pos > bounds[-1]:
-                bounds.append(pos)
-    bounds.append(size)
-    return list(zip(bounds, bounds[1:]))
+    notes: Any = None  # a settling source's notes on the range (see `TraceSource.settles`)
 
 
 class SchemaCache:
@@ -184,55 +172,74 @@ def tools_key(tools: list) -> bytes:
         return _hash(repr(tools).encode("utf-8", "replace"))
 
 
-def scan_chunk(path: str, start: int, end: int, session_key: str, customer_key: str,
-               schema_dir: str | None, shard: Shard | None = None, validate: bool = True,
-               out_dir: str | None = None) -> ChunkResult:
-    """Digest every line in [start, end) of `path`. Line numbers are relative to the chunk (1-based).
-    With a shard, only its sessions' lines are digested (and bad lines only by shard 1); the rest are counted.
+_SOURCES: list[TraceSource] = []  # the comparison's sources, by side, in this process
+
+
+def hold(sources: list[TraceSource]) -> None:
+    """Make the comparison's sources the ones `scan_task` scans, in this process ([] to let them go)."""
+    _SOURCES[:] = sources
+
+
+def start_worker(sources: list[TraceSource]) -> None:
+    """A pool worker's start: hold the sources, and take what it inherited out of the collector's passes
+    (`gc.freeze`: the parent's held records are never garbage here, and walking them would copy every page)."""
+    hold(sources)
+    gc.freeze()
+    gc.enable()
+
+
+def scan_chunk(side: int, start: int, end: int, schema_dir: str | None, shard: Shard | None = None,
+               validate: bool = True, out_dir: str | None = None) -> ChunkResult:
+    """Digest every call in [start, end) of side `side`'s source. Positions are relative to the range (1-based).
+    With a shard, only its sessions' calls are digested (and bad records only by shard 1); the rest are counted.
     validate=False leaves `valid`/`schema_errors` NULL (the candidate side: see the module docstring).
     The outputs columns go to a Parquet file in `out_dir` (default: the system's temporary folder)."""
+    source = _SOURCES[side]
     result = ChunkResult()
+    scanned = Scanned(result.stats)
     rows: list[tuple] = []
     outs: list[tuple] = []
     analyzer = Analyzer(0, SchemaRegistry(schema_dir))
     cache = SchemaCache(analyzer)
-    stats = result.stats
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        offset, line_no = start, 0
-        while offset < end:
-            raw = handle.readline()
-            if not raw:
-                break
-            line_no += 1
-            here, offset = offset, offset + len(raw)
-            stats.lines += 1
-            if not raw.strip():
-                stats.blank += 1
+    for position, item in source.scan(start, end, scanned):
+        if isinstance(item, TraceLineError):
+            if shard is not None and not shard.owns_unkeyed:
+                result.other_errors += 1
                 continue
-            item = parse_line(raw, path, line_no, session_key, customer_key, True)
-            if isinstance(item, TraceLineError):
-                if shard is not None and not shard.owns_unkeyed:
-                    result.other_errors += 1
-                    continue
-                stats.errors += 1
-                result.errors.append(item)
-            elif shard is not None and not shard.holds(item.session_id):
-                result.other_calls += 1
-            else:
-                d = digest(item, here, cache, validate)
-                rows.append((d.line, d.offset, d.session_id, d.explicit_index, d.customer, d.signature, d.simple,
-                             _text_hash(d.text), _text_hash(d.raw), d.status, d.valid, d.schema_errors is None,
-                             d.tool_name, d.tools_hash))
-                outs.append((d.line, d.raw, d.tool_calls, d.fmt, d.error, d.schema_errors, d.system_fingerprint))
+            result.stats.errors += 1
+            result.errors.append(item)
+        elif shard is not None and not shard.holds(item.session_id):
+            result.other_calls += 1
+        else:
+            d = digest(item, item.key, cache, validate)
+            rows.append((position, d.offset, d.session_id, d.explicit_index, d.customer, d.signature, d.simple,
+                         _text_hash(d.text), _text_hash(d.raw), d.status, d.valid, d.schema_errors is None,
+                         d.tool_name, d.tools_hash))
+            outs.append((position, d.raw, d.tool_calls, d.fmt, d.error, d.schema_errors, d.system_fingerprint))
     result.table = _table(rows, DIGEST_COLUMNS)
     if outs:
-        fd, result.outputs_file = tempfile.mkstemp(prefix=f"chunk-{start}-", suffix=".parquet", dir=out_dir)
+        fd, result.outputs_file = tempfile.mkstemp(prefix=f"chunk-{side}-{start}-", suffix=".parquet", dir=out_dir)
         os.close(fd)
         pq.write_table(_table(outs, OUTPUT_COLUMNS), result.outputs_file, compression="lz4")
-    result.lines = line_no
+    result.lines = source.positions(start, end, scanned)
+    result.notes = scanned.notes
     result.schema_issues = analyzer.pending_issues
     return result
+
+
+def settled(chunk: ChunkResult, keep: dict[int, int]) -> ChunkResult:
+    """A settling source's chunk as settled: the rows of the calls that stay (`keep`: position -> call index),
+    each given its call index; the calls kept but not digested here belong to other shards."""
+    table = chunk.table
+    if table is not None and len(table):
+        positions = table.column("line").to_pylist()
+        kept = [p for p in positions if p in keep]
+        if len(kept) < len(positions):
+            table = table.filter(pa.array([p in keep for p in positions]))
+        column = table.schema.get_field_index("explicit_index")
+        table = table.set_column(column, "explicit_index", pa.array([keep[p] for p in kept], pa.int64()))
+    rows = 0 if table is None else len(table)
+    return replace(chunk, table=table, other_calls=len(keep) - rows, other_errors=0, errors=[])
 
 
 def _text_hash(text: str) -> bytes:

@@ -1,32 +1,36 @@
-"""Readers for traffic recorded outside OpenAI Chat Completions logs: OpenTelemetry GenAI and OpenInference
-spans (OTLP/JSON), Langfuse exports and Responses API logs. See docs/formats.md.
+"""Trace formats: one module per format, each exposing `FORMAT` (a `TraceFormat`) and registered under the
+entry-point group `toolaudit.formats` (toolaudit's own pyproject.toml names the built-in ones; a plug-in
+distribution names its own: docs/plugins.md). See docs/formats.md for what each format reads.
 
-Each reader turns a whole file into a `Conversion`: calls in the OpenAI-log shape, problems naming the
-original line, span (or observation) id and attribute, and skipped records with their reasons. `traces.py`
-writes the calls to a temporary OpenAI-shaped log and feeds it to the same machinery as a native log
-(`TraceSource`), mapping every line back to where it came from. OpenAI logs themselves are read by
-`traces.py` directly; the modules here import nothing from the rest of toolaudit but `deepjson`.
+This package's namespace is what a plug-in imports to write a reader: the contract (`TraceFormat`, `Sample`),
+what a reader returns (`Conversion` of `Call`s with their `Origin`, problems, skipped records), the error a
+reader raises for a bad record (`Invalid`), the session/customer keys it is given (`Keys`) and helpers that
+build the Chat Completions shapes. Format modules are not imported here: the registry loads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from toolaudit.ingest.formats.base import (
+    Call,
+    Conversion,
+    Invalid,
+    Keys,
+    Origin,
+    Problem,
+    arguments_text,
+    as_key,
+    chat_response,
+    chat_tools,
+    check_role,
+    json_value,
+    load_line,
+    record_lines,
+    text_content,
+    tools_from_json,
+    usage_block,
+)
+from toolaudit.ingest.formats.contract import Sample, TraceFormat
 
-from toolaudit.ingest.formats import langfuse, openinference, otel, responses
-from toolaudit.ingest.formats.base import Conversion, Keys, Origin, Problem
-from toolaudit.ingest.formats.detect import FORMATS, describe, detect_format, mixed
-
-READERS: dict[str, Callable[[str, Keys], Conversion]] = {
-    "otel": otel.read,
-    "openinference": openinference.read,
-    "langfuse": langfuse.read,
-    "responses": responses.read,
-}
-
-__all__ = ["FORMATS", "READERS", "Conversion", "Keys", "Origin", "Problem", "convert", "describe",
-           "detect_format", "mixed"]
-
-
-def convert(path: str, fmt: str, keys: Keys) -> Conversion:
-    """Read a whole file in a format other than "openai"."""
-    return READERS[fmt](str(path), keys)
+__all__ = ["Call", "Conversion", "Invalid", "Keys", "Origin", "Problem", "Sample", "TraceFormat", "arguments_text",
+           "as_key", "chat_response", "chat_tools", "check_role", "json_value", "load_line", "record_lines",
+           "text_content", "tools_from_json", "usage_block"]

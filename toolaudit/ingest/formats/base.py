@@ -1,15 +1,16 @@
-"""What every reader produces: calls in the OpenAI-log shape, problems naming the original line and record, and
-a count of the records skipped (with a reason each).
+"""What every whole-file reader produces, and the helpers the built-in readers share (a plug-in may use them).
 
-A reader turns a file into a `Conversion`; `Conversion.write` writes the calls as an OpenAI Chat Completions log
-(one `{"request", "response"}` line per call, session, customer and call index in `request.metadata`) and
-returns, for each written line, the `Origin` it came from. The package imports nothing from the rest of
-toolaudit but `deepjson` (`traces.py` imports it): `traces.py` turns problems into `TraceLineError`s and
-origins into file and line numbers.
+A reader turns a file into a `Conversion`: calls in the OpenAI Chat Completions shape (`Call`: session,
+customer, request, response, and the `Origin` that names the original line, span or observation id and the
+attribute that holds the answer), problems naming the original line and record (`Problem`), and a count of the
+records skipped, with a reason each. toolaudit turns these into the records every format yields
+(`toolaudit.ingest.held`): it checks each call as it checks a line of an OpenAI log, orders a span format's calls
+by start time and gives every error row the original file, line, record id and field.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,11 +19,7 @@ from typing import Any
 import orjson
 
 from toolaudit.ingest import deepjson
-
-EXCERPT_CHARS = 200
-DEFAULT_SESSION_KEY = "request.metadata.session_id"  # the OpenAI-log defaults (see traces.py)
-DEFAULT_CUSTOMER_KEY = "request.metadata.customer"
-KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+from toolaudit.ingest.records import DEFAULT_CUSTOMER_KEY, DEFAULT_SESSION_KEY, EXCERPT_CHARS, KNOWN_ROLES
 
 
 @dataclass(frozen=True)
@@ -114,31 +111,6 @@ class Conversion:
                 call.call_index = str(index)
                 out.append(call)
         return out
-
-    def write(self, handle: Any) -> list[Origin]:
-        """Write the calls as OpenAI-log lines to a binary handle; returns each line's origin."""
-        origins = []
-        for call in self.ordered():
-            record = openai_line(call)
-            try:
-                handle.write(orjson.dumps(record) + b"\n")
-            except TypeError:  # nested past orjson's 254 levels: the iterative encoder writes it all the same
-                handle.write(deepjson.dumps(record, sort_keys=False).encode() + b"\n")
-            origins.append(call.origin)
-        return origins
-
-
-def openai_line(call: Call) -> dict:
-    """A call as one OpenAI Chat Completions log record (session, customer, call index in the metadata)."""
-    request = dict(call.request)
-    metadata = dict(request["metadata"]) if isinstance(request.get("metadata"), dict) else {}
-    metadata["session_id"] = call.session_id
-    if call.customer is not None:
-        metadata["customer"] = call.customer
-    if call.call_index is not None:
-        metadata["call_index"] = call.call_index
-    request["metadata"] = metadata
-    return {"request": request, "response": call.response}
 
 
 def excerpt(raw: Any) -> str:
@@ -235,6 +207,22 @@ def chat_tools(tools: Any, field_name: str) -> list:
             out.append({"type": "function", "function": fn})
         # other tool types (web search, file search, MCP...) cannot be called as functions: left out
     return out
+
+
+def tools_from_json(text: str, field_name: str, single: bool = False) -> list:
+    """Tool definitions held in a JSON string (a list, or one tool with `single`), as Chat tools.
+
+    Agents send the same definitions with every call: calls whose strings are equal share the converted tool
+    objects (parsed once, held in memory once), so a request's tools are read, never changed."""
+    try:
+        return list(_shared_tools(text, single))
+    except Invalid:  # convert again to name the field
+        return chat_tools([json_value(text, field_name)] if single else json_value(text, field_name), field_name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shared_tools(text: str, single: bool) -> tuple:
+    return tuple(chat_tools([json_value(text, "")] if single else json_value(text, ""), ""))
 
 
 def chat_response(message: dict, finish_reason: str | None, response_id: Any = None, model: Any = None,

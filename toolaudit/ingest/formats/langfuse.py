@@ -38,8 +38,11 @@ from toolaudit.ingest.formats.base import (
     record_lines,
     usage_block,
 )
-from toolaudit.ingest.formats.detect import looks_like_langfuse, mixed
+from toolaudit.ingest.formats.contract import Sample, TraceFormat
+from toolaudit.ingest.registry import mixed
 
+LANGFUSE_TYPES = frozenset({"GENERATION", "SPAN", "EVENT", "AGENT", "TOOL", "CHAIN", "RETRIEVER", "EVALUATOR",
+                            "EMBEDDING", "GUARDRAIL"})
 _NUMERIC_PARAMS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "frequency_penalty",
                    "presence_penalty", "seed", "n")
 _FRACTION = re.compile(r"(\.\d{6})\d+")
@@ -85,6 +88,30 @@ def read(path: str, keys: Keys) -> Conversion:
         else:
             conv.calls.append(result)
     return conv
+
+
+def looks_like_langfuse(record: dict) -> bool:
+    return isinstance(record.get("observations"), list) or (
+        "traceId" in record and ("type" in record or "startTime" in record)) or (
+        record.get("type") in LANGFUSE_TYPES and "id" in record)
+
+
+def detect(sample: Sample) -> bool:
+    """A trace (with observations), an observation, or an API page of them; not a log line or an export."""
+    record = sample.value
+    if not isinstance(record, dict) or "request" in record or "response" in record or isinstance(
+            record.get("resourceSpans"), list):
+        return False
+    if looks_like_langfuse(record):
+        return True
+    data = record.get("data")
+    return isinstance(data, list) and bool(data) and all(isinstance(d, dict) and looks_like_langfuse(d)
+                                                         for d in data[:5])
+
+
+FORMAT = TraceFormat(name="langfuse", description="Langfuse exports: traces, observations or API pages, one per "
+                     "line", detect=detect, read=read, record_word="observation",
+                     looks_like="a Langfuse export record")
 
 
 def _observation(obs: Any, trace_id: str | None, traces: dict, keys: Keys, line: int, position: int,

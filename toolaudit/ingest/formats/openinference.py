@@ -18,7 +18,6 @@ from typing import Any
 
 from toolaudit.ingest.formats.base import (
     Call,
-    Conversion,
     Invalid,
     Keys,
     Origin,
@@ -29,10 +28,12 @@ from toolaudit.ingest.formats.base import (
     check_role,
     json_value,
     text_content,
+    tools_from_json,
     usage_block,
 )
-from toolaudit.ingest.formats.detect import mixed
-from toolaudit.ingest.formats.otlp import Span, read_spans
+from toolaudit.ingest.formats.contract import Sample, TraceFormat
+from toolaudit.ingest.formats.otlp import Span, detect_convention
+from toolaudit.ingest.formats.otlp_export import open_export
 
 KIND = "openinference.span.kind"
 SESSION_ATTR = "session.id"
@@ -41,8 +42,8 @@ INPUT, OUTPUT, TOOLS = "llm.input_messages", "llm.output_messages", "llm.tools"
 _RESERVED = {"messages", "tools", "metadata", "model"}
 
 
-def read(path: str, keys: Keys) -> Conversion:
-    return read_spans(path, "openinference", keys, span_to_call, lambda record: mixed(record, "openinference"))
+def detect(sample: Sample) -> bool | None:
+    return detect_convention(sample, "openinference")
 
 
 def span_to_call(span: Span, keys: Keys) -> Call | str:
@@ -67,7 +68,8 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
             schema = (tool.get("tool") or {}).get("json_schema") if isinstance(tool.get("tool"), dict) else None
             if schema is None:
                 raise Invalid(at, "missing: each tool needs its JSON definition")
-            request["tools"].extend(chat_tools([json_value(schema, at)], at))
+            request["tools"].extend(tools_from_json(schema, at, single=True) if isinstance(schema, str) else
+                                    chat_tools([json_value(schema, at)], at))
     params = span.attr("llm.invocation_parameters")
     if params is not None:
         params = json_value(params, "llm.invocation_parameters")
@@ -164,3 +166,8 @@ def _message(item: dict, where: str) -> dict:
     if calls:
         out["tool_calls"] = calls
     return out
+
+
+FORMAT = TraceFormat(name="openinference", description="OpenInference LLM spans (Phoenix) in OTLP/JSON exports, "
+                     "one export request per line", detect=detect, open=open_export("openinference", span_to_call),
+                     record_word="span", looks_like="an OpenInference (OTLP/JSON) export")

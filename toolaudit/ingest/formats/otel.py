@@ -16,7 +16,6 @@ from typing import Any
 
 from toolaudit.ingest.formats.base import (
     Call,
-    Conversion,
     Invalid,
     Keys,
     Origin,
@@ -27,10 +26,12 @@ from toolaudit.ingest.formats.base import (
     check_role,
     json_value,
     text_content,
+    tools_from_json,
     usage_block,
 )
-from toolaudit.ingest.formats.detect import mixed
-from toolaudit.ingest.formats.otlp import Span, read_spans
+from toolaudit.ingest.formats.contract import Sample, TraceFormat
+from toolaudit.ingest.formats.otlp import Span, detect_convention
+from toolaudit.ingest.formats.otlp_export import open_export
 
 SESSION_ATTR = "gen_ai.conversation.id"
 CUSTOMER_ATTRS = ("user.id", "enduser.id")
@@ -45,8 +46,8 @@ _FINISH = {"tool_call": "tool_calls", "tool_calls": "tool_calls", "stop": "stop"
            "content_filter": "content_filter", "error": "error"}
 
 
-def read(path: str, keys: Keys) -> Conversion:
-    return read_spans(path, "otel", keys, span_to_call, lambda record: mixed(record, "otel"))
+def detect(sample: Sample) -> bool | None:
+    return detect_convention(sample, "otel")
 
 
 def span_to_call(span: Span, keys: Keys) -> Call | str:
@@ -70,7 +71,8 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
     request["messages"] = messages
     tools = span.attr("gen_ai.tool.definitions")
     if tools is not None:
-        request["tools"] = chat_tools(json_value(tools, "gen_ai.tool.definitions"), "gen_ai.tool.definitions")
+        request["tools"] = (tools_from_json(tools, "gen_ai.tool.definitions") if isinstance(tools, str) else
+                            chat_tools(json_value(tools, "gen_ai.tool.definitions"), "gen_ai.tool.definitions"))
     for attr, name in _PARAMS.items():
         if span.attr(attr) is not None:
             request[name] = span.attr(attr)
@@ -217,3 +219,8 @@ def _event_message(role: str, body: dict, where: str) -> dict:
     if converted:
         message["tool_calls"] = converted
     return message
+
+
+FORMAT = TraceFormat(name="otel", description="OTel GenAI spans in OTLP/JSON exports, one export request per line",
+                     detect=detect, open=open_export("otel", span_to_call), record_word="span",
+                     looks_like="an OTel GenAI (OTLP/JSON) export")

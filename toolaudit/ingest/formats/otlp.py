@@ -4,28 +4,19 @@ OTel GenAI and OpenInference readers.
 Each line is an `ExportTraceServiceRequest`: `{"resourceSpans": [{"resource": {"attributes": [...]},
 "scopeSpans": [{"scope": {...}, "spans": [...]}]}]}`. Attribute values come in any OTLP/JSON form
 (`stringValue`, `intValue` as a string or a number, `doubleValue`, `boolValue`, `arrayValue`, `kvlistValue`,
-`bytesValue`). Spans arrive batched and in any order, so the whole file is read before calls are assembled:
-a session's calls are ordered by `startTimeUnixNano`. Every span is one record: a call, a problem or a skip.
+`bytesValue`). This module decodes spans and tells the two conventions apart; `otlp_export` reads a file of
+them. Every span is one record: a call, a problem or a skip.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolaudit.ingest.formats.base import (
-    Call,
-    Conversion,
-    Invalid,
-    Keys,
-    as_key,
-    canonical_bytes,
-    load_line,
-    record_lines,
-)
+from toolaudit.ingest.formats.base import Call, Invalid, Keys, as_key
+from toolaudit.ingest.formats.contract import Sample
 
 # A convention's reader: a decoded span -> a call, or the reason it is skipped. Raises Invalid.
 SpanReader = Callable[["Span", Keys], "Call | str"]
@@ -181,7 +172,7 @@ def decode_span(raw: dict, resource: dict[str, Any], line: int, position: int) -
                 _nanos(raw.get("endTimeUnixNano"), "endTimeUnixNano"), attributes, resource, events)
 
 
-def _spans_of(doc: dict) -> list[tuple[Any, Any]]:
+def spans_of(doc: dict) -> list[tuple[Any, Any]]:
     """(resource attributes list, span) pairs of one export request; Invalid for a broken container."""
     out = []
     for r, rs in enumerate(doc["resourceSpans"]):
@@ -200,60 +191,32 @@ def _spans_of(doc: dict) -> list[tuple[Any, Any]]:
     return out
 
 
-def read_spans(path: str, fmt: str, keys: Keys, reader: SpanReader, hint: Callable[[Any], str]) -> Conversion:
-    """Read every span of an OTLP/JSON file through `reader` (one convention); `hint` says which other format
-    a line that is not OTLP looks like (see `detect.mixed`)."""
-    conv = Conversion(fmt, by_session=True)
-    seen: dict[tuple[str, str], tuple[int, bytes]] = {}
-    position = 0
-    for line_no, raw in record_lines(path, conv):
-        doc, error = load_line(raw)
-        if error is None and (not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list)):
-            error = "not an OTLP/JSON ExportTraceServiceRequest (no \"resourceSpans\" list)" + hint(doc)
-        try:
-            pairs = _spans_of(doc) if error is None else []
-        except Invalid as exc:
-            conv.records += 1
-            conv.problem(line_no, None, exc.field, exc.message, raw)
+# -- detection -------------------------------------------------------------------------------------------------
+
+def otlp_convention(record: dict) -> str | None:
+    """"openinference" or "otel" from the first span attribute that tells them apart, else None."""
+    for rs in record.get("resourceSpans") or []:
+        if not isinstance(rs, dict):
             continue
-        if error is not None:
-            conv.records += 1
-            conv.problem(line_no, None, None, error, raw)
-            continue
-        resources: dict[int, dict] = {}
-        for (_, r, attrs), span_raw in pairs:
-            conv.records += 1
-            position += 1
-            _one_span(conv, seen, keys, reader, resources, r, attrs, span_raw, line_no, position)
-    return conv
+        for scope in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
+            for span in (scope.get("spans") or []) if isinstance(scope, dict) else []:
+                attrs = span.get("attributes") if isinstance(span, dict) else None
+                for attr in attrs if isinstance(attrs, list) else []:
+                    key = attr.get("key") if isinstance(attr, dict) else None
+                    if not isinstance(key, str):
+                        continue
+                    if key.startswith("openinference.") or key.startswith("llm."):
+                        return "openinference"
+                    if key.startswith("gen_ai."):
+                        return "otel"
+    return None
 
 
-def _one_span(conv: Conversion, seen: dict, keys: Keys, reader: SpanReader, resources: dict, r: int,
-              attrs: Any, span_raw: Any, line_no: int, position: int) -> None:
-    span_id = span_raw.get("spanId") if isinstance(span_raw, dict) else None
-    record = span_id if isinstance(span_id, str) and span_id else None
-    try:
-        if not isinstance(span_raw, dict):
-            raise Invalid(None, f"a span must be an object, got {type(span_raw).__name__}")
-        if r not in resources:
-            resources[r] = key_values(attrs, "resource.attributes")
-        span = decode_span(span_raw, resources[r], line_no, position)
-        digest = hashlib.blake2b(canonical_bytes(span_raw), digest_size=16).digest()
-        first = seen.get((span.trace_id, span.span_id))
-        if first is not None:
-            if first[1] == digest:
-                conv.skip("duplicate export of a span")
-                return
-            raise Invalid("spanId", f"duplicate span id (first at line {first[0]}) with different content")
-        seen[(span.trace_id, span.span_id)] = (line_no, digest)
-        result = reader(span, keys)
-    except Invalid as exc:
-        conv.problem(line_no, record, exc.field, exc.message, span_raw)
-        return
-    except RecursionError as exc:
-        conv.problem(line_no, record, None, f"span cannot be read: {exc}", span_raw)
-        return
-    if isinstance(result, str):
-        conv.skip(result)
-    else:
-        conv.calls.append(result)
+def detect_convention(sample: Sample, convention: str) -> bool | None:
+    """An OTLP/JSON export whose spans follow `convention`: True; another convention: False; an export whose
+    spans carry neither (only HTTP spans, say): None, a later record decides."""
+    record = sample.value
+    if not isinstance(record, dict) or not isinstance(record.get("resourceSpans"), list):
+        return False
+    found = otlp_convention(record)
+    return None if found is None else found == convention

@@ -33,7 +33,8 @@ from toolaudit.ingest.formats.base import (
     text_content,
     usage_block,
 )
-from toolaudit.ingest.formats.detect import mixed
+from toolaudit.ingest.formats.contract import Sample, TraceFormat
+from toolaudit.ingest.registry import mixed
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _COPIED = ("model", "temperature", "top_p", "parallel_tool_calls", "user", "seed", "store")
@@ -54,6 +55,28 @@ def read(path: str, keys: Keys) -> Conversion:
         except RecursionError:
             conv.problem(line_no, None, None, "nested too deeply", raw)
     return conv
+
+
+def looks_like_responses(record: dict) -> bool:
+    """`{"request": <responses.create body>, ...}` or `{..., "response": <Response>}`, not a Chat Completions
+    request (which has `messages`) nor an OTLP export."""
+    if isinstance(record.get("resourceSpans"), list) or ("request" not in record and "response" not in record):
+        return False
+    request, response = record.get("request"), record.get("response")
+    if isinstance(request, dict) and "messages" in request:
+        return False
+    if isinstance(request, dict) and ("input" in request or "instructions" in request):
+        return True
+    return isinstance(response, dict) and (response.get("object") == "response"
+                                           or isinstance(response.get("output"), list))
+
+
+def detect(sample: Sample) -> bool:
+    return isinstance(sample.value, dict) and looks_like_responses(sample.value)
+
+
+FORMAT = TraceFormat(name="responses", description="OpenAI Responses API logs, one {request, response} per line",
+                     detect=detect, read=read, record_word="record", looks_like="a Responses API log line")
 
 
 def record_to_call(record: Any, keys: Keys, line: int) -> Call:

@@ -1,0 +1,136 @@
+"""One line of an OpenAI Chat Completions log, `{"request": <chat.completions.create body>, "response":
+<ChatCompletion>}`, checked and turned into a `RawCall`, or into a `TraceLineError` naming the line and field.
+
+The same checks apply to the calls of every other format (`check_request`, `as_key`, `as_index`), so that a call
+is usable or not whatever file it came from.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from typing import Any
+
+import orjson
+
+from toolaudit.ingest.records import (
+    CALL_INDEX_KEY,
+    KNOWN_ROLES,
+    RawCall,
+    TraceLineError,
+    get_dotted,
+    line_error,
+)
+from toolaudit.ingest.registry import mixed
+
+_CALL_INDEX_PARTS = tuple(CALL_INDEX_KEY.split("."))
+NO_RESPONSE = "missing: comparing recorded logs needs the recorded response"
+
+
+@functools.lru_cache(maxsize=64)
+def _split(dotted: str) -> tuple[str, ...]:
+    return tuple(dotted.split("."))
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def json_error(raw: bytes) -> tuple[str | None, str]:
+    """Explain why orjson refused a line, in the words a user can act on."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"invalid UTF-8 at byte {exc.start}"
+    try:
+        json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        return None, "not valid JSON: nested too deeply"
+    except ValueError as exc:
+        if "is not valid JSON" in str(exc):
+            return None, f"{exc} (NaN/Infinity are not allowed)"
+        return None, f"not valid JSON: {exc}"
+    return None, "not valid JSON"
+
+
+def check_request(request: Any) -> tuple[str, str] | None:
+    """Return (field, message) for the first structural problem of a request, or None."""
+    if not isinstance(request, dict):
+        return "request", f"must be an object, got {type(request).__name__}"
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        got = "missing" if messages is None else f"a {type(messages).__name__}"
+        return "request.messages", f"must be a list, got {got}"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"request.messages[{i}]", f"must be an object, got {type(message).__name__}"
+        role = message.get("role")
+        if role not in KNOWN_ROLES:
+            return f"request.messages[{i}].role", f"unknown role {role!r} (expected one of {sorted(KNOWN_ROLES)})"
+    tools = request.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return "request.tools", f"must be a list, got {type(tools).__name__}"
+    return None
+
+
+def as_key(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def as_index(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _hint(record: Any) -> str:
+    return mixed(record, "openai")
+
+
+def parse_line(raw: bytes, source: str, line_no: int, session_key: str, customer_key: str,
+               require_response: bool, key: int = 0) -> RawCall | TraceLineError:
+    """Everything about one line that does not depend on other lines. `key`: the line's byte offset."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return line_error(raw, source, line_no, *json_error(raw))
+    if not isinstance(record, dict):
+        return line_error(raw, source, line_no, None, f"line must be a JSON object, got {type(record).__name__}")
+    if "request" not in record:
+        return line_error(raw, source, line_no, "request",
+                          "missing (each line is {\"request\": ..., \"response\": ...})" + _hint(record))
+    problem = check_request(record["request"])
+    if problem:
+        return line_error(raw, source, line_no, problem[0], problem[1] + _hint(record))
+    request = record["request"]
+    response = record.get("response")
+    if response is not None and not isinstance(response, dict):
+        return line_error(raw, source, line_no, "response", f"must be an object, got {type(response).__name__}")
+    if require_response and response is None:
+        return line_error(raw, source, line_no, "response", NO_RESPONSE)
+
+    session_id = as_key(get_dotted(record, _split(session_key)))
+    if session_id is None:
+        return line_error(raw, source, line_no, session_key,
+                          "missing or not a string: cannot tell which session this call belongs to "
+                          "(use --session-key to name another field)")
+    customer = as_key(get_dotted(record, _split(customer_key)))
+    explicit = get_dotted(record, _CALL_INDEX_PARTS)
+    index = None
+    if explicit is not None:
+        index = as_index(explicit)
+        if index is None:
+            return line_error(raw, source, line_no, CALL_INDEX_KEY,
+                              f"must be a non-negative integer, got {explicit!r}")
+    return RawCall(line_no, session_id, index, customer, request, response, key)
