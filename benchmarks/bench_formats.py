@@ -13,10 +13,10 @@ is its own), the two formats alternating, and prints the median seconds, CPU sec
 workers), calls, peak resident memory of the largest process, and the OTel/OpenAI ratios; the two runs must
 agree on every count. Files are generated once into --data-dir (default: a temporary folder) and reused.
 
-On the 2-core AMD EPYC (load average 0.7-1.6), 100,000 spans per side (29,815 / 30,056 calls; OpenAI 249 MB,
-OTel 417 MB for both sides), 3 runs each:
-    before (OTel converted into a temporary OpenAI log): openai 8.12 s, otel 28.21 s: 3.47x (cpu 2.49x)
-    after (records straight from the export):            openai 7.33 s, otel 14.69 s: 2.00x (cpu 2.08x)
+On the 2-core AMD EPYC (other work running: load average 1.3-1.8), 100,000 spans per side (29,815 / 30,056
+calls; OpenAI 249 MB, OTel 417 MB for both sides), median of 3 runs each:
+    before (OTel converted into a temporary OpenAI log): openai 7.93 s, otel 25.97 s: 3.28x (cpu 13.6 / 31.8 s)
+    after (records straight from the export):            openai 8.90 s, otel 16.63 s: 1.87x (cpu 15.0 / 30.1 s)
 """
 
 from __future__ import annotations
