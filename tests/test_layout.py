@@ -40,14 +40,12 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_cycles():
-    graph = _imports(_modules())
-
+def _cycles(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Pairs of modules that reach each other through the graph."""
     def reaches(start: str, goal: str) -> bool:
         seen, todo = set(), [start]
         while todo:
-            node = todo.pop()
-            for nxt in graph[node]:
+            for nxt in graph[todo.pop()]:
                 if nxt == goal:
                     return True
                 if nxt not in seen:
@@ -55,7 +53,11 @@ def test_no_import_cycles():
                     todo.append(nxt)
         return False
 
-    cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+    return sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_imports(_modules()))
     assert not cycles, f"import cycles: {cycles}"
 
 
@@ -134,19 +136,7 @@ def test_no_import_cycles_through_package_inits():
     for name, targets in graph.items():
         inits = {".".join(t.split(".")[:i]) for t in targets for i in range(2, len(t.split(".")))}
         targets |= {p for p in inits if p in mods and p != name and not name.startswith(p + ".")}
-
-    def reaches(start: str, goal: str) -> bool:
-        seen, todo = set(), [start]
-        while todo:
-            for nxt in graph[todo.pop()]:
-                if nxt == goal:
-                    return True
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return False
-
-    cycles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if reaches(b, a)})
+    cycles = _cycles(graph)
     assert not cycles, f"import cycles through package __init__ modules: {cycles}"
 
 
