@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from toolaudit.ingest import deepjson
-from toolaudit.ingest.formats.base import Call
-from toolaudit.ingest.formats.openai_lines import NO_RESPONSE, as_index, as_key, check_request
+from toolaudit.ingest.formats.base import Call, as_key
+from toolaudit.ingest.formats.openai_lines import NO_RESPONSE, as_index, check_request
 from toolaudit.ingest.records import (
     CALL_INDEX_KEY,
     DEFAULT_SESSION_KEY,

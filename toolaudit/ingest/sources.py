@@ -43,6 +43,31 @@ class Settlement:
 SMALL = 1 << 20  # files under this size are one range
 
 
+class RangeLines:
+    """The lines of one byte range of an open file, as a line-based scan reads them: every line and every blank
+    one is counted in `stats`, the others are yielded as (line number within the range, byte offset, raw);
+    after the loop `line_no` is the range's line count."""
+
+    def __init__(self, handle: BinaryIO, start: int, end: int, stats: TraceStats):
+        self.handle, self.start, self.end, self.stats = handle, start, end, stats
+        self.line_no = 0
+
+    def __iter__(self) -> Iterator[tuple[int, int, bytes]]:
+        self.handle.seek(self.start)
+        offset = self.start
+        while offset < self.end:
+            raw = self.handle.readline()
+            if not raw:
+                break
+            self.line_no += 1
+            here, offset = offset, offset + len(raw)
+            self.stats.lines += 1
+            if not raw.strip():
+                self.stats.blank += 1
+                continue
+            yield self.line_no, here, raw
+
+
 def line_ranges(path: str, parts: int, budget: int = 0) -> list[tuple[int, int]]:
     """Byte ranges of a file that end on line boundaries: about `parts`, more when needed for none to be much
     larger than `budget` bytes (0: no bound); one range for a small file."""

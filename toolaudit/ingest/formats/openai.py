@@ -23,7 +23,7 @@ from toolaudit.ingest.records import (
     TraceLineError,
     line_error,
 )
-from toolaudit.ingest.sources import Item, Scanned, TraceSource, line_ranges, open_trace
+from toolaudit.ingest.sources import Item, RangeLines, Scanned, TraceSource, line_ranges, open_trace
 
 
 class OpenAILog(TraceSource):
@@ -48,18 +48,7 @@ class OpenAILog(TraceSource):
     def scan(self, start: int, end: int, scanned: Scanned) -> Iterator[tuple[int, Item]]:
         stats = scanned.stats
         with open_trace(self.source) as handle:
-            handle.seek(start)
-            offset, line_no = start, 0
-            while offset < end:
-                raw = handle.readline()
-                if not raw:
-                    break
-                line_no += 1
-                here, offset = offset, offset + len(raw)
-                stats.lines += 1
-                if not raw.strip():
-                    stats.blank += 1
-                    continue
+            for line_no, here, raw in RangeLines(handle, start, end, stats):
                 stats.records += 1
                 yield line_no, parse_line(raw, self.source, line_no, self.session_key, self.customer_key,
                                           self.require_response, here)

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from toolaudit.ingest.formats.base import as_key
 from toolaudit.ingest.records import (
     CALL_INDEX_KEY,
     KNOWN_ROLES,
@@ -71,14 +72,6 @@ def check_request(request: Any) -> tuple[str, str] | None:
     tools = request.get("tools")
     if tools is not None and not isinstance(tools, list):
         return "request.tools", f"must be a list, got {type(tools).__name__}"
-    return None
-
-
-def as_key(value: Any) -> str | None:
-    if isinstance(value, str) and value:
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
     return None
 
 

@@ -25,7 +25,7 @@ from toolaudit.ingest.formats.base import Call, Invalid, Keys, canonical_bytes, 
 from toolaudit.ingest.formats.otlp import SpanReader, decode_span, key_values, spans_of
 from toolaudit.ingest.records import RawCall, TraceLineError, collector_paused
 from toolaudit.ingest.registry import mixed
-from toolaudit.ingest.sources import Item, Scanned, Settlement, TraceSource, line_ranges, open_trace
+from toolaudit.ingest.sources import Item, RangeLines, Scanned, Settlement, TraceSource, line_ranges, open_trace
 
 SPAN_BITS = 20  # a span's key: its line's byte offset << SPAN_BITS | its index among the line's spans
 WORD = "span"
@@ -110,18 +110,8 @@ class OtlpExport(TraceSource):
         """The range's calls (keys: where their spans are); everything else is left in `scanned.notes`."""
         stats, notes, position = scanned.stats, [], 0
         with collector_paused(), open_trace(self.source) as handle:
-            handle.seek(start)
-            offset, line_no = start, 0
-            while offset < end:
-                raw = handle.readline()
-                if not raw:
-                    break
-                line_no += 1
-                here, offset = offset, offset + len(raw)
-                stats.lines += 1
-                if not raw.strip():
-                    stats.blank += 1
-                    continue
+            lines = RangeLines(handle, start, end, stats)
+            for line_no, here, raw in lines:
                 pairs = self._pairs(raw, line_no, here, notes)
                 if pairs is None:
                     stats.records += 1
@@ -134,7 +124,7 @@ class OtlpExport(TraceSource):
                     notes.append(note)
                     if note.call is not None:
                         yield position, note.call
-        scanned.notes = RangeNotes(line_no, position, notes)
+        scanned.notes = RangeNotes(lines.line_no, position, notes)
 
     def _pairs(self, raw: bytes, line: int, offset: int, notes: list[Note]) -> list | None:
         """The (resource, span) pairs of a line, or None after noting why it holds none."""
