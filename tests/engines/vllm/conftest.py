@@ -56,13 +56,21 @@ def paths_toml() -> str:
 
 
 def settled(before: set[str], timeout: float = 30.0) -> set[str]:
-    """Child processes started since `before` that are still alive after up to `timeout` seconds."""
+    """Child processes started since `before` that are still alive once each has exited or `timeout` seconds
+    have passed: waits on the processes' own exit (psutil.wait_procs), not on a clock."""
     import gc
 
-    deadline = time.time() + timeout
+    import psutil
+
     gc.collect()
-    while child_processes() - before and time.time() < deadline:
-        time.sleep(0.5)
+    pids = {int(entry.split()[0]) for entry in child_processes() - before}
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs(procs, timeout=timeout)
     return child_processes() - before
 
 
