@@ -22,7 +22,7 @@ import torch
 
 from .kv import KVBatch
 from .prefix_cache import PrefixCache
-from .proposers import Proposer
+from .proposers import NewKV, Proposer
 
 
 @dataclass(frozen=True)
@@ -68,20 +68,29 @@ class _Row:
 
 def decode(model: torch.nn.Module, prompts: list[list[int]], settings: DecodeSettings,
            proposer: Proposer | None = None, prefix_cache: PrefixCache | None = None,
-           batch_size: int | None = None) -> list[RowOutput]:
+           batch_size: int | None = None, new_kv: NewKV | None = None) -> list[RowOutput]:
     """Decode prompts (token ids), one `RowOutput` each, in order. With `proposer`, speculatively.
 
     At most `batch_size` rows decode together (default: all). Continuous batching: when a row finishes, the
     next prompt takes its place at once, so a long answer does not hold a whole batch hostage. Prompts are
-    admitted in the order given. `prefix_cache` supplies and receives prompt KV.
+    admitted in the order given. `prefix_cache` supplies and receives prompt KV. `new_kv(rows, columns)` makes
+    the batch's KV cache (default: a growing `KVBatch`; the engine passes static-shape ones, `static_kv`).
     """
     if not prompts:
         return []
+    batch_size = batch_size or len(prompts)
+    if new_kv is None:
+        new_kv = lambda rows, columns: KVBatch(model)  # noqa: E731
+    width = 1 + (proposer.k if proposer is not None else 0)
+    columns = max(len(p) for p in prompts) + settings.max_tokens + width
+    rows = min(batch_size, len(prompts))
+    if proposer is not None:
+        proposer.reserve(rows, columns)
     with torch.inference_mode():
-        return _decode(model, prompts, settings, proposer, prefix_cache, batch_size or len(prompts))
+        return _decode(model, prompts, settings, proposer, prefix_cache, batch_size, new_kv(rows, columns))
 
 
-def _decode(model, prompts, settings, proposer, prefix_cache, batch_size):
+def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
     sampling = settings.temperature > 0
     device = next(model.parameters()).device
     seeds = settings.seeds or tuple(range(len(prompts)))
@@ -108,7 +117,6 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size):
             out.latency_s = time.perf_counter() - row.admitted
         return row.done
 
-    kv = KVBatch(model)
     queue = list(range(len(rows)))[::-1]  # popped from the end: admission in the given order
     active: list[int] = []  # row ids, in the order of the batch's rows
     while True:
@@ -179,8 +187,12 @@ def _choose(logits: torch.Tensor, drafts: list[list[int]], rows: list[_Row], set
     top = torch.topk(logits, 2, dim=-1)
     best = logits.argmax(-1)  # argmax, not topk order: ties resolve to the lowest id, as in generate()
     second = torch.where(top.indices[..., 0] == best, top.indices[..., 1], top.indices[..., 0])
-    margin_l = (top.values[..., 0] - top.values[..., 1]).float().tolist()
-    best_l, second_l = best.tolist(), second.tolist()
+    margin = (top.values[..., 0] - top.values[..., 1]).float().double()
+    # One copy to the host per step for the whole batch (a GPU syncs once, not once per list). Token ids are
+    # exact in float64, and so is a margin computed in the logits' dtype.
+    margin_l, best_l, second_l = torch.stack([margin, best.double(), second.double()]).cpu().tolist()
+    best_l = [[int(t) for t in row] for row in best_l]
+    second_l = [[int(t) for t in row] for row in second_l]
     chosen, margins, pairs = [], [], []
     for i, d in enumerate(drafts):
         if settings.temperature > 0:

@@ -6,7 +6,7 @@ the target's (greedy) or distributed as the target's (sampling). Proposers diffe
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
@@ -15,8 +15,17 @@ from .kv import KVBatch
 from .prefix_cache import PrefixCache
 
 
+NewKV = Callable[[int, int], "KVBatch"]  # (rows, columns) -> an empty batch KV cache (`KVBatch` or `StaticKV`)
+
+
 class Proposer(Protocol):
     """Proposes tokens for a speculative step and learns what the target kept."""
+
+    k: int  # at most this many proposals per row and step: a verification pass is at most k + 1 wide
+
+    def reserve(self, rows: int, columns: int) -> None:
+        """The batch ahead: at most `rows` rows of at most `columns` tokens (sizes a static KV cache)."""
+        ...
 
     def admit(self, prompts: list[list[int]], slots: list[int]) -> None:
         """New rows: the first go into `slots` (finished rows), the rest after the current rows."""
@@ -47,6 +56,9 @@ class NgramProposer:
     def __init__(self, k: int, n_min: int = 1, n_max: int = 4):
         self.k, self.n_min, self.n_max = k, n_min, n_max
 
+    def reserve(self, rows: int, columns: int) -> None:
+        pass
+
     def admit(self, prompts: list[list[int]], slots: list[int]) -> None:
         pass
 
@@ -76,16 +88,21 @@ class DraftModelProposer:
     """A smaller model with the same tokenizer proposes greedily (or by sampling) over its own KV cache."""
 
     def __init__(self, model: torch.nn.Module, k: int, temperature: float = 0.0,
-                 prefix_cache: PrefixCache | None = None):
+                 prefix_cache: PrefixCache | None = None, new_kv: NewKV | None = None):
         self.model, self.k, self.temperature, self.prefix_cache = model, k, temperature, prefix_cache
+        self.new_kv = new_kv or (lambda rows, columns: KVBatch(model))
+        self.rows, self.columns = 1, 0
         self.kv: KVBatch | None = None
         self.pending: list[list[int]] = []  # accepted tokens the draft has not seen, except the newest
         self.fed: int | None = None  # how many of this step's proposals went into the draft cache
         self._pending_counts: list[int] = []
 
+    def reserve(self, rows, columns):
+        self.rows, self.columns = rows, columns
+
     def admit(self, prompts, slots):
         if self.kv is None:
-            self.kv = KVBatch(self.model)
+            self.kv = self.new_kv(self.rows, self.columns)
         # The draft needs the prompt in its cache; its own next-token guess is not used (the target chose it).
         self.kv.admit(prompts, self.prefix_cache, slots)
         for slot in slots:
