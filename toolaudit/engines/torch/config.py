@@ -5,6 +5,8 @@ prompt and prefix caching are common keys (`toolaudit.engines.paths`). Its own k
   low-precision kernels; "emulated" rounds to the dtype on float32 kernels (`numerics.py`: same numerics,
   float32 speed on CPUs without native bf16/fp16 matmul); "auto" (default) picks native where the device has it.
 - `threads`: torch threads while this path runs (default: the cores the process may use).
+- `kv_cache = "static" | "dynamic"`, `cuda_graphs = true | false`, `max_batch` (rows decoding together): the
+  decoding layout, defaults by device (`layout.py`: static, graphs and wide batches on CUDA).
 
 Also its own: which speculative methods it runs. No heavy imports: paths.toml is read before any engine loads.
 Only the keys a table sets land in the options; the engine applies the defaults. `ENGINE` is what the
@@ -21,7 +23,8 @@ from toolaudit import ConfigError
 from ..base import Capabilities
 from ..registry import EngineSpec
 
-KEYS: frozenset[str] = frozenset({"numerics", "threads"})
+KEYS: frozenset[str] = frozenset({"numerics", "threads", "kv_cache", "cuda_graphs", "max_batch"})
+KV_CACHES = ("static", "dynamic")
 SPEC_METHODS = ("ngram", "draft_model")
 NUMERICS = ("auto", "native", "emulated")
 LOW_PRECISION_DTYPES = ("bfloat16", "float16")
@@ -48,11 +51,20 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
         if numerics == "emulated" and dtype not in LOW_PRECISION_DTYPES:
             raise fail("numerics", f"'emulated' applies to bfloat16 and float16 only (dtype is {dtype})")
         options["numerics"] = numerics
-    if "threads" in table:
-        threads = table["threads"]
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise fail("threads", f"must be a positive integer (got {threads!r})")
-        options["threads"] = threads
+    for key in ("threads", "max_batch"):
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise fail(key, f"must be a positive integer (got {value!r})")
+            options[key] = value
+    if "kv_cache" in table:
+        if table["kv_cache"] not in KV_CACHES:
+            raise fail("kv_cache", f"must be one of {', '.join(KV_CACHES)} (got {table['kv_cache']!r})")
+        options["kv_cache"] = table["kv_cache"]
+    if "cuda_graphs" in table:
+        if not isinstance(table["cuda_graphs"], bool):
+            raise fail("cuda_graphs", f"must be true or false (got {table['cuda_graphs']!r})")
+        options["cuda_graphs"] = table["cuda_graphs"]
     return options
 
 

@@ -30,11 +30,14 @@ from ..models import check_draft_compatible, eos_ids, max_positions
 from .config import CAPABILITIES
 from .gemm import DEFAULT as DEFAULT_GEMM
 from .gemm import kernel as gemm_kernel
+from .graphs import StepGraphs
+from .layout import Layout, kv_bytes_per_token, resolve_layout
 from .loop import DecodeSettings, decode
 from .models import load_model
 from .numerics import cpu_capability, resolve
 from .prefix_cache import PREFIX_REUSE, PrefixCache
 from .proposers import DraftModelProposer, NgramProposer
+from .static_kv import StaticKV
 
 # One prefix cache per loaded model: every path on the same weights shares prompt KV (see `PrefixCache`).
 _prefix_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -62,6 +65,24 @@ class TorchEngine(LocalEngine):
         self._pieces: dict[int, str] = {}
         self._eos: frozenset[int] = frozenset()
         self._positions: int | None = None
+        self._static: dict[int, StaticKV] = {}  # fixed-shape caches (and their graphs) kept between calls, by model
+
+    @functools.cached_property
+    def layout(self) -> Layout:
+        """KV cache, shapes, CUDA graphs and rows in flight for this path on its device (`layout.py`)."""
+        p = self.path
+        per_token = device_bytes = None
+        if p.device.startswith("cuda") and "max_batch" not in p.options:
+            import torch
+
+            if torch.cuda.is_available():
+                per_token = kv_bytes_per_token(p.model, p.dtype)
+                device_bytes = torch.cuda.get_device_properties(p.device).total_memory
+        return resolve_layout(p.options, p.device, p.batch_size, per_token, device_bytes, p.name)
+
+    @property
+    def rows_in_flight(self) -> int:
+        return self.layout.rows
 
     @property
     def numerics(self) -> str:
@@ -81,6 +102,7 @@ class TorchEngine(LocalEngine):
         p = self.path
         if p.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"paths.{p.name}: device {p.device!r} but CUDA is not available")
+        self.layout  # noqa: B018 (a layout the device cannot run fails the load, with the key to change)
         if p.device == "cpu":
             keep_freed_memory()
         numerics = self.numerics
@@ -95,6 +117,7 @@ class TorchEngine(LocalEngine):
     def _release(self) -> None:
         self._model = self._tokenizer = self._draft = None
         self._pieces = {}
+        self._static = {}
 
     # ------------------------------------------------------------------ generation
 
@@ -111,8 +134,10 @@ class TorchEngine(LocalEngine):
             seeds=tuple(row_seed(p.seed, r.key) for r in requests),
         )
         cache = prefix_cache_for(self._model) if p.prefix_caching else None
-        outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, self._proposer(), cache,
-                         batch_size=p.batch_size)
+        proposer = self._proposer()
+        width = 1 + (proposer.k if proposer is not None else 0)
+        outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, proposer, cache,
+                         batch_size=self.layout.rows, new_kv=self._new_kv(self._model, width))
         return [EngineResult(
             key=req.key, text=self._text(prompt.prefill, out.token_ids), token_ids=out.token_ids,
             prompt_tokens=len(prompt.ids), completion_tokens=len(out.token_ids), latency_s=out.latency_s,
@@ -127,7 +152,27 @@ class TorchEngine(LocalEngine):
         if spec.method == "ngram":
             return NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max)
         cache = prefix_cache_for(self._draft) if self.path.prefix_caching else None
-        return DraftModelProposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache)
+        return DraftModelProposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache,
+                                  new_kv=self._new_kv(self._draft, 1))
+
+    def _new_kv(self, model, width: int):
+        """The loop's KV factory for `model` under this path's layout (None: the loop's growing `KVBatch`).
+        Fixed-shape caches are kept between calls: their buffers and captured graphs are reused."""
+        layout = self.layout
+        if layout.kv_cache == "dynamic":
+            return None
+        if not layout.fixed_shapes:
+            return lambda rows, columns: StaticKV(model, rows, columns)
+
+        def fixed(rows: int, columns: int) -> StaticKV:
+            kv = self._static.get(id(model))
+            if kv is None:
+                graphs = StepGraphs() if layout.cuda_graphs else None
+                kv = self._static[id(model)] = StaticKV(model, layout.rows, columns, fixed=True, width=width,
+                                                        graphs=graphs)
+            return kv.reset()
+
+        return fixed
 
     def _piece(self, token: int) -> str:
         """Token id -> text, memoized: stop strings are checked per token without decoding whole outputs."""
@@ -170,6 +215,7 @@ class TorchEngine(LocalEngine):
             "prompt": self._prompt(),
             "device": device_name(p.device),
             "torch_threads": self.threads,
+            **self.layout.components(p.device),
         }
 
 

@@ -1,0 +1,75 @@
+"""How a torch path lays out its decoding: which KV cache, fixed shapes or not, CUDA graphs, rows in flight.
+
+The path keys (`config.py`): `kv_cache = "static" | "dynamic"`, `cuda_graphs = true | false`, `max_batch`.
+Defaults follow the device:
+- CUDA: static KV with fixed shapes (batch-size buckets, verify width k+1), captured as CUDA graphs, and as many
+  rows in flight as a quarter of the device's memory holds for the KV of 4,096-token rows (`max_batch`, at most
+  256): a GPU step costs about the same for 1 row or 64, so a replay should keep it full. Sized from the
+  device's total memory, not its momentary free memory, so a path's rows (and fingerprint) repeat on the same GPU.
+- CPU: the growing cache (`kv.KVBatch`, measured the faster one there, see docs/benchmarks.md) and `batch_size`
+  rows; `kv_cache = "static"` runs the static cache with exact shapes (no padding work).
+A layout is part of a path's numerics (shapes change reduction orders), so `components` names it in the
+fingerprint; CPU paths on the defaults add nothing, keeping the fingerprints of earlier runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from toolaudit import ConfigError
+
+MAX_AUTO_BATCH = 256
+KV_MEMORY_SHARE = 0.25  # of the GPU's memory, for the KV buffers of the rows in flight
+SIZING_COLUMNS = 4096  # tokens per row assumed when sizing `max_batch`
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A path's resolved decoding layout."""
+
+    kv_cache: str  # "static" or "dynamic"
+    fixed_shapes: bool  # buckets, padded widths, every column (CUDA), else exact shapes
+    cuda_graphs: bool
+    rows: int  # rows decoding together
+
+    def components(self, device: str) -> dict[str, Any]:
+        """Fingerprint components: none for a CPU path on the defaults."""
+        if not device.startswith("cuda") and self.kv_cache == "dynamic":
+            return {}
+        return {"kv_cache": self.kv_cache, "fixed_shapes": self.fixed_shapes, "cuda_graphs": self.cuda_graphs,
+                "max_batch": self.rows}
+
+
+def resolve_layout(options: dict[str, Any], device: str, batch_size: int, kv_bytes_per_token: int | None = None,
+                   device_bytes: int | None = None, name: str = "?") -> Layout:
+    """The layout a path's options ask for on `device`. `kv_bytes_per_token` and `device_bytes` size the
+    automatic `max_batch` on CUDA (either None: `batch_size`)."""
+    cuda = device.startswith("cuda")
+    kv_cache = options.get("kv_cache", "static" if cuda else "dynamic")
+    graphs = options.get("cuda_graphs", cuda and kv_cache == "static")
+    if graphs and not cuda:
+        raise ConfigError(f"paths.{name}: cuda_graphs = true needs a CUDA device (device is {device!r})")
+    if graphs and kv_cache != "static":
+        raise ConfigError(f"paths.{name}: cuda_graphs = true needs kv_cache = \"static\"")
+    rows = options.get("max_batch")
+    if rows is None:
+        rows = batch_size
+        if cuda and kv_bytes_per_token and device_bytes:
+            per_row = kv_bytes_per_token * SIZING_COLUMNS
+            rows = max(1, min(MAX_AUTO_BATCH, int(device_bytes * KV_MEMORY_SHARE) // per_row))
+    return Layout(kv_cache=kv_cache, fixed_shapes=cuda and kv_cache == "static", cuda_graphs=bool(graphs),
+                  rows=rows)
+
+
+def kv_bytes_per_token(model_spec: str, dtype: str) -> int:
+    """KV bytes one token takes in every layer of a model (its config read from the converted directory)."""
+    import json
+
+    from ..models import converted_dir, resolve
+
+    config = json.loads((converted_dir(resolve(model_spec)) / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    width = {"float32": 4, "float64": 8}.get(dtype, 2)
+    return config["num_hidden_layers"] * 2 * config.get("num_key_value_heads", heads) * head_dim * width
