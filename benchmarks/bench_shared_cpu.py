@@ -15,6 +15,8 @@ Settings (`--settings`, comma-separated):
   t2-spin      threads = 2, libgomp's default wait (threads spin 300,000 rounds before they sleep): GOMP_SPINCOUNT
                set to that default, so toolaudit (which leaves a user's wait settings alone) sets no policy
   t2-passive   threads = 2, OMP_WAIT_POLICY=passive (waiting threads sleep at once)
+  t2-spin10k   threads = 2, GOMP_SPINCOUNT=10000 (a short spin, then sleep)
+  t2-spin1k    threads = 2, GOMP_SPINCOUNT=1000 (what libgomp uses itself when it has more threads than cores)
   t1           threads = 1
   default      no `threads` key and nothing in the environment: what toolaudit chooses itself
 Environment variables the benchmark sets are set in the child's environment, before Python (and libgomp) start;
@@ -38,6 +40,8 @@ sys.path.insert(0, str(ROOT))
 SETTINGS = {  # name -> (threads key or None, environment for the child)
     "t2-spin": (2, {"GOMP_SPINCOUNT": "300000"}),  # libgomp's default spin with no policy set, pinned
     "t2-passive": (2, {"OMP_WAIT_POLICY": "passive"}),
+    "t2-spin10k": (2, {"GOMP_SPINCOUNT": "10000"}),
+    "t2-spin1k": (2, {"GOMP_SPINCOUNT": "1000"}),  # libgomp's own count when it has more threads than cores
     "t1": (1, {}),
     "default": (None, {}),
 }
