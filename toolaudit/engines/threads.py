@@ -13,7 +13,9 @@ with one busy competitor (`benchmarks/bench_shared_cpu.py`, docs/benchmarks.md "
 - OMP_WAIT_POLICY=passive (`quiet_openmp`): threads that wait sleep at once instead of spinning, so a
   competitor that starts after the choice costs its share of the CPU, not a stall. libgomp reads the variable
   once, when torch loads it, so this runs when `toolaudit.engines` is imported (every torch import of the
-  package comes after it), and only where the user set neither it nor GOMP_SPINCOUNT.
+  package comes after it), and only where the user set neither it nor GOMP_SPINCOUNT. It costs about 15% on
+  an idle machine (sleeping threads take longer to wake than spinning ones), against a stall on a shared one;
+  short spins (GOMP_SPINCOUNT=1000, 10000) were slower than passive or stalled as well.
 
 The count is not numerics: the fingerprint names the configured count, or the cores the process may use when
 none is configured (what it named before this choice existed), never the momentary load (see `LocalEngine`).
