@@ -26,13 +26,15 @@ DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 
 
 def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, verbose: bool = False) -> None:
-    from toolaudit.engines import ENGINES
+    from toolaudit.engines import ENGINES, threads
     from toolaudit.engines.logs import EngineLogs, log_file_for
 
     logs = EngineLogs(None if verbose else log_file_for(db))
     try:
         _replay_into(db, options, resume, fmt, budget, logs)
     finally:  # also after a failure: the engines' log often says why
+        for choice in threads.choices():  # e.g. "torch threads: 1 (2 cores, 1 busy; OMP_WAIT_POLICY=passive)"
+            click.echo(choice.line(), err=True)
         for line in logs.summary(note for spec in ENGINES.values() for note in spec.notes):
             click.echo(line, err=True)
 

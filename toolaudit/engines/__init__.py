@@ -7,6 +7,9 @@ prompts and chips. Each engine is one folder: a light `config` module exposing `
 own `[paths.NAME]` keys, validated without importing torch, openai or vLLM, and its capabilities) and the
 engine class it names, imported on first use.
 
+Importing this package sets a passive OpenMP wait policy unless the user set one (`threads.quiet_openmp`):
+libgomp reads it once, when torch first loads, and every torch import of toolaudit's comes after this one.
+
 This module imports neither `.paths` (which imports the registry, to validate engine names) nor any engine's
 package.
 """
@@ -15,6 +18,9 @@ from __future__ import annotations
 
 from .base import Capabilities, Engine, EngineRequest, EngineResult, error_result
 from .registry import ENGINES, EngineSpec, Registry
+from .threads import quiet_openmp
+
+quiet_openmp()  # before anything imports torch: none of the modules above does (see `threads`)
 
 __all__ = ["ENGINES", "Capabilities", "Engine", "EngineRequest", "EngineResult", "EngineSpec", "Registry",
            "error_result", "make_engine"]

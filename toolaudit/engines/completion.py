@@ -4,7 +4,6 @@ per-request seeds, the text cut after a stop string, and the threads a path may 
 from __future__ import annotations
 
 import hashlib
-import os
 
 
 def row_seed(seed: int, key: str) -> int:
@@ -16,14 +15,6 @@ def cut_after_stop(text: str, start: int, stops: tuple[str, ...]) -> str:
     """Drop what a stop token carried past the stop string (e.g. a newline fused into the same token)."""
     ends = [text.find(s, start) + len(s) for s in stops if text.find(s, start) >= 0]
     return text[: min(ends)] if ends else text
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container or taskset may allow fewer than exist)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
 
 
 def use_torch_threads(threads: int) -> None:

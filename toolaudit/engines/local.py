@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .base import Engine, EngineRequest, EngineResult, error_result
-from .completion import available_cores, cut_after_stop, use_torch_threads
+from .completion import cut_after_stop, use_torch_threads
 from .models import model_identity, resolve
 from .prompting import render
+from .threads import available_cores, choose
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,16 @@ class LocalEngine(Engine):
     # -- lifecycle ----------------------------------------------------------------------------------------
     @property
     def threads(self) -> int:
-        """Threads this path computes with: its `threads` key, else every core the process may use."""
+        """Threads this path computes with: its `threads` key, else $OMP_NUM_THREADS, else the cores the process
+        may use that other processes leave free (`threads.choose`, measured once per process)."""
+        return choose(self.path.options.get("threads")).threads
+
+    @property
+    def threads_identity(self) -> int:
+        """The thread count the fingerprint names: the configured one, else the cores the process may use (what
+        fingerprints named before the count followed the load). Not the count in use: that follows momentary
+        load, and the same calls decode to the same tokens on 1 and 2 threads (tests/engines/test_threads.py), so a
+        resumed or sharded run on a busier machine stays the same path."""
         return self.path.options.get("threads") or available_cores()
 
     def _enter(self) -> None:

@@ -56,3 +56,26 @@ def test_malloc_tuning_is_applied_once_and_can_be_turned_off(monkeypatch):
     assert tune() is False
     monkeypatch.delenv("TOOLAUDIT_MALLOC_TUNING")
     assert tune() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_fingerprint_names_no_momentary_load(monkeypatch, tiny_model_dir):
+    """The thread count follows the load (`threads.choose`); the fingerprint names the configured count, or the
+    cores the process may use, so a resumed or sharded run on a busier machine is the same path."""
+    from toolaudit.engines import threads
+    from toolaudit.engines.paths import PathConfig
+    from toolaudit.engines.torch.engine import TorchEngine
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "_allowed", lambda: {0, 1})
+    seen = {}
+    for busy in (0.0, 1.0, 2.0):
+        monkeypatch.setattr(threads, "measure_busy", lambda cores, busy=busy: busy)
+        threads._free_cores.cache_clear()
+        engine = TorchEngine(PathConfig(name="p", model=str(tiny_model_dir), dtype="float32"))
+        seen[busy] = (engine.threads, json.dumps(engine.fingerprint_components(), sort_keys=True))
+    threads._free_cores.cache_clear()
+    assert [t for t, _ in seen.values()] == [2, 1, 1]
+    assert len({fp for _, fp in seen.values()}) == 1
+    assert f'"torch_threads": {threads.available_cores()}' in seen[0.0][1]
+    pinned = TorchEngine(PathConfig(name="p", model=str(tiny_model_dir), dtype="float32", options={"threads": 1}))
+    assert pinned.fingerprint_components()["torch_threads"] == 1 == pinned.threads

@@ -11,7 +11,8 @@ common keys (`toolaudit.engines.paths`); `prefix_caching` is accepted and ignore
   "toolaudit" runs generate() on the torch engine's own shared model (asked of the torch engine through the
   registry; its grouped attention): same weights object and kernels as torch paths, only the decode loop
   differs.
-- `threads`: torch threads while this path runs (default: the cores the process may use).
+- `threads`: torch threads while this path runs (default: $OMP_NUM_THREADS, else the cores the process may use
+  that other processes leave free, `engines.threads`).
 - `num_assistant_tokens_schedule = "constant" | "heuristic" | "heuristic_transient"` (draft_model only):
   how the draft's proposal count moves between verification passes; default "constant" (always
   `speculative.num_speculative_tokens`, as vLLM and the torch engine). Reset at each request.
@@ -59,7 +60,7 @@ RESERVED_GENERATE_ARGS = frozenset({
 DEFAULTS: dict[str, Any] = {
     "batch": "per_prompt",
     "attention": "sdpa",
-    "threads": None,  # None: every core the process may use
+    "threads": None,  # None: the free cores (`engines.threads.choose`)
     "num_assistant_tokens_schedule": "constant",
     "assistant_confidence_threshold": 0.0,
     "generate_args": {},

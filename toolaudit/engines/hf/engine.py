@@ -291,5 +291,5 @@ class HFEngine(LocalEngine):
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_max", "model"),
             "sampling": {"temperature": p.temperature, "seed": p.seed, "stop": list(p.stop_strings)},
             "prompt": self._prompt(),
-            "torch_threads": self.threads,
+            "torch_threads": self.threads_identity,
         }

@@ -4,7 +4,8 @@ prompt and prefix caching are common keys (`toolaudit.engines.paths`). Its own k
 - `numerics = "auto" | "native" | "emulated"`: how a bfloat16/float16 path gets its numerics. "native" runs
   low-precision kernels; "emulated" rounds to the dtype on float32 kernels (`numerics.py`: same numerics,
   float32 speed on CPUs without native bf16/fp16 matmul); "auto" (default) picks native where the device has it.
-- `threads`: torch threads while this path runs (default: the cores the process may use).
+- `threads`: torch threads while this path runs (default: $OMP_NUM_THREADS, else the cores the process may use
+  that other processes leave free, `engines.threads`).
 - `kv_cache = "static" | "dynamic"`, `cuda_graphs = true | false`, `max_batch` (rows decoding together): the
   decoding layout, defaults by device (`layout.py`: static, graphs and wide batches on CUDA).
 

@@ -214,7 +214,7 @@ class TorchEngine(LocalEngine):
                          "stop": list(p.stop_strings)},
             "prompt": self._prompt(),
             "device": device_name(p.device),
-            "torch_threads": self.threads,
+            "torch_threads": self.threads_identity,
             **self.layout.components(p.device),
         }
 

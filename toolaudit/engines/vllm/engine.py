@@ -33,6 +33,7 @@ from ..base import EngineRequest, EngineResult, error_result
 from ..completion import row_seed
 from ..local import LocalEngine, Prompt
 from ..models import converted_dir, resolve
+from ..threads import set_by_toolaudit
 from . import runtime
 from .config import CAPABILITIES, options_of
 from .evidence import attribute_spec, result_from_output, spec_counters
@@ -101,9 +102,11 @@ class VLLMEngine(LocalEngine):
         del llm
         gc.collect()
 
-    def _env(self) -> dict[str, str]:
-        """Environment the engine processes are spawned with (restored in this process afterwards)."""
-        env = {"VLLM_BATCH_INVARIANT": "1" if self.options["batch_invariant"] else "0"}
+    def _env(self) -> dict[str, str | None]:
+        """Environment the engine processes are spawned with (restored in this process afterwards). Without the
+        OpenMP wait policy toolaudit set for torch engines: vLLM's threads are bound to cores and wait its way."""
+        env: dict[str, str | None] = {k: None for k in set_by_toolaudit()}
+        env["VLLM_BATCH_INVARIANT"] = "1" if self.options["batch_invariant"] else "0"
         if self.path.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
             env["VLLM_CPU_OMP_THREADS_BIND"] = runtime.threads_bind()

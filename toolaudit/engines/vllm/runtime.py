@@ -66,10 +66,15 @@ def threads_bind() -> str:
 
 
 @contextlib.contextmanager
-def environment(values: dict[str, str]):
-    """Set environment variables while vLLM spawns its processes, then restore this process's own."""
+def environment(values: dict[str, str | None]):
+    """Set environment variables (None: unset them) while vLLM spawns its processes, then restore this
+    process's own."""
     saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         yield
     finally:
