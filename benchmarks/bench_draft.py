@@ -72,8 +72,8 @@ def main() -> None:
                    prefix_caching=False)
     print(f"{len(requests)} demo calls, max_tokens {args.max_tokens}, batch {args.batch}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
-    print(f"| dtype | path | acceptance | tokens/pass | tokens/s | wall s | drift vs target |")
-    print(f"|---|---|---:|---:|---:|---:|---:|")
+    print("| dtype | path | acceptance | tokens/pass | tokens/s | wall s | drift vs target |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for dtype in args.dtypes.split(","):
         target = replace(base, dtype=dtype)
         ref, wall = run(target, requests)

