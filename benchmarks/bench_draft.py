@@ -56,6 +56,8 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--threads", type=int, help="torch threads of every path (the `threads` key; default: the "
+                        "cores the process may use; 1 is faster while other jobs share the cores)")
     args = parser.parse_args()
 
     import torch
@@ -69,9 +71,9 @@ def main() -> None:
     for n in layers:
         draft_model("smollm2-135m", n)  # derive outside the timed runs
     base = replace(builtin_paths()["target"], batch_size=args.batch, max_tokens=args.max_tokens,
-                   prefix_caching=False)
+                   prefix_caching=False, options={"threads": args.threads} if args.threads else {})
     print(f"{len(requests)} demo calls, max_tokens {args.max_tokens}, batch {args.batch}, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+          f"torch {torch.__version__}, {args.threads or torch.get_num_threads()} threads\n")
     print("| dtype | path | acceptance | tokens/pass | tokens/s | wall s | drift vs target |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for dtype in args.dtypes.split(","):
