@@ -122,7 +122,8 @@ def test_example_file_documents_every_key():
     paths = load_paths(ROOT / "paths.example.toml")
     assert paths["target"] == builtin_paths()["target"]  # the example shows the built-in values
     assert paths["spec-ngram"] == builtin_paths()["spec-ngram"]
-    assert paths["spec-draft"].speculative.method == "draft_model"
+    assert paths["spec-draft"] == builtin_paths()["spec-draft"]
+    assert paths["spec-self-draft"].speculative.model == "smollm2-135m"
     keys = ["engine", "model", "dtype", "device", "batch_size", "max_tokens", "temperature", "seed", "stop",
             "prefix_caching", "speculative", "method", "num_speculative_tokens", "prompt_lookup_min",
             "prompt_lookup_max", "few_shot", "prefill"]
