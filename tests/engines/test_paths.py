@@ -21,7 +21,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_builtins_differ_only_in_speculation():
     paths = load_paths(None)
-    assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32"}
+    assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32", "spec-draft"}
     target, spec = paths["target"], paths["spec-ngram"]
     assert target.speculative is None and target.dtype == "bfloat16" and target.temperature == 0
     assert spec.speculative == SpeculativeConfig(method="ngram", num_speculative_tokens=5, prompt_lookup_min=1,
@@ -38,6 +38,10 @@ def test_builtins_differ_only_in_speculation():
     assert paths["spec-ngram-k3"].speculative.num_speculative_tokens == 3
     t32 = paths["target-fp32"].config_dict()
     assert {k for k in a if a[k] != t32[k]} == {"dtype"} and t32["dtype"] == "float32"
+    draft = paths["spec-draft"].config_dict()  # the target's own first layers as the draft model
+    assert {k for k in a if a[k] != draft[k]} == {"speculative"}
+    assert paths["spec-draft"].speculative == SpeculativeConfig(method="draft_model", num_speculative_tokens=3,
+                                                                model="smollm2-135m:first8")
 
 
 def test_file_adds_and_overrides(tmp_path):
@@ -62,7 +66,8 @@ engine = "openai"
 base_url = "http://localhost:8000/v1"
 """)
     paths = load_paths(file)
-    assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32", "spec", "remote"}
+    assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32", "spec-draft",
+                          "spec", "remote"}
     assert paths["target"].dtype == "float32" and paths["target"].batch_size == 2
     spec = paths["spec"]
     assert spec.speculative.method == "draft_model" and spec.speculative.model == "smollm2-135m"
@@ -117,7 +122,8 @@ def test_example_file_documents_every_key():
     paths = load_paths(ROOT / "paths.example.toml")
     assert paths["target"] == builtin_paths()["target"]  # the example shows the built-in values
     assert paths["spec-ngram"] == builtin_paths()["spec-ngram"]
-    assert paths["spec-draft"].speculative.method == "draft_model"
+    assert paths["spec-draft"] == builtin_paths()["spec-draft"]
+    assert paths["spec-self-draft"].speculative.model == "smollm2-135m"
     keys = ["engine", "model", "dtype", "device", "batch_size", "max_tokens", "temperature", "seed", "stop",
             "prefix_caching", "speculative", "method", "num_speculative_tokens", "prompt_lookup_min",
             "prompt_lookup_max", "few_shot", "prefill"]

