@@ -59,6 +59,8 @@ def test_explicit_settings_win_and_the_automatic_choice_is_measured_once(monkeyp
         assert (auto.threads, auto.cores, auto.busy, auto.source) == (1, 2, 1, "free cores")
         assert auto.line().startswith("torch threads: 1 (2 cores, 1 busy; ")
         assert threads.choose(None) == auto and len(calls) == 1
+        monkeypatch.setattr(threads, "_measured_at", [threads.time.monotonic() - threads.REFRESH_S - 1])
+        assert threads.choose(None) == auto and len(calls) == 2  # an old measure is taken again
         assert threads.choose(2).threads == 2 and threads.choose(2).line().startswith("torch threads: 2 (threads key")
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         assert threads.choose(None).threads == 3 and threads.choose(1).threads == 1
@@ -82,16 +84,17 @@ def _policy_in_subprocess(code: str, **env: str) -> subprocess.CompletedProcess:
                           cwd=os.getcwd())
 
 
-def test_passive_policy_reaches_libgomp_only_when_the_user_set_none():
+def test_passive_policy_reaches_libgomp_when_asked_and_the_user_set_none():
     """libgomp reads the policy once, when torch loads it; OMP_DISPLAY_ENV makes it print what it read."""
     pytest.importorskip("torch")
     code = "import toolaudit.engines, os; print(os.environ.get('OMP_WAIT_POLICY'))"
-    ours = _policy_in_subprocess(code + "; import torch", OMP_DISPLAY_ENV="true")
+    assert _policy_in_subprocess(code).stdout.strip() == "None"  # not asked: libgomp's default (spin, then sleep)
+    ours = _policy_in_subprocess(code + "; import torch", OMP_DISPLAY_ENV="true", TOOLAUDIT_PASSIVE_WAIT="1")
     assert ours.stdout.strip() == "passive" and "OMP_WAIT_POLICY = 'PASSIVE'" in ours.stderr
-    assert _policy_in_subprocess(code, OMP_WAIT_POLICY="active").stdout.strip() == "active"
-    assert _policy_in_subprocess(code, GOMP_SPINCOUNT="1000").stdout.strip() == "None"
+    assert _policy_in_subprocess(code, OMP_WAIT_POLICY="active", TOOLAUDIT_PASSIVE_WAIT="1").stdout.strip() == "active"
+    assert _policy_in_subprocess(code, GOMP_SPINCOUNT="1000", TOOLAUDIT_PASSIVE_WAIT="1").stdout.strip() == "None"
     late = _policy_in_subprocess("import torch, toolaudit.engines as e, os; print(os.environ.get('OMP_WAIT_POLICY'), "
-                                 "e.threads.wait_policy())")
+                                 "e.threads.wait_policy())", TOOLAUDIT_PASSIVE_WAIT="1")
     assert late.stdout.strip() == "None OMP_WAIT_POLICY unset (torch loaded before toolaudit)"
 
 

@@ -47,7 +47,7 @@ class LocalEngine(Engine):
     @property
     def threads(self) -> int:
         """Threads this path computes with: its `threads` key, else $OMP_NUM_THREADS, else the cores the process
-        may use that other processes leave free (`threads.choose`, measured once per process)."""
+        may use that other processes leave free (`threads.choose`, measured again after 10 s)."""
         return choose(self.path.options.get("threads")).threads
 
     @property

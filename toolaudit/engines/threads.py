@@ -7,15 +7,17 @@ busy process, every region waits for that thread's turn on the core while the ot
 with one busy competitor (`benchmarks/bench_shared_cpu.py`, docs/benchmarks.md "Shared CPU"): 8 demo calls took
 34 s with 1 thread and did not finish in minutes with 2. So, unless the user said otherwise:
 
-- threads: the cores this process may use minus those other processes keep busy, measured once per process
-  over a short window of /proc/stat (`WINDOW_S`), never below 1 (`choose`). A path's `threads` key, then
-  $OMP_NUM_THREADS, win over it.
-- OMP_WAIT_POLICY=passive (`quiet_openmp`): threads that wait sleep at once instead of spinning, so a
-  competitor that starts after the choice costs its share of the CPU, not a stall. libgomp reads the variable
-  once, when torch loads it, so this runs when `toolaudit.engines` is imported (every torch import of the
-  package comes after it), and only where the user set neither it nor GOMP_SPINCOUNT. It costs about 15% on
-  an idle machine (sleeping threads take longer to wake than spinning ones), against a stall on a shared one;
-  short spins (GOMP_SPINCOUNT=1000, 10000) were slower than passive or stalled as well.
+- threads: the cores this process may use minus those other processes keep busy, measured over a short window
+  of /proc/stat (`WINDOW_S`) and again before a decode when the last measure is older than `REFRESH_S`, never
+  below 1 (`choose`): a competitor present when a chunk of a replay starts gets its core, and with one thread
+  there is no barrier to spin at. A path's `threads` key, then $OMP_NUM_THREADS, win over it.
+- OMP_WAIT_POLICY=passive, opt-in with TOOLAUDIT_PASSIVE_WAIT=1 (`quiet_openmp`): threads that wait sleep at
+  once instead of spinning, so a competitor that starts in the middle of a chunk costs its share of the CPU,
+  not a stall. Not the default: on a quiet 2-core machine it cost the embedded engine 30-40% (float32 target
+  17.4 -> 12.2 tokens/s at batch 1, 48.5 -> 37.9 at batch 8, `bench_engine.py` side by side), more than the
+  15-20% an 8-call replay showed. libgomp reads the variable once, when torch loads it, so this runs when
+  `toolaudit.engines` is imported (every torch import of the package comes after it), and only where the user
+  set neither it nor GOMP_SPINCOUNT. Short spins (GOMP_SPINCOUNT=1000, 10000) were slower or stalled as well.
 
 The count is not numerics: the fingerprint names the configured count, or the cores the process may use when
 none is configured (what it named before this choice existed), never the momentary load (see `LocalEngine`).
@@ -29,7 +31,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-WINDOW_S = 0.2  # long enough for 20 ticks per core at /proc/stat's 100 Hz; paid once per process
+WINDOW_S = 0.2  # long enough for 20 ticks per core at /proc/stat's 100 Hz
+REFRESH_S = 10.0  # a choice older than this is measured again before the next decode
+OPT_IN = "TOOLAUDIT_PASSIVE_WAIT"
 POLICY = {"OMP_WAIT_POLICY": "passive"}
 _USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 _set_by_us: dict[str, str] = {}
@@ -38,9 +42,10 @@ _torch_first = False  # torch (and so libgomp) was loaded before toolaudit.engin
 
 
 def quiet_openmp() -> None:
-    """Set `POLICY` in the environment unless the user set a wait policy or torch is already loaded."""
+    """Set `POLICY` in the environment when asked to (TOOLAUDIT_PASSIVE_WAIT=1) unless the user set a wait
+    policy or torch is already loaded."""
     global _torch_first
-    if any(k in os.environ for k in _USER_KNOBS) or _set_by_us:
+    if os.environ.get(OPT_IN) != "1" or any(k in os.environ for k in _USER_KNOBS) or _set_by_us:
         return
     if "torch" in sys.modules:
         _torch_first = True
@@ -62,7 +67,8 @@ def wait_policy() -> str:
         return f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}{origin}"
     if "GOMP_SPINCOUNT" in os.environ:
         return f"GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']} (yours)"
-    return "OMP_WAIT_POLICY unset (torch loaded before toolaudit)" if _torch_first else "OMP_WAIT_POLICY unset"
+    return ("OMP_WAIT_POLICY unset (torch loaded before toolaudit)" if _torch_first
+            else "libgomp's default wait (spins; TOOLAUDIT_PASSIVE_WAIT=1 for passive)")
 
 
 @dataclass(frozen=True)
@@ -89,13 +95,15 @@ def available_cores() -> int:
 
 
 def choose(configured: int | None) -> ThreadChoice:
-    """A path's `threads` key, else $OMP_NUM_THREADS, else the free cores (measured once per process)."""
+    """A path's `threads` key, else $OMP_NUM_THREADS, else the free cores (measured again after `REFRESH_S`)."""
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     if configured:
         choice = ThreadChoice(configured, "threads key", available_cores())
     elif env.isdigit() and int(env) > 0:
         choice = ThreadChoice(int(env), "OMP_NUM_THREADS", available_cores())
     else:
+        if _measured_at and time.monotonic() - _measured_at[-1] > REFRESH_S:
+            _free_cores.cache_clear()
         choice = _free_cores()
     _made.setdefault(choice, None)
     return choice
@@ -106,10 +114,14 @@ def choices() -> list[ThreadChoice]:
     return list(_made)
 
 
+_measured_at: list[float] = []  # when `_free_cores` last measured (monotonic seconds)
+
+
 @functools.lru_cache(maxsize=1)
 def _free_cores() -> ThreadChoice:
     cores = _allowed()
     busy = measure_busy(cores)
+    _measured_at[:] = [time.monotonic()]
     count = len(cores)
     return ThreadChoice(free_threads(count, busy), "free cores", count, None if busy is None else round_busy(busy))
 
