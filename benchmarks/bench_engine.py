@@ -31,6 +31,8 @@ every 10th call instead), rendered as the engine renders them. Configurations:
   hf-static        generate() with a static cache compiled as CUDA graphs (`cache_implementation="static"`,
                    `torch.compile(mode="reduce-overhead")`): HF's fastest batch-1 setup; --device cuda only
   target-b64, spec-ngram-b64   64 rows decoding together (the GPU's batched figure)
+  CONFIG-static    any of our target/spec-ngram rows with `kv_cache = "static"` (e.g. target-b8-static): the
+                   static-shape cache against the growing one on the same prompts
   demo-replay      all demo calls (253) through target and spec-ngram with the path defaults of the device (on
                    CUDA: static KV, CUDA graphs, rows from memory): the replay time a user sees, and its drift
 On --device cuda the default configurations are the GPU set (`GPU_CONFIGS`) and the goals are the GPU goals:
@@ -229,8 +231,12 @@ class Bench:
                        for p in ("target", "spec-ngram")]
             results = [r for e in engines for r in e.generate(self.requests)]
         else:
+            layout = {}
+            if name.endswith("-static"):  # the static-shape KV cache (the GPU layout; exact shapes on CPU)
+                name, layout = name.removesuffix("-static"), {"kv_cache": "static"}
             path, batch = name.rsplit("-b", 1)
-            engine = torch_engine.TorchEngine(replace(self.paths[path], batch_size=int(batch)))
+            base = self.paths[path]
+            engine = torch_engine.TorchEngine(replace(base, batch_size=int(batch), options={**base.options, **layout}))
             results = engine.generate(self.requests)
         errors = [r.error for r in results if r.error]
         if errors:
