@@ -51,6 +51,7 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
 
     Each log may be an OpenAI Chat Completions log, an OTel GenAI or OpenInference export (OTLP/JSON), a
     Langfuse export or a Responses API log: detected from its first record unless --format says."""
+    from toolaudit.compare.coverage import pairing_problem
     from toolaudit.compare.logs import CompareOptions, compare_logs
     from toolaudit.compare.matrix import compare_matrix, default_names
     from toolaudit.store import Store
@@ -66,10 +67,17 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
         total = _total_bytes([baseline] * len(candidates) + list(candidates)) if sys.stderr.isatty() else 0
         with Progress("comparing", total, unit=" bytes") as bar:
             if len(candidates) == 1:
-                run_id, _ = compare_logs(store, baseline, candidates[0], options,
-                                         progress=bar.update if total else None)
+                run_id, counts = compare_logs(store, baseline, candidates[0], options,
+                                              progress=bar.update if total else None)
+                runs = {options.candidate_name: counts}
             else:
                 names = list(candidate_names) if candidate_names else default_names(list(candidates))
-                run_id, _ = compare_matrix(store, baseline, list(candidates), names, options,
-                                           progress=bar.update if total else None)
+                run_id, per_candidate = compare_matrix(store, baseline, list(candidates), names, options,
+                                                       progress=bar.update if total else None)
+                runs = {name: counts for name, (_, counts) in per_candidate.items()}
         show_run(store, run_id, fmt, db)
+    problems = [(name, pairing_problem(counts, session_key)) for name, counts in runs.items()]
+    problems = [(name, problem) for name, problem in problems if problem]
+    if problems:
+        prefix = len(runs) > 1
+        raise click.ClickException("; ".join(f"{name}: {p}" if prefix else p for name, p in problems))
