@@ -321,3 +321,15 @@ def test_an_export_scanned_in_parallel_ranges_settles_to_what_one_range_gives(fi
     assert errors == [(len(lines) + 1, "spanId"), (len(lines) + 2, "endTimeUnixNano")]
     calls, _, _ = read_all(path)
     assert [(c.session_id, c.call_index, c.line) for c in calls if c.record == "x9"] == [("s1", 0, len(lines) + 3)]
+
+
+def test_customer_and_session_keys_look_inside_json_string_attributes(tmp_path):
+    """OpenInference's `using_metadata` writes `metadata` as a JSON string: `metadata.customer` is found in it,
+    as a session nested the same way; a key that names nothing leaves the customer unset."""
+    metadata = json.dumps({"customer": "globex", "conversation": {"id": "conv-7"}})
+    path = tmp_path / "oi.json"
+    path.write_text(json.dumps(otlp(oi_span("b1", customer=None, metadata=metadata))))
+    calls, errors, _ = read_all(path, customer_key="metadata.customer", session_key="metadata.conversation.id")
+    assert not errors and [(c.customer, c.session_id) for c in calls] == [("globex", "conv-7")]
+    calls, _, _ = read_all(path, customer_key="metadata.tenant")
+    assert [c.customer for c in calls] == [None]

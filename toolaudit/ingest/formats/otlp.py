@@ -10,6 +10,8 @@ them. Every span is one record: a call, a problem or a skip.
 
 from __future__ import annotations
 
+import json
+
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,13 +42,37 @@ class Span:
         value = self.attributes.get(key)
         return self.resource.get(key) if value is None else value
 
+    def lookup(self, key: str) -> Any:
+        """`attr(key)`, else a dotted path into an attribute that holds a JSON object or a key-value list:
+        OpenInference's `using_metadata` writes `metadata` as a JSON string, so `metadata.customer` is a key
+        inside it. The longest attribute name that exists wins."""
+        value = self.attr(key)
+        if value is not None or "." not in key:
+            return value
+        parts = key.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            head = self.attr(".".join(parts[:cut]))
+            if head is None:
+                continue
+            if isinstance(head, str):
+                try:
+                    head = json.loads(head)
+                except ValueError:
+                    return None
+            for part in parts[cut:]:
+                if not isinstance(head, dict):
+                    return None
+                head = head.get(part)
+            return head
+        return None
+
     def where(self, key: str) -> str:
         return key if key in self.attributes or key not in self.resource else f"resource.{key}"
 
     def session(self, keys: Keys, default_attr: str) -> str:
         """The session: `--session-key` (which must be present), else `default_attr`, else the trace id."""
         if keys.session is not None:
-            value = as_key(self.attr(keys.session))
+            value = as_key(self.lookup(keys.session))
             if value is None:
                 raise Invalid(keys.session, "missing or not a string on the span and its resource: cannot tell "
                                             "which session this call belongs to (use --session-key to name "
@@ -56,7 +82,7 @@ class Span:
 
     def customer(self, keys: Keys, default_attrs: tuple[str, ...]) -> str | None:
         for key in (keys.customer,) if keys.customer is not None else default_attrs:
-            value = as_key(self.attr(key))
+            value = as_key(self.lookup(key))
             if value is not None:
                 return value
         return None
