@@ -24,8 +24,8 @@ from toolaudit.engines import models  # noqa: E402
 from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import builtin_paths  # noqa: E402
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                  reason="needs CUDA (torch.cuda.is_available() is False)")]
 
 DEMO = Path(__file__).resolve().parents[2] / "traces" / "demo.jsonl"
 CALLS = 48

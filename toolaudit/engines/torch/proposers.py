@@ -14,7 +14,6 @@ import torch
 from .kv import KVBatch
 from .prefix_cache import PrefixCache
 
-
 NewKV = Callable[[int, int], "KVBatch"]  # (rows, columns) -> an empty batch KV cache (`KVBatch` or `StaticKV`)
 
 

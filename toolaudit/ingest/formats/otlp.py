@@ -11,7 +11,6 @@ them. Every span is one record: a call, a problem or a skip.
 from __future__ import annotations
 
 import json
-
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
