@@ -76,8 +76,7 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
                                                        progress=bar.update if total else None)
                 runs = {name: counts for name, (_, counts) in per_candidate.items()}
         show_run(store, run_id, fmt, db)
-    problems = [(name, pairing_problem(counts, session_key)) for name, counts in runs.items()]
-    problems = [(name, problem) for name, problem in problems if problem]
-    if problems:
-        prefix = len(runs) > 1
-        raise click.ClickException("; ".join(f"{name}: {p}" if prefix else p for name, p in problems))
+    problems = {name: pairing_problem(counts, session_key) for name, counts in runs.items()}
+    failed = [f"{name}: {p}" if len(runs) > 1 else p for name, p in problems.items() if p]
+    if failed:
+        raise click.ClickException("; ".join(failed))

@@ -55,8 +55,8 @@ def test_buffers_grow_when_a_row_outgrows_them(target, prompts):
         assert torch.allclose(got[0, 0], fresh(target, long + list(range(3, 12)), 1)[0], rtol=0, atol=1e-10)
 
 
-def static(model, fixed, width=1):
-    return lambda rows, columns: StaticKV(model, rows, columns, fixed=fixed, width=width)
+def static(model, fixed):
+    return lambda rows, columns, width: StaticKV(model, rows, columns, fixed=fixed, width=width)
 
 
 @pytest.mark.parametrize("fixed", [False, True], ids=["exact", "fixed"])
@@ -72,9 +72,7 @@ def test_decode_on_static_kv_equals_target_greedy(target, prompts, kind, fixed):
         return {"target": None, "ngram": NgramProposer(3),
                 "draft": DraftModelProposer(draft, 3, new_kv=new_kv)}[kind]
 
-    width = 1 if kind == "target" else 4
-    outs = decode(target, many, settings, proposer(static(draft, fixed)), batch_size=2,
-                  new_kv=static(target, fixed, width))
+    outs = decode(target, many, settings, proposer(static(draft, fixed)), batch_size=2, new_kv=static(target, fixed))
     assert [o.token_ids for o in outs] == greedy(target, many, settings)
     grown = decode(target, many, settings, proposer(), batch_size=2)
     for a, b in zip(outs, grown):
@@ -96,8 +94,9 @@ def test_prefix_cache_serves_static_and_growing_caches_alike(target, prompts):
 def test_a_reset_cache_serves_the_next_decode_call(target, prompts):
     kv = StaticKV(target, 2, 64, fixed=True)
     settings = DecodeSettings(max_tokens=12)
-    first = decode(target, prompts, settings, batch_size=2, new_kv=lambda rows, columns: kv.reset())
-    second = decode(target, prompts[::-1], settings, batch_size=2, new_kv=lambda rows, columns: kv.reset())
+    reuse = lambda rows, columns, width: kv.reset()  # noqa: E731
+    first = decode(target, prompts, settings, batch_size=2, new_kv=reuse)
+    second = decode(target, prompts[::-1], settings, batch_size=2, new_kv=reuse)
     assert [o.token_ids for o in second] == [o.token_ids for o in first][::-1]
 
 

@@ -134,10 +134,8 @@ class TorchEngine(LocalEngine):
             seeds=tuple(row_seed(p.seed, r.key) for r in requests),
         )
         cache = prefix_cache_for(self._model) if p.prefix_caching else None
-        proposer = self._proposer()
-        width = 1 + (proposer.k if proposer is not None else 0)
-        outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, proposer, cache,
-                         batch_size=self.layout.rows, new_kv=self._new_kv(self._model, width))
+        outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, self._proposer(), cache,
+                         batch_size=self.layout.rows, new_kv=self._new_kv(self._model))
         return [EngineResult(
             key=req.key, text=self._text(prompt.prefill, out.token_ids), token_ids=out.token_ids,
             prompt_tokens=len(prompt.ids), completion_tokens=len(out.token_ids), latency_s=out.latency_s,
@@ -153,18 +151,18 @@ class TorchEngine(LocalEngine):
             return NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max)
         cache = prefix_cache_for(self._draft) if self.path.prefix_caching else None
         return DraftModelProposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache,
-                                  new_kv=self._new_kv(self._draft, 1))
+                                  new_kv=self._new_kv(self._draft))
 
-    def _new_kv(self, model, width: int):
+    def _new_kv(self, model):
         """The loop's KV factory for `model` under this path's layout (None: the loop's growing `KVBatch`).
         Fixed-shape caches are kept between calls: their buffers and captured graphs are reused."""
         layout = self.layout
         if layout.kv_cache == "dynamic":
             return None
         if not layout.fixed_shapes:
-            return lambda rows, columns: StaticKV(model, rows, columns)
+            return lambda rows, columns, width: StaticKV(model, rows, columns)
 
-        def fixed(rows: int, columns: int) -> StaticKV:
+        def fixed(rows: int, columns: int, width: int) -> StaticKV:
             kv = self._static.get(id(model))
             if kv is None:
                 graphs = StepGraphs() if layout.cuda_graphs else None

@@ -15,7 +15,7 @@ from toolaudit import ConfigError
 
 from .attention import ATTENTION, SplitLayer, split_in_numerics
 from .numerics import emulated_dtype
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, cached_start
 
 PAD_ID = 0  # any id works: padded positions are masked out of attention and their logits are never read
 
@@ -73,6 +73,15 @@ def _right_aligned(parts: list[tuple[torch.Tensor, torch.Tensor]], width: int) -
             row += rows
         joined.append(out)
     return joined[0], joined[1]
+
+
+def real_positions_logits(head: torch.nn.Module, hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """Logits [rows, width, vocab] of a ragged block whose real positions are `real` ([rows, width]): only those
+    go through the LM head (as one product); padding positions get zeros, which are never read."""
+    real_logits = head(hidden[real])
+    logits = real_logits.new_zeros(*real.shape, real_logits.shape[-1])
+    logits[real] = real_logits
+    return logits
 
 
 class KVBatch:
@@ -161,13 +170,10 @@ class KVBatch:
         Only the uncached suffix runs, and only its last position goes through the LM head. A prompt found
         whole, with the logits after it, runs nothing: a second path replaying it starts from the same bits.
         """
-        n, kv, logits = cache.lookup(prompt) if cache is not None else (0, None, None)
-        if logits is not None:
-            self._load(kv)
-            return logits
-        if n == len(prompt):  # every token cached but not the logits after them: recompute the last one
-            n, kv = n - 1, kv[:, :, :, : n - 1]
+        n, kv, logits = cached_start(cache, prompt)
         self._load(kv if n else None)
+        if logits is not None:
+            return logits
         logits = self.extend([prompt[n:]], last_only=True)[0, -1]
         if cache is not None:
             cache.insert(prompt, self.row_kv(0), logits)
@@ -266,10 +272,7 @@ class KVBatch:
         # A verification pass whose rows propose different numbers of tokens: padding was ~12% of the demo's
         # verification positions, and the LM head is a fifth of a position's cost. The real positions still go
         # through the LM head as one product (fewer rows, as any other batch shape would).
-        real_logits = head(hidden[real])
-        logits = real_logits.new_zeros(*real.shape, real_logits.shape[-1])
-        logits[real] = real_logits
-        return logits
+        return real_positions_logits(head, hidden, real)
 
     def _mask(self, width: int) -> torch.Tensor:
         """A 4D boolean mask [rows, 1, width, columns]: causal, restricted to valid columns.

@@ -73,21 +73,21 @@ def decode(model: torch.nn.Module, prompts: list[list[int]], settings: DecodeSet
 
     At most `batch_size` rows decode together (default: all). Continuous batching: when a row finishes, the
     next prompt takes its place at once, so a long answer does not hold a whole batch hostage. Prompts are
-    admitted in the order given. `prefix_cache` supplies and receives prompt KV. `new_kv(rows, columns)` makes
-    the batch's KV cache (default: a growing `KVBatch`; the engine passes static-shape ones, `static_kv`).
+    admitted in the order given. `prefix_cache` supplies and receives prompt KV. `new_kv(rows, columns, width)`
+    makes the batch's KV cache (default: a growing `KVBatch`; the engine passes static-shape ones, `static_kv`).
     """
     if not prompts:
         return []
     batch_size = batch_size or len(prompts)
     if new_kv is None:
-        new_kv = lambda rows, columns: KVBatch(model)  # noqa: E731
+        new_kv = lambda rows, columns, width: KVBatch(model)  # noqa: E731
     width = 1 + (proposer.k if proposer is not None else 0)
     columns = max(len(p) for p in prompts) + settings.max_tokens + width
     rows = min(batch_size, len(prompts))
     if proposer is not None:
         proposer.reserve(rows, columns)
     with torch.inference_mode():
-        return _decode(model, prompts, settings, proposer, prefix_cache, batch_size, new_kv(rows, columns))
+        return _decode(model, prompts, settings, proposer, prefix_cache, batch_size, new_kv(rows, columns, width))
 
 
 def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):

@@ -116,3 +116,13 @@ class PrefixCache:
         dropped = self._logits.pop(key, None)
         if dropped is not None:
             self.bytes -= dropped.nbytes
+
+
+def cached_start(cache: PrefixCache | None, prompt: list[int]) -> tuple[int, torch.Tensor | None,
+                                                                     torch.Tensor | None]:
+    """Where a prompt's prefill starts: (tokens cached, their KV, the logits after the whole prompt or None).
+    A prompt cached whole but without the logits after it recomputes its last token (logits need a pass)."""
+    n, kv, logits = cache.lookup(prompt) if cache is not None else (0, None, None)
+    if logits is None and n and n == len(prompt):
+        n, kv = n - 1, kv[:, :, :, : n - 1]
+    return n, kv, logits

@@ -14,7 +14,9 @@ import torch
 from .kv import KVBatch
 from .prefix_cache import PrefixCache
 
-NewKV = Callable[[int, int], "KVBatch"]  # (rows, columns) -> an empty batch KV cache (`KVBatch` or `StaticKV`)
+# (rows, columns, width) -> an empty batch KV cache (`KVBatch` or `StaticKV`) for at most `rows` rows of at most
+# `columns` tokens, whose steps are usually `width` tokens wide (k + 1 when verifying k proposals)
+NewKV = Callable[[int, int, int], "KVBatch"]
 
 
 class Proposer(Protocol):
@@ -89,7 +91,7 @@ class DraftModelProposer:
     def __init__(self, model: torch.nn.Module, k: int, temperature: float = 0.0,
                  prefix_cache: PrefixCache | None = None, new_kv: NewKV | None = None):
         self.model, self.k, self.temperature, self.prefix_cache = model, k, temperature, prefix_cache
-        self.new_kv = new_kv or (lambda rows, columns: KVBatch(model))
+        self.new_kv = new_kv or (lambda rows, columns, width: KVBatch(model))
         self.rows, self.columns = 1, 0
         self.kv: KVBatch | None = None
         self.pending: list[list[int]] = []  # accepted tokens the draft has not seen, except the newest
@@ -101,7 +103,7 @@ class DraftModelProposer:
 
     def admit(self, prompts, slots):
         if self.kv is None:
-            self.kv = self.new_kv(self.rows, self.columns)
+            self.kv = self.new_kv(self.rows, self.columns, 1)
         # The draft needs the prompt in its cache; its own next-token guess is not used (the target chose it).
         self.kv.admit(prompts, self.prefix_cache, slots)
         for slot in slots:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from .kv import PAD_ID, real_positions_logits
 from .numerics import emulated_dtype, round_to
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, cached_start
 
-PAD_ID = 0  # any id works: padded positions are masked out of attention and their logits are never read
 COLUMN_STEP = 256  # capacity grows in multiples of this many columns
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batch sizes a fixed-shape step runs (one graph each)
 
@@ -168,9 +168,7 @@ class StaticKV:
         """Fill a slot with one prompt from its longest cached prefix; the logits after it [vocab]. Only the
         uncached suffix runs, only its last position through the LM head; a prompt found whole runs nothing."""
         self._reserve(len(prompt) + 1)
-        n, kv, logits = cache.lookup(prompt) if cache is not None else (0, None, None)
-        if logits is None and n == len(prompt):  # every token cached but not the logits after them
-            n, kv = n - 1, kv[:, :, :, : n - 1]
+        n, kv, logits = cached_start(cache, prompt)
         if n:
             self.cache.load(slot, kv)
         self.lengths[slot] = n
@@ -257,12 +255,7 @@ class StaticKV:
         if rows is None:
             return self.head(hidden)
         hidden = hidden[rows]
-        if real is None:
-            return self.head(hidden)
-        real_logits = self.head(hidden[real])
-        logits = real_logits.new_zeros(*real.shape, real_logits.shape[-1])
-        logits[real] = real_logits
-        return logits
+        return self.head(hidden) if real is None else real_positions_logits(self.head, hidden, real)
 
     def _reserve(self, columns: int) -> None:
         """Grow the buffers when a row would pass the last column (fixed shapes keep the scratch column free)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolaudit.ingest.formats.base import Call, Invalid, Keys, as_key
+from toolaudit.ingest.formats.base import Call, Invalid, Keys, as_key, get_dotted
 from toolaudit.ingest.formats.contract import Sample
 
 # A convention's reader: a decoded span -> a call, or the reason it is skipped. Raises Invalid.
@@ -58,11 +58,7 @@ class Span:
                     head = json.loads(head)
                 except ValueError:
                     return None
-            for part in parts[cut:]:
-                if not isinstance(head, dict):
-                    return None
-                head = head.get(part)
-            return head
+            return get_dotted(head, ".".join(parts[cut:]))
         return None
 
     def where(self, key: str) -> str:
