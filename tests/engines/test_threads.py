@@ -53,20 +53,20 @@ def test_explicit_settings_win_and_the_automatic_choice_is_measured_once(monkeyp
     monkeypatch.setattr(threads, "measure_busy", lambda cores: calls.append(cores) or 1.0)
     monkeypatch.setattr(threads, "_allowed", lambda: {0, 1})
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    threads._free_cores.cache_clear()
+    threads._last.clear()
     try:
         auto = threads.choose(None)
         assert (auto.threads, auto.cores, auto.busy, auto.source) == (1, 2, 1, "free cores")
         assert auto.line().startswith("torch threads: 1 (2 cores, 1 busy; ")
         assert threads.choose(None) == auto and len(calls) == 1
-        monkeypatch.setattr(threads, "_measured_at", [threads.time.monotonic() - threads.REFRESH_S - 1])
+        threads._last["at"] -= threads.REFRESH_S + 1
         assert threads.choose(None) == auto and len(calls) == 2  # an old measure is taken again
         assert threads.choose(2).threads == 2 and threads.choose(2).line().startswith("torch threads: 2 (threads key")
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         assert threads.choose(None).threads == 3 and threads.choose(1).threads == 1
         assert {auto, threads.choose(2)} <= set(threads.choices())
     finally:
-        threads._free_cores.cache_clear()
+        threads._last.clear()
 
 
 def test_measuring_takes_this_process_out(monkeypatch):

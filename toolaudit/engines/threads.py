@@ -25,11 +25,11 @@ none is configured (what it named before this choice existed), never the momenta
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 WINDOW_S = 0.2  # long enough for 20 ticks per core at /proc/stat's 100 Hz
 REFRESH_S = 10.0  # a choice older than this is measured again before the next decode
@@ -102,8 +102,6 @@ def choose(configured: int | None) -> ThreadChoice:
     elif env.isdigit() and int(env) > 0:
         choice = ThreadChoice(int(env), "OMP_NUM_THREADS", available_cores())
     else:
-        if _measured_at and time.monotonic() - _measured_at[-1] > REFRESH_S:
-            _free_cores.cache_clear()
         choice = _free_cores()
     _made.setdefault(choice, None)
     return choice
@@ -114,16 +112,19 @@ def choices() -> list[ThreadChoice]:
     return list(_made)
 
 
-_measured_at: list[float] = []  # when `_free_cores` last measured (monotonic seconds)
+_last: dict[str, Any] = {}  # the last free-core choice ("choice") and when it was measured ("at", monotonic s)
 
 
-@functools.lru_cache(maxsize=1)
 def _free_cores() -> ThreadChoice:
+    """The free-core choice, measured again when the last one is older than `REFRESH_S`."""
+    if _last and time.monotonic() - _last["at"] <= REFRESH_S:
+        return _last["choice"]
     cores = _allowed()
     busy = measure_busy(cores)
-    _measured_at[:] = [time.monotonic()]
     count = len(cores)
-    return ThreadChoice(free_threads(count, busy), "free cores", count, None if busy is None else round_busy(busy))
+    choice = ThreadChoice(free_threads(count, busy), "free cores", count, None if busy is None else round_busy(busy))
+    _last.update(choice=choice, at=time.monotonic())
+    return choice
 
 
 def free_threads(cores: int, busy: float | None) -> int:

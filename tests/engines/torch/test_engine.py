@@ -70,10 +70,10 @@ def test_fingerprint_names_no_momentary_load(monkeypatch, tiny_model_dir):
     seen = {}
     for busy in (0.0, 1.0, 2.0):
         monkeypatch.setattr(threads, "measure_busy", lambda cores, busy=busy: busy)
-        threads._free_cores.cache_clear()
+        threads._last.clear()
         engine = TorchEngine(PathConfig(name="p", model=str(tiny_model_dir), dtype="float32"))
         seen[busy] = (engine.threads, json.dumps(engine.fingerprint_components(), sort_keys=True))
-    threads._free_cores.cache_clear()
+    threads._last.clear()
     assert [t for t, _ in seen.values()] == [2, 1, 1]
     assert len({fp for _, fp in seen.values()}) == 1
     assert f'"torch_threads": {threads.available_cores()}' in seen[0.0][1]
