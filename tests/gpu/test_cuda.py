@@ -19,8 +19,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from toolaudit import ConfigError  # noqa: E402
-from toolaudit.engines import models  # noqa: E402
 from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import builtin_paths  # noqa: E402
 
@@ -35,14 +33,6 @@ def demo_requests(n: int) -> list[EngineRequest]:
     rows = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()][:n]
     return [EngineRequest(key=f"demo-{i}", messages=r["request"]["messages"], tools=r["request"].get("tools", []))
             for i, r in enumerate(rows)]
-
-
-@pytest.fixture(scope="module")
-def model_available():
-    try:
-        models.resolve("smollm2-135m")
-    except ConfigError as exc:
-        pytest.skip(str(exc))
 
 
 def engine(path_name: str, **changes):

@@ -17,11 +17,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from toolaudit import ConfigError  # noqa: E402
 from toolaudit.engines import (
     make_engine,  # noqa: E402
-    models,  # noqa: E402
-)
+    )
 from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import parse_path  # noqa: E402
 
@@ -29,14 +27,6 @@ pytestmark = pytest.mark.slow
 
 DEMO = Path(__file__).resolve().parents[3] / "traces" / "demo.jsonl"
 CALLS = 8
-
-
-@pytest.fixture(scope="module")
-def model_available():
-    try:
-        models.resolve("smollm2-135m")
-    except ConfigError as exc:
-        pytest.skip(str(exc))
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:

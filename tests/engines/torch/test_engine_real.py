@@ -16,7 +16,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from toolaudit import ConfigError  # noqa: E402
 from toolaudit.engines import models  # noqa: E402
 from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import builtin_paths  # noqa: E402
@@ -46,14 +45,6 @@ def requests(n: int) -> list[EngineRequest]:
                 for i, r in enumerate(rows)]
     return [EngineRequest(key=f"q{i}", messages=[{"role": "user", "content": q}], tools=TOOLS)
             for i, q in enumerate(FALLBACK[:n])]
-
-
-@pytest.fixture(scope="module")
-def model_available():
-    try:
-        models.resolve("smollm2-135m")
-    except ConfigError as exc:
-        pytest.skip(str(exc))
 
 
 def test_conversion_cache_is_reused(model_available, monkeypatch):
