@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
 VLLM_STAMP := $(VENV)/.vllm-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
+TRACING_STAMP := $(VENV)/.tracing-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
 .PHONY: demo test test-gpu install vllm bench clean
 
@@ -34,11 +35,16 @@ $(VLLM_STAMP): $(STAMP)
 
 vllm: $(VLLM_STAMP)
 
+# The receiver's extra and the four instrumentation libraries the reader tests run for real (pinned in pyproject).
+$(TRACING_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[collect,tracing]'
+	touch $(TRACING_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/toolaudit demo
 	@echo "next: .venv/bin/toolaudit report --all-customers   (per-customer HTML/MD/JSON in reports/)"
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP) $(VLLM_STAMP) $(TRACING_STAMP)
 	# Headless Chromium renders the HTML report in a test (Debian package; best effort, the test skips without it).
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium unavailable: the HTML render test will be skipped"
