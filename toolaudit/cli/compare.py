@@ -54,6 +54,7 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
     from toolaudit.compare.coverage import pairing_problem
     from toolaudit.compare.logs import CompareOptions, compare_logs
     from toolaudit.compare.matrix import compare_matrix, default_names
+    from toolaudit.ingest.gaps import gap_warnings
     from toolaudit.store import Store
 
     if len(candidate_names) > 1 and len(candidate_names) != len(candidates):
@@ -76,6 +77,12 @@ def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str |
                                                        progress=bar.update if total else None)
                 runs = {name: counts for name, (_, counts) in per_candidate.items()}
         show_run(store, run_id, fmt, db)
+    for name, counts in runs.items():
+        for side, path in (("baseline", baseline), ("candidate", candidates[list(runs).index(name)])):
+            if side == "baseline" and name != next(iter(runs)):
+                continue  # the baseline is the same file for every candidate: said once
+            for warning in gap_warnings(counts.gaps[side], path, session_key, customer_key):
+                click.echo(f"warning: {warning}", err=True)
     problems = {name: pairing_problem(counts, session_key) for name, counts in runs.items()}
     failed = [f"{name}: {p}" if len(runs) > 1 else p for name, p in problems.items() if p]
     if failed:

@@ -32,9 +32,11 @@ def import_cmd(trace_file: str, trace_format: str, session_key: str, customer_ke
     import orjson
 
     from toolaudit.ingest import deepjson
+    from toolaudit.ingest.gaps import CallGaps, gap_warnings
     from toolaudit.ingest.traces import TraceLineError, TraceSource, TraceStats, read_trace
 
     stats = TraceStats()
+    gaps = CallGaps()
     errors: list[TraceLineError] = []
     seen: list[TraceSource] = []
     target = None if output == "-" else Path(output)
@@ -46,6 +48,7 @@ def import_cmd(trace_file: str, trace_format: str, session_key: str, customer_ke
             if isinstance(item, TraceLineError):
                 errors.append(item)
                 continue
+            gaps.add(item.session_id, item.customer, item.request)
             metadata = dict(item.request.get("metadata") or {})
             metadata.update(session_id=item.session_id, call_index=str(item.call_index))
             if item.customer is not None:
@@ -70,6 +73,8 @@ def import_cmd(trace_file: str, trace_format: str, session_key: str, customer_ke
     else:
         handle.flush()
     _report(trace_file, output, stats, errors, seen[0] if seen else None)
+    for warning in gap_warnings(gaps, trace_file, session_key, customer_key):
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _report(trace_file: str, output: str, stats, errors: list, src) -> None:

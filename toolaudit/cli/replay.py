@@ -55,6 +55,8 @@ def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs) -
             hint = f" --resume {interrupted}" if interrupted is not None else ""
             raise click.ClickException(f"interrupted; finish it with: toolaudit replay{hint} --db {db}") from None
         bar.close()
+        for warning in counts.warnings:
+            click.echo(f"warning: {warning}", err=True)
         if counts.skipped:
             click.echo(f"resumed run {run_id}: {counts.skipped} calls already stored, {counts.replayed} replayed",
                        err=True)

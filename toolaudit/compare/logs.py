@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from toolaudit.compare.join import Join
 from toolaudit.compare.pairs import Analyzer
 from toolaudit.compare.recorder import Recorder
-from toolaudit.compare.scan import ChunkResult, digest, hold, scan_task, settled, start_worker
+from toolaudit.compare.scan import ChunkResult, digest, hold, scan_task, settled, start_worker, tools_key
+from toolaudit.ingest.gaps import CallGaps
 from toolaudit.ingest.reading import check, open_source
 from toolaudit.ingest.records import (
     CALL_INDEX_KEY,
@@ -79,9 +81,12 @@ class RunCounts:
     # sharded runs only: {index, count, elsewhere: {side: records stored by other shards}}, so that per side
     # records = calls + errors + skipped + elsewhere
     shard: dict[str, Any] | None = None
+    # what each side's calls lack (shown as warnings, not stored: a merge of shards sums counts only)
+    gaps: dict[str, CallGaps] = field(default_factory=lambda: {"baseline": CallGaps(), "candidate": CallGaps()})
 
     def as_dict(self) -> dict:
         out = asdict(self)
+        del out["gaps"]
         if out["shard"] is None:
             del out["shard"]
         return out
@@ -200,9 +205,17 @@ class _Comparison:
             self.recorder.error(side, replace(err, line=err.line + base))
         if chunk.table is not None and len(chunk.table):
             stats.calls += len(chunk.table)
+            self._gaps(side, chunk.table)
             stage.append(side, chunk.table, base, chunk.lines, self.shown[side], chunk.outputs_file)
         self.recorder.flush(stage)
         self._advance(size)
+
+    def _gaps(self, side: int, table: pa.Table) -> None:
+        n = len(table)
+        no_tools = pc.sum(pc.equal(table.column("tools_hash"), pa.scalar(tools_key([]), pa.binary()))).as_py()
+        self.counts.gaps["candidate" if side else "baseline"].add_counts(
+            n, n - (pc.sum(table.column("has_content")).as_py() or 0), no_tools or 0,
+            table.column("customer").null_count, pc.unique(table.column("session_id")).to_pylist())
 
     def _advance(self, size: int) -> None:
         if self.progress and size:

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from toolaudit.compare.diff import call_signature
 from toolaudit.compare.pairs import Analyzer, message_raw_text, tool_calls_json
+from toolaudit.ingest.gaps import has_content
 from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats, first_message
 from toolaudit.ingest.shards import Shard
 from toolaudit.ingest.sources import Scanned, TraceSource
@@ -58,6 +59,7 @@ class Digest(NamedTuple):
     tool_name: str | None
     system_fingerprint: str | None
     tools_hash: bytes  # tools_key of the request's tools
+    has_content: bool  # a message of the request says something (see ingest.gaps)
 
 
 # What the join needs of one scanned line (the caller adds side, absolute line and original line)...
@@ -65,7 +67,7 @@ DIGEST_COLUMNS: dict[str, pa.DataType] = {
     "line": pa.int64(), "offset": pa.int64(), "session_id": pa.string(), "explicit_index": pa.int64(),
     "customer": pa.string(), "sig": pa.binary(), "simple": pa.bool_(), "text_hash": pa.binary(),
     "raw_hash": pa.binary(), "status": pa.string(), "valid": pa.bool_(), "no_errors": pa.bool_(),
-    "tool_name": pa.string(), "tools_hash": pa.binary(),
+    "tool_name": pa.string(), "tools_hash": pa.binary(), "has_content": pa.bool_(),
 }
 # ... and what only its outputs row needs: written by the worker to a Parquet file per chunk, read back by DuckDB
 # in the one INSERT ... SELECT that writes the outputs rows (so the bulk never passes through the parent).
@@ -159,7 +161,7 @@ def digest(item: RawCall, offset: int, analyzer: Analyzer | SchemaCache, validat
     return Digest(item.line, offset, item.session_id, item.explicit_index, item.customer, signature_hash(calls),
                   simple, parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
                   tool_calls_json(calls), valid, schema_errors, calls[0].name if calls else None,
-                  response.get("system_fingerprint"), key)
+                  response.get("system_fingerprint"), key, has_content(item.request))
 
 
 def tools_key(tools: list) -> bytes:
@@ -214,7 +216,7 @@ def scan_chunk(side: int, start: int, end: int, schema_dir: str | None, shard: S
             d = digest(item, item.key, cache, validate)
             rows.append((position, d.offset, d.session_id, d.explicit_index, d.customer, d.signature, d.simple,
                          _text_hash(d.text), _text_hash(d.raw), d.status, d.valid, d.schema_errors is None,
-                         d.tool_name, d.tools_hash))
+                         d.tool_name, d.tools_hash, d.has_content))
             outs.append((position, d.raw, d.tool_calls, d.fmt, d.error, d.schema_errors, d.system_fingerprint))
     result.table = _table(rows, DIGEST_COLUMNS)
     if outs:

@@ -11,6 +11,7 @@ import orjson
 from toolaudit import ConfigError, StoreError
 from toolaudit.engines.paths import PathConfig, load_paths
 from toolaudit.engines.registry import ENGINES
+from toolaudit.ingest.gaps import CallGaps, gap_warnings
 from toolaudit.ingest.shards import shard_from_options
 from toolaudit.ingest.traces import (
     DEFAULT_CUSTOMER_KEY,
@@ -65,9 +66,12 @@ class ReplayOptions:
         return {"numerics": self.numerics} if self.numerics is not None else {}
 
 
-def load_calls(options: ReplayOptions, session_lengths: dict[str, float] | None = None
-               ) -> tuple[list[TraceCall], list[TraceLineError], dict[str, dict]]:
+def load_calls(options: ReplayOptions, session_lengths: dict[str, float] | None = None,
+               warnings: list[str] | None = None) -> tuple[list[TraceCall], list[TraceLineError], dict[str, dict]]:
     """All usable calls of the trace files (first `limit`), the bad lines, and per-file accounting.
+
+    `warnings`, when given, gets a line for each gap in a file's calls (no content, no tools, a session or
+    customer key that matched nothing: `ingest.gaps`).
 
     `session_lengths`, when given, is filled with the mean calls per session in the traces per customer (and
     `(all)`), before any sampling, limit or shard: the session length a customer's traffic really has."""
@@ -75,11 +79,17 @@ def load_calls(options: ReplayOptions, session_lengths: dict[str, float] | None 
     errors: list[TraceLineError] = []
     stats: dict[str, dict] = {}
     for path in options.traces:
-        st = TraceStats()
+        st, gaps = TraceStats(), CallGaps()
         for item in read_trace(path, options.session_key, options.customer_key, require_response=False, stats=st,
                                fmt=options.trace_format):
-            (errors if isinstance(item, TraceLineError) else calls).append(item)
+            if isinstance(item, TraceLineError):
+                errors.append(item)
+            else:
+                calls.append(item)
+                gaps.add(item.session_id, item.customer, item.request)
         stats[str(path)] = st.__dict__
+        if warnings is not None:
+            warnings.extend(gap_warnings(gaps, path, options.session_key, options.customer_key))
     if session_lengths is not None:
         session_lengths.update(mean_session_lengths(calls))
     if options.calls_per_session is not None:

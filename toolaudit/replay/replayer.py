@@ -40,6 +40,10 @@ class ReplayCounts:
     replayed: int = 0  # done in this invocation (by at least one candidate)
     skipped: int = 0  # already stored by an earlier invocation (resume) in every candidate's run
     errors: int = 0  # calls whose engine failed on either path (summed over candidates)
+    warnings: list[str] = field(default_factory=list)  # what the traces' calls lack (ingest.gaps; not stored)
+
+    def stored(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "warnings"}
 
 
 class Replayer:
@@ -81,7 +85,8 @@ class Replayer:
             self.store.set_status(rid, "running")
         try:
             lengths: dict[str, float] = {}
-            calls, bad_lines, stats = load_calls(self.options, lengths)
+            warnings: list[str] = []
+            calls, bad_lines, stats = load_calls(self.options, lengths, warnings)
             # the traces' own session lengths, for session drift when the replay samples calls (see frontier)
             self.store.update_options(run_id, {"trace_session_calls": lengths})
             for m in members:
@@ -90,7 +95,7 @@ class Replayer:
                 m.todo = {c.key for c in calls if c.key not in done}
             needed = [c for c in calls if any(c.key in m.todo for m in members)]
             counts = ReplayCounts(traces=stats, calls=len(calls), replayed=len(needed),
-                                  skipped=len(calls) - len(needed))
+                                  skipped=len(calls) - len(needed), warnings=warnings)
             self.schedule().run(run_id, members, needed, progress, on_total)
         except BaseException:
             for rid in runs:
@@ -104,10 +109,10 @@ class Replayer:
         for m in members:
             mine = ReplayCounts(traces=stats, calls=len(calls), replayed=len(m.todo),
                                 skipped=len(calls) - len(m.todo), errors=m.errors)
-            self.store.finish_run(m.run_id, {"replay": mine.__dict__, "baseline": _sum_stats(stats),
+            self.store.finish_run(m.run_id, {"replay": mine.stored(), "baseline": _sum_stats(stats),
                                              "candidate": _sum_stats(stats), **shard})
         if run_id not in {m.run_id for m in members}:
-            self.store.finish_run(run_id, {"replay": counts.__dict__, "input": _sum_stats(stats), **shard,
+            self.store.finish_run(run_id, {"replay": counts.stored(), "input": _sum_stats(stats), **shard,
                                            "candidates": {m.path.name: m.run_id for m in members}})
         return counts
 

@@ -40,7 +40,7 @@ _CREATE_SCAN = f"""
 CREATE OR REPLACE TEMP TABLE {SCAN} (
     side UTINYINT, line BIGINT, shown BIGINT, "offset" BIGINT, session_id VARCHAR, explicit_index BIGINT,
     customer VARCHAR, sig BLOB, simple BOOLEAN, text_hash BLOB, raw_hash BLOB, status VARCHAR, valid BOOLEAN,
-    no_errors BOOLEAN, tool_name VARCHAR, tools_hash BLOB)"""
+    no_errors BOOLEAN, tool_name VARCHAR, tools_hash BLOB, has_content BOOLEAN)"""
 
 _WINDOW = "PARTITION BY side, session_id ORDER BY line ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 _INDEX = f"""
