@@ -35,9 +35,10 @@ $(VLLM_STAMP): $(STAMP)
 
 vllm: $(VLLM_STAMP)
 
-# The receiver's extra and the four instrumentation libraries the reader tests run for real (pinned in pyproject).
+# The receiver's extra, the four instrumentation libraries the reader tests run for real (pinned in pyproject) and
+# Ray for the `--ray` tests (a local Ray on 2 CPUs).
 $(TRACING_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[collect,tracing]'
+	$(BIN)/pip install -q -e '.[collect,tracing,ray]'
 	touch $(TRACING_STAMP)
 
 demo: $(STAMP)
