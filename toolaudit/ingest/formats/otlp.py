@@ -262,8 +262,10 @@ def otlp_convention(record: dict) -> str | None:
 
 def detect_convention(sample: Sample, convention: str) -> bool | None:
     """An OTLP/JSON export whose spans follow `convention`: True; another convention: False; an export whose
-    spans carry neither (only HTTP spans, say): None, a later record decides."""
+    spans carry neither (only HTTP spans, say), or a logs export: None, a later record decides."""
     record = sample.value
+    if isinstance(record, dict) and isinstance(record.get("resourceLogs"), list) and "resourceSpans" not in record:
+        return None  # log records (content for spans, `otlp_logs`): the spans decide
     if not isinstance(record, dict) or not isinstance(record.get("resourceSpans"), list):
         return False
     found = otlp_convention(record)

@@ -16,6 +16,7 @@ import pickle
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
@@ -23,6 +24,8 @@ import orjson
 from toolaudit.ingest.calls import check_call, error_about, indexed, named, rekeyed
 from toolaudit.ingest.formats.base import Call, Invalid, Keys, canonical_bytes, excerpt, load_line
 from toolaudit.ingest.formats.otlp import Span, SpanReader, decode_span, key_values, spans_of
+from toolaudit.ingest.formats.otlp_docs import Documents, document_at, is_pretty
+from toolaudit.ingest.formats.otlp_logs import LOGS, LogIndex, decode_log, records_of
 from toolaudit.ingest.records import RawCall, TraceLineError, collector_paused
 from toolaudit.ingest.registry import mixed
 from toolaudit.ingest.sources import Item, RangeLines, Scanned, Settlement, TraceSource, line_ranges, open_trace
@@ -31,6 +34,7 @@ SPAN_BITS = 20  # a span's key: its line's byte offset << SPAN_BITS | its index 
 WORD = "span"
 _MAX_DEPTH = 10_000  # parent hops followed (a cyclic parent chain in a broken export ends here)
 EXPORT_BYTES = 2  # an export holds about twice the bytes of an OpenAI log for the same calls (ranges are sized so)
+LOG_SKIP = "OTLP log record (its content is read with its span)"
 _NO_SESSION = ("missing or not a string on the span, its resource, its parent spans and its trace: cannot tell which "
                "session this call belongs to (use --session-key to name another attribute)")
 
@@ -147,12 +151,22 @@ class OtlpExport(TraceSource):
         super().__init__(str(path), fmt, detected)
         self.reader, self.keys, self.require_response = reader, keys, require_response
         self.context = context
+        self.pretty = is_pretty(self.source)  # documents over many lines each, read as one range
+        self.logs = LogIndex()  # log records that carry calls' content, joined to their spans by id
+        self.logs.read(self.source)
         self.shown = []
         # key -> (call, the user's line, call index, (session, customer) when settled on after the scan)
         self.kept: dict[int, tuple[Any, int, int, tuple[str, str | None] | None]] = {}
 
+    def add_logs(self, path: str) -> None:
+        """Join the log records of another OTLP/JSON file (a collector writes logs to a file of their own)."""
+        open_trace(path).close()
+        self.logs.read(path)
+
     # -- one range ---------------------------------------------------------------------------------------------
     def units(self, parts: int, budget: int = 0) -> list[tuple[int, int]]:
+        if self.pretty:
+            return [(0, Path(self.source).stat().st_size)]
         return line_ranges(self.source, parts, budget * EXPORT_BYTES)
 
     def unit_bytes(self, start: int, end: int) -> int:
@@ -165,9 +179,10 @@ class OtlpExport(TraceSource):
         """The range's calls (keys: where their spans are); everything else is left in `scanned.notes`."""
         stats, notes, position = scanned.stats, [], 0
         with collector_paused(), open_trace(self.source) as handle:
-            lines = RangeLines(handle, start, end, stats)
-            for line_no, here, raw in lines:
-                pairs = self._pairs(raw, line_no, here, notes)
+            docs = Documents(self.source, stats) if self.pretty else RangeLines(handle, start, end, stats)
+            for line_no, here, raw, *parsed in docs:
+                doc, error = parsed if parsed else load_line(raw)
+                pairs = self._pairs(doc, error, raw, line_no, here, notes)
                 if pairs is None:
                     stats.records += 1
                     continue
@@ -179,11 +194,16 @@ class OtlpExport(TraceSource):
                     notes.append(note)
                     if note.call is not None:
                         yield position, note.call
-        scanned.notes = RangeNotes(lines.line_no, position, notes)
+                if isinstance(doc, dict) and isinstance(doc.get(LOGS), list):
+                    stats.records += self._log_records(doc, raw, line_no, here, notes)
+        scanned.notes = RangeNotes(docs.line_no, position, notes)
 
-    def _pairs(self, raw: bytes, line: int, offset: int, notes: list[Note]) -> list | None:
-        """The (resource, span) pairs of a line, or None after noting why it holds none."""
-        doc, error = load_line(raw)
+    def _pairs(self, doc: Any, error: str | None, raw: bytes, line: int, offset: int,
+               notes: list[Note]) -> list | None:
+        """The (resource, span) pairs of an export request ([] for a logs export), or None after noting why it
+        holds none."""
+        if error is None and isinstance(doc, dict) and isinstance(doc.get(LOGS), list) and "resourceSpans" not in doc:
+            return []
         if error is None and (not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list)):
             error = "not an OTLP/JSON ExportTraceServiceRequest (no \"resourceSpans\" list)" + mixed(doc, self.fmt)
         field = None
@@ -195,6 +215,26 @@ class OtlpExport(TraceSource):
         err = TraceLineError(self.source, line, field, error, excerpt(raw))
         notes.append(Note(line, None, None, None, offset << SPAN_BITS, "error", error=err))
         return None
+
+    def _log_records(self, doc: dict, raw: bytes, line: int, offset: int, notes: list[Note]) -> int:
+        """A logs export's records, each skipped (its content was joined to its span) or an error; how many."""
+        key = offset << SPAN_BITS
+        try:
+            records = records_of(doc)
+        except Invalid as exc:
+            err = TraceLineError(self.source, line, exc.field, exc.message, excerpt(raw))
+            notes.append(Note(line, None, None, None, key, "error", error=err))
+            return 1
+        for record in records:
+            try:
+                decode_log(record)
+            except Invalid as exc:
+                err = TraceLineError(self.source, line, exc.field, named("log record", None, exc.message),
+                                     excerpt(record))
+                notes.append(Note(line, None, None, None, key, "error", error=err))
+                continue
+            notes.append(Note(line, None, None, None, key, "skip", reason=LOG_SKIP))
+        return len(records)
 
     def _span(self, span_raw: Any, attrs: Any, r: int, resources: dict, line: int, position: int,
               key: int) -> Note:
@@ -211,6 +251,8 @@ class OtlpExport(TraceSource):
             if r not in resources:
                 resources[r] = key_values(attrs, "resource.attributes")
             span = decode_span(span_raw, resources[r], line, position)
+            if self.logs:
+                self.logs.join(span)
             ids = (span.trace_id, span.span_id)
             digest = hashlib.blake2b(canonical_bytes(span_raw), digest_size=16).digest()
         except Invalid as exc:
@@ -336,9 +378,12 @@ class OtlpExport(TraceSource):
     def _span_at(self, key: int) -> tuple[Any, Any]:
         """(resource attributes, span) of the span at `key`: read again from the file (rare: errors only)."""
         offset, index = key >> SPAN_BITS, key & ((1 << SPAN_BITS) - 1)
-        with open_trace(self.source) as handle:
-            handle.seek(offset)
-            doc, _ = load_line(handle.readline())
+        if self.pretty:
+            doc = document_at(self.source, offset)
+        else:
+            with open_trace(self.source) as handle:
+                handle.seek(offset)
+                doc, _ = load_line(handle.readline())
         (_, _, attrs), span_raw = spans_of(doc)[index]
         return attrs, span_raw
 
@@ -350,6 +395,8 @@ class OtlpExport(TraceSource):
         """The error row of a call that failed its check, read again with its index (rare)."""
         attrs, span_raw = self._span_at(one.note.key)
         span = decode_span(span_raw, key_values(attrs, "resource.attributes"), one.line, one.position)
+        if self.logs:
+            self.logs.join(span)
         result = self.reader(span, self.keys)
         assert isinstance(result, Call), "a span that was a call reads as one again"
         if self.context is not None:
