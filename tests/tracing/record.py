@@ -82,3 +82,20 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def record(base_url: str, out: Path, library: str, mode: str, *options: str) -> Path:
+    """Run this script in a fresh interpreter (the library patches `openai` for good) and return `out`."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-m", "tests.tracing.record", library, mode, "--base-url", base_url,
+                           "--out", str(out), *options], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
