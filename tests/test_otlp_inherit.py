@@ -65,3 +65,16 @@ def test_sharded_compare_places_each_call_by_its_inherited_session(tmp_path):
             compare_logs(store, path, path, CompareOptions(schema_dir=None, shard=Shard(index, 2)))
             found += store.query("SELECT session_id, call_index, customer, match_status FROM calls")[1]
     assert sorted(found, key=str) == sorted([(s, i, c, "matched") for s, i, c in WANT.values()], key=str)
+
+
+def test_parallel_ranges_settle_inherited_sessions_across_ranges(tmp_path):
+    records = _records()
+    filler = [otlp(*(span(f"f{i:05d}{j:010d}", {"http.method": "GET", "http.url": "x" * 200}, trace_id="f" * 32)
+                     for j in range(4))) for i in range(1500)]
+    path = write_jsonl(tmp_path / "spans.jsonl", records[:3] + filler + records[3:])  # agent span ranges later
+    assert path.stat().st_size > 2 << 20
+    with Store(tmp_path / "a.duckdb") as store:
+        _, counts = compare_logs(store, path, path, CompareOptions(schema_dir=None, workers=2))
+        found = store.query("SELECT session_id, call_index, customer FROM calls")[1]
+    assert counts.matched == len(WANT)
+    assert sorted(found, key=str) == sorted(WANT.values(), key=str)

@@ -5,9 +5,11 @@ Messages come from `gen_ai.system_instructions`, `gen_ai.input.messages` and `ge
 arrays of `{role, parts}`, parts `text`, `tool_call` {id, name, arguments} and `tool_call_response` {id,
 response}), or, in the older event form, from `gen_ai.system.message`, `gen_ai.user.message`,
 `gen_ai.assistant.message`, `gen_ai.tool.message` and `gen_ai.choice` span events. Tools come from
-`gen_ai.tool.definitions`. The session is `gen_ai.conversation.id` (else the trace id), the customer `user.id`
-(else `enduser.id`); `--session-key` / `--customer-key` name other attributes. Attributes are looked up on the
-span, then on its resource.
+`gen_ai.tool.definitions`. Content carried by log records instead is joined to the span first (`otlp_logs`).
+The session is `gen_ai.conversation.id`, else `session.id`, else OpenLLMetry's association property
+`session_id`; the customer `user.id`, else `enduser.id`, else the association property `customer_id` / `user_id`;
+`--session-key` / `--customer-key` name other attributes. They are looked up on the span, then on its resource,
+then inherited from its parent spans or its trace (`otlp_export.Context`), else the session is the trace id.
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
         response = chat_response(answer, _FINISH.get(finish, finish) if isinstance(finish, str) else None,
                                  span.attr("gen_ai.response.id"), span.attr("gen_ai.response.model"),
                                  span.start // 1_000_000_000 if span.start else None, usage,
-                                 span.attr("openai.response.system_fingerprint"))
+                                 span.attr("openai.response.system_fingerprint")
+                                 or span.attr("gen_ai.openai.response.system_fingerprint"))
     return Call(session, customer, request, response, Origin(span.line, span.span_id, answer_field),
                 order=span.order())
 

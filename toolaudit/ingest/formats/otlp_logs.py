@@ -25,6 +25,7 @@ from toolaudit.ingest.formats.otlp_docs import Documents, is_pretty
 from toolaudit.ingest.records import TraceStats
 
 LOGS = "resourceLogs"
+_BLOCK = 8 << 20
 JOINED_ATTRIBUTES = ("gen_ai.system_instructions", "gen_ai.input.messages", "gen_ai.output.messages",
                      "gen_ai.tool.definitions")
 
@@ -117,8 +118,15 @@ def _log_documents(path: str) -> Iterator[dict]:
         return
     marker = f'"{LOGS}"'.encode()
     with open(path, "rb") as handle:
-        for raw in handle:
-            if marker in raw:
-                value, error = load_line(raw)
-                if error is None and isinstance(value, dict) and isinstance(value.get(LOGS), list):
-                    yield value
+        while True:  # blocks of whole lines: a span export without logs is passed over at the speed of a search
+            block = handle.read(_BLOCK)
+            if not block:
+                return
+            block += handle.readline()
+            if marker not in block:
+                continue
+            for raw in block.splitlines():
+                if marker in raw:
+                    value, error = load_line(raw)
+                    if error is None and isinstance(value, dict) and isinstance(value.get(LOGS), list):
+                        yield value
