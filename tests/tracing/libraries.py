@@ -6,9 +6,10 @@ module, the SDK's providers, and the session and customer attached the way teams
 - `otel-v2` (OpenTelemetry's `opentelemetry-instrumentation-openai-v2` with `opentelemetry-util-genai`):
   `span` (latest conventions, content in span attributes `gen_ai.input.messages`...), `event` (latest
   conventions, content in `gen_ai.client.inference.operation.details` log records), `none` (content capture
-  off). (2.4b0 on the v1.30 conventions emits no content at all, even with capture `true`.) The session
-  is `gen_ai.conversation.id` on a parent agent span only (which ends after the model calls); the customer
-  `user.id` in baggage, copied onto every span by a span processor (what `opentelemetry-processor-baggage` does).
+  off). (2.4b0 on the v1.30 conventions emits no content at all, even with capture `true`.) The customer is
+  `user.id` in baggage, copied onto every span by a span processor (what `opentelemetry-processor-baggage` does);
+  the session `gen_ai.conversation.id` on a parent agent span only (which ends after the model calls), or, in
+  `event` mode, `session.id` in baggage (no agent span: each call is its own trace).
 - `openllmetry` (Traceloop's `opentelemetry-instrumentation-openai`): `span` (content in span attributes). The
   session and customer are association properties, as `traceloop-sdk`'s `Traceloop.set_association_properties`
   sets them: a context value that the SDK's span processor copies onto every span as
@@ -77,8 +78,9 @@ def setup(library: str, mode: str, otlp_endpoint: str | None = None) -> Recordin
     resource = Resource.create({"service.name": f"weather-agent-{library}"})
     tracer_provider = TracerProvider(resource=resource)
     logger_provider = LoggerProvider(resource=resource)
-    recording = Recording(_attach_v2 if library == "otel-v2" else _attach_openllmetry,
-                          providers=[tracer_provider, logger_provider])
+    attach = (_attach_openllmetry if library == "openllmetry" else
+              _attach_v2_baggage if mode == "event" else _attach_v2_agent)
+    recording = Recording(attach, providers=[tracer_provider, logger_provider])
     tracer_provider.add_span_processor(_Baggage() if library == "otel-v2" else _Association())
     tracer_provider.add_span_processor(SimpleSpanProcessor(recording.spans))
     logger_provider.add_log_record_processor(SimpleLogRecordProcessor(recording.logs))
@@ -103,7 +105,7 @@ def setup(library: str, mode: str, otlp_endpoint: str | None = None) -> Recordin
 
 
 @contextmanager
-def _attach_v2(session: Session):
+def _attach_v2_agent(session: Session):
     """`user.id` in baggage; `gen_ai.conversation.id` only on the agent span around the session's calls."""
     token = context.attach(baggage.set_baggage("user.id", session.customer))
     try:
@@ -112,6 +114,17 @@ def _attach_v2(session: Session):
                 "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "weather",
                 "gen_ai.conversation.id": session.session_id}):
             yield
+    finally:
+        context.detach(token)
+
+
+@contextmanager
+def _attach_v2_baggage(session: Session):
+    """`session.id` and `user.id` in baggage only: every call is a root span of its own trace."""
+    token = context.attach(baggage.set_baggage("user.id", session.customer,
+                                               baggage.set_baggage("session.id", session.session_id)))
+    try:
+        yield
     finally:
         context.detach(token)
 

@@ -1,7 +1,8 @@
 """OpenTelemetry's official `opentelemetry-instrumentation-openai-v2` (2.4b0, with opentelemetry-util-genai): the real
 openai client, instrumented by the real library, calls a served model; the spans (and log records) are written as
 a collector writes them and read back with no options. The session is `gen_ai.conversation.id` on the parent agent
-span only (ended, and exported, after the calls inside it), the customer `user.id` copied from baggage."""
+span only (ended, and exported, after the calls inside it), or in event mode `session.id` copied from baggage onto
+each call's span (each call its own trace); the customer `user.id` copied from baggage."""
 
 from __future__ import annotations
 
