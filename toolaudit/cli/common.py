@@ -130,12 +130,14 @@ def key_options(func: Callable) -> Callable:
     """--session-key / --customer-key, which mean a dotted path in line formats and an attribute in spans."""
     func = click.option("--customer-key", default="request.metadata.customer", show_default=True,
                         help="Dotted path of the customer in each line (OpenAI, Responses logs); for spans the "
-                        "attribute (span, then resource; default user.id), for Langfuse the observation/trace "
-                        "field (default the trace's userId).")(func)
+                        "attribute (span, then resource, then parent spans, then the trace; default user.id / "
+                        "enduser.id, see docs/formats.md), for Langfuse the observation/trace field (default the "
+                        "trace's userId).")(func)
     return click.option("--session-key", default="request.metadata.session_id", show_default=True,
                         help="Dotted path of the session id in each line (OpenAI, Responses logs); for spans the "
-                        "attribute (span, then resource; default gen_ai.conversation.id / session.id, else the "
-                        "trace id), for Langfuse the observation/trace field (default sessionId).")(func)
+                        "attribute (span, then resource, then parent spans, then the trace; default "
+                        "gen_ai.conversation.id / session.id, else the trace id, see docs/formats.md), for "
+                        "Langfuse the observation/trace field (default sessionId).")(func)
 
 
 class ShardParam(click.ParamType):

@@ -16,13 +16,18 @@ SHOWN_ERRORS = 5
 
 @click.command(name="import")
 @click.argument("trace_file", type=click.Path(dir_okay=False))
+@click.argument("logs_files", nargs=-1, type=click.Path(dir_okay=False))
 @format_option
 @key_options
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, allow_dash=True),
               help="OpenAI-log JSONL to write ('-': standard output).")
 @friendly_errors
-def import_cmd(trace_file: str, trace_format: str, session_key: str, customer_key: str, output: str) -> None:
+def import_cmd(trace_file: str, logs_files: tuple[str, ...], trace_format: str, session_key: str, customer_key: str,
+               output: str) -> None:
     """Convert a trace file of any registered format into an OpenAI Chat Completions log.
+
+    An OTLP span export may be followed by OTLP/JSON logs exports (LOGS_FILES): their log records carry the
+    calls' content in some instrumentation modes and are joined to their spans (a file may also hold both).
 
     Formats: OTel GenAI, OpenInference, Langfuse, Responses API, and any plug-in's.
 
@@ -44,7 +49,8 @@ def import_cmd(trace_file: str, trace_format: str, session_key: str, customer_ke
         "wb", dir=target.resolve().parent, prefix=f".{target.name}.", delete=False)
     try:
         for item in read_trace(trace_file, session_key, customer_key, require_response=False, stats=stats,
-                               fmt=None if trace_format == "auto" else trace_format, on_source=seen.append):
+                               fmt=None if trace_format == "auto" else trace_format, on_source=seen.append,
+                               logs=logs_files):
             if isinstance(item, TraceLineError):
                 errors.append(item)
                 continue

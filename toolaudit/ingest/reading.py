@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolaudit import TraceError
 from toolaudit.ingest import registry
-from toolaudit.ingest.calls import indexed
+from toolaudit.ingest.calls import indexed, rekeyed
 from toolaudit.ingest.formats.base import Keys
 from toolaudit.ingest.held import HeldRecords
 from toolaudit.ingest.records import (
@@ -43,8 +43,10 @@ def use_format(fmt: str | None) -> Iterator[None]:
 
 
 def open_source(path: str | Path, fmt: str | None = None, session_key: str = DEFAULT_SESSION_KEY,
-                customer_key: str = DEFAULT_CUSTOMER_KEY, require_response: bool = True) -> TraceSource:
-    """The file in `fmt` (None: `use_format`'s, else detected). A whole-file format is read here."""
+                customer_key: str = DEFAULT_CUSTOMER_KEY, require_response: bool = True,
+                logs: tuple[str | Path, ...] = ()) -> TraceSource:
+    """The file in `fmt` (None: `use_format`'s, else detected). A whole-file format is read here. `logs`: OTLP/JSON
+    logs exports whose records are joined to an OTLP span export's spans (`otlp_logs`)."""
     source = str(path)
     open_trace(path).close()
     forced = fmt or _format_override.get()
@@ -54,8 +56,15 @@ def open_source(path: str | Path, fmt: str | None = None, session_key: str = DEF
     trace_format = registry.get(forced or registry.detect_format(source)[0])
     keys = Keys.from_options(session_key, customer_key)
     if trace_format.open is not None:
-        return trace_format.open(source, keys, require_response, forced is None)
-    return HeldRecords.read(source, trace_format, keys, require_response, forced is None)
+        opened = trace_format.open(source, keys, require_response, forced is None)
+    else:
+        opened = HeldRecords.read(source, trace_format, keys, require_response, forced is None)
+    for extra in logs:
+        if not hasattr(opened, "add_logs"):
+            raise TraceError(str(extra), None, None, f"logs files are joined to OTLP span exports only, and {source} "
+                                                     f"is read as {trace_format.name}")
+        opened.add_logs(str(extra))
+    return opened
 
 
 def check(src: TraceSource, stats: TraceStats, first_errors: list[TraceLineError]) -> None:
@@ -71,11 +80,13 @@ def read_trace(
     stats: TraceStats | None = None,
     fmt: str | None = None,
     on_source: Callable[[TraceSource], None] | None = None,
+    logs: tuple[str | Path, ...] = (),
 ) -> Iterator[TraceCall | TraceLineError]:
     """Yield a TraceCall or TraceLineError for every record of `path` (skipped records are only counted).
 
     `fmt`: a registered format's name; None detects it from the first record (or takes `use_format`'s).
     `on_source` is told how the file is read (format, skipped records and why) before the first item.
+    `logs`: OTLP/JSON logs exports joined to an OTLP span export's spans.
     Call order within a session is line order unless `request.metadata.call_index` is given (span formats:
     start time). A second call with the same (session, call index) is an error row: replays must not count a
     call twice. Raises TraceError only for problems with the file as a whole (missing, unreadable, empty, or
@@ -83,7 +94,7 @@ def read_trace(
     """
     stats = stats if stats is not None else TraceStats()
     first: list[TraceLineError] = []
-    with open_source(path, fmt, session_key, customer_key, require_response) as src:
+    with open_source(path, fmt, session_key, customer_key, require_response, logs) as src:
         if on_source is not None:
             on_source(src)
         if src.preset is not None:
@@ -124,5 +135,9 @@ def _records(src: TraceSource, stats: TraceStats) -> Iterator[RawCall | TraceLin
     settlement = src.settle([scanned.notes])
     stats.skipped += sum(src.skipped.values())
     yield from settlement.errors
+    rekey = settlement.rekey[0] if settlement.rekey else {}
     for _, position in settlement.order:
-        yield indexed(found[position], settlement.keep[0][position])
+        call = found[position]
+        if position in rekey:
+            call = rekeyed(call, *rekey[position])
+        yield indexed(call, settlement.keep[0][position])

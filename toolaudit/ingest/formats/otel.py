@@ -5,9 +5,11 @@ Messages come from `gen_ai.system_instructions`, `gen_ai.input.messages` and `ge
 arrays of `{role, parts}`, parts `text`, `tool_call` {id, name, arguments} and `tool_call_response` {id,
 response}), or, in the older event form, from `gen_ai.system.message`, `gen_ai.user.message`,
 `gen_ai.assistant.message`, `gen_ai.tool.message` and `gen_ai.choice` span events. Tools come from
-`gen_ai.tool.definitions`. The session is `gen_ai.conversation.id` (else the trace id), the customer `user.id`
-(else `enduser.id`); `--session-key` / `--customer-key` name other attributes. Attributes are looked up on the
-span, then on its resource.
+`gen_ai.tool.definitions`. Content carried by log records instead is joined to the span first (`otlp_logs`).
+The session is `gen_ai.conversation.id`, else `session.id`, else OpenLLMetry's association property
+`session_id`; the customer `user.id`, else `enduser.id`, else the association property `customer_id` / `user_id`;
+`--session-key` / `--customer-key` name other attributes. They are looked up on the span, then on its resource,
+then inherited from its parent spans or its trace (`otlp_export.Context`), else the session is the trace id.
 """
 
 from __future__ import annotations
@@ -31,10 +33,14 @@ from toolaudit.ingest.formats.base import (
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp import Span, detect_convention
-from toolaudit.ingest.formats.otlp_export import open_export
+from toolaudit.ingest.formats.otlp_export import Context, open_export
 
-SESSION_ATTR = "gen_ai.conversation.id"
-CUSTOMER_ATTRS = ("user.id", "enduser.id")
+# OpenLLMetry (traceloop-sdk) copies its association properties onto every span as
+# `traceloop.association.properties.<key>`; baggage span processors copy `session.id` / `user.id`.
+_ASSOCIATION = "traceloop.association.properties."
+SESSION_ATTRS = ("gen_ai.conversation.id", "session.id", _ASSOCIATION + "session_id")
+CUSTOMER_ATTRS = ("user.id", "enduser.id", _ASSOCIATION + "customer_id", _ASSOCIATION + "user_id")
+CONTEXT = Context(SESSION_ATTRS, CUSTOMER_ATTRS)
 INPUT, OUTPUT, SYSTEM = "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"
 _EVENT_ROLES = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
                 "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
@@ -57,7 +63,9 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
     if operation != "chat":
         return f"gen_ai.operation.name {operation!r}"
     span.check_times()
-    session = span.session(keys, SESSION_ATTR)
+    # read alone, a span without them is its trace's session; in an export the session and customer may also be
+    # inherited from the span's parents or its trace (`otlp_export.Context`)
+    session = span.session(keys, SESSION_ATTRS) or span.trace_id
     customer = span.customer(keys, CUSTOMER_ATTRS)
     if any(span.attr(a) is not None for a in (INPUT, OUTPUT, SYSTEM)):
         messages, answer, finish = _from_attributes(span)
@@ -85,7 +93,8 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
         response = chat_response(answer, _FINISH.get(finish, finish) if isinstance(finish, str) else None,
                                  span.attr("gen_ai.response.id"), span.attr("gen_ai.response.model"),
                                  span.start // 1_000_000_000 if span.start else None, usage,
-                                 span.attr("openai.response.system_fingerprint"))
+                                 span.attr("openai.response.system_fingerprint")
+                                 or span.attr("gen_ai.openai.response.system_fingerprint"))
     return Call(session, customer, request, response, Origin(span.line, span.span_id, answer_field),
                 order=span.order())
 
@@ -222,5 +231,5 @@ def _event_message(role: str, body: dict, where: str) -> dict:
 
 
 FORMAT = TraceFormat(name="otel", description="OTel GenAI spans in OTLP/JSON exports, one export request per line",
-                     detect=detect, open=open_export("otel", span_to_call), record_word="span",
+                     detect=detect, open=open_export("otel", span_to_call, CONTEXT), record_word="span",
                      looks_like="an OTel GenAI (OTLP/JSON) export")
