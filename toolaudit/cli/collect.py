@@ -1,6 +1,10 @@
-"""`toolaudit collect`: the OTLP/HTTP receiver."""
+"""`toolaudit collect`, the OTLP/HTTP receiver, and the `--collected` options of `replay` and `compare`."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
 
 import click
 
@@ -25,3 +29,45 @@ def collect(folder: str, host: str, port: int, max_body_bytes: int) -> None:
     from toolaudit.collect.receiver import collect as run_receiver
 
     run_receiver(folder, host=host, port=port, max_body=max_body_bytes)
+
+
+def collected_options(func: Callable) -> Callable:
+    """--collected DIR and the selection options: the command reads a sample of collected traffic."""
+    for decorator in reversed((
+        click.option("--collected", type=click.Path(file_okay=False, exists=True), metavar="DIR",
+                     help="Read the traffic `toolaudit collect` kept in DIR instead of trace files (the selection "
+                          "is written beside --db as one OTLP/JSON file, named on stderr)."),
+        click.option("--since", metavar="DURATION", help="With --collected: only traces with a span started in "
+                     "this window (e.g. 24h, 30m, 7d)."),
+        click.option("--sample", type=click.IntRange(1), metavar="N", help="With --collected: N whole sessions, "
+                     "drawn deterministically (smallest keyed hash of the session id)."),
+        click.option("--per-customer", is_flag=True, help="With --sample: N sessions of each customer."),
+        click.option("--seed", default="", help="With --sample: changes which sessions are drawn (default: none)."),
+    )):
+        func = decorator(func)
+    return func
+
+
+def check_collected(collected: str | None, since: str | None, sample: int | None, per_customer: bool,
+                    seed: str) -> None:
+    if collected is None and (since or sample or per_customer or seed):
+        raise click.UsageError("--since, --sample, --per-customer and --seed select from --collected DIR")
+    if per_customer and sample is None:
+        raise click.UsageError("--per-customer needs --sample N")
+
+
+def select(collected: str, db: str, label: str, since: str | None, sample: int | None, per_customer: bool,
+           seed: str, session_key: str, customer_key: str, trace_format: str, service: str | None = None,
+           sessions: frozenset[str] | None = None):
+    """The selection from `collected` written to `DB.selections/<UTC time>-<label>.jsonl`; told on stderr."""
+    from toolaudit.collect.select import Selection, parse_duration, select_collected
+
+    selection = Selection(since_s=parse_duration(since) if since else None, sample=sample,
+                          per_customer=per_customer, seed=seed, service=service, sessions=sessions,
+                          session_key=session_key, customer_key=customer_key,
+                          trace_format=None if trace_format == "auto" else trace_format)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(f"{db}.selections") / f"{stamp}-{label}.jsonl"
+    selected = select_collected(collected, out, selection)
+    click.echo(selected.line(collected), err=True)
+    return selected
