@@ -84,13 +84,16 @@ def attr(key: str, value) -> dict:
     return {"key": key, "value": {"stringValue": value if isinstance(value, str) else json.dumps(value)}}
 
 
-def chat_attrs(session: str, customer: str, prompt: str = "find open tickets") -> list[dict]:
-    """The OTel GenAI attributes of one chat call with a tool (what the `otel` reader reads)."""
+def chat_attrs(session: str, customer: str, prompt: str = "find open tickets", query: str | None = None
+               ) -> list[dict]:
+    """The OTel GenAI attributes of one chat call with a tool (what the `otel` reader reads); the recorded
+    answer searches for `query` (default: the prompt)."""
     return [attr("gen_ai.operation.name", "chat"), attr("gen_ai.request.model", "m"),
             attr("gen_ai.conversation.id", session), attr("user.id", customer),
             attr("gen_ai.input.messages", [{"role": "user", "parts": [{"type": "text", "content": prompt}]}]),
             attr("gen_ai.output.messages", [{"role": "assistant", "finish_reason": "tool_call", "parts": [
-                {"type": "tool_call", "id": "call_1", "name": "search_tickets", "arguments": {"query": prompt}}]}]),
+                {"type": "tool_call", "id": "call_1", "name": "search_tickets",
+                 "arguments": {"query": query or prompt}}]}]),
             attr("gen_ai.tool.definitions", [TOOL])]
 
 
@@ -116,3 +119,36 @@ def stored_spans(folder: Path) -> list[dict]:
                 doc = json.loads(line)
                 out += [s for rs in doc["resourceSpans"] for sc in rs["scopeSpans"] for s in sc["spans"]]
     return out
+
+
+def export_with_sdk(url: str, conversations: dict[str, str], calls: int = 2, service: str = "agent",
+                    headers: dict | None = None) -> dict[str, list[tuple[str, str]]]:
+    """GenAI chat spans made with the real OpenTelemetry SDK and sent by its real OTLP/HTTP exporter (protobuf,
+    gzip): per conversation (id -> customer) an HTTP request span holding `calls` chat spans, and a tool span.
+    Returns {conversation: [(trace id, span id) of its chat spans]} as the SDK formats them (hex)."""
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    exporter = OTLPSpanExporter(endpoint=url + "/v1/traces", compression=Compression.Gzip, headers=headers)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    tracer = provider.get_tracer("toolaudit-tests")
+    sent: dict[str, list[tuple[str, str]]] = {}
+    for conversation, customer in conversations.items():
+        with tracer.start_as_current_span("POST /agent") as http:
+            http.set_attribute("http.request.method", "POST")
+            for k in range(calls):
+                with tracer.start_as_current_span("chat m") as chat:
+                    for one in chat_attrs(conversation, customer, prompt=f"{conversation} turn {k}"):
+                        value = one["value"]
+                        chat.set_attribute(one["key"], value.get("stringValue", value.get("intValue")))
+                    context = chat.get_span_context()
+                    sent.setdefault(conversation, []).append((f"{context.trace_id:032x}", f"{context.span_id:016x}"))
+                with tracer.start_as_current_span("execute_tool search_tickets") as tool:
+                    tool.set_attribute("gen_ai.operation.name", "execute_tool")
+    assert provider.force_flush(30_000), "the exporter did not flush"
+    provider.shutdown()
+    return sent
