@@ -68,6 +68,10 @@ def select(collected: str, db: str, label: str, since: str | None, sample: int |
                           trace_format=None if trace_format == "auto" else trace_format)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = Path(f"{db}.selections") / f"{stamp}-{label}.jsonl"
+    for k in range(2, 1000):  # a run stores its source's path: never write over an earlier selection
+        if not out.exists():
+            break
+        out = out.with_name(f"{stamp}-{label}-{k}.jsonl")
     selected = select_collected(collected, out, selection)
     click.echo(selected.line(collected), err=True)
     return selected
