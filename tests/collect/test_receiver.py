@@ -6,6 +6,9 @@ durably: every span acknowledged is on disk after a kill -9."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -17,7 +20,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from toolaudit.collect.select import Selection, select_collected
 from toolaudit.collect.store import collected_files
 
-from .support import JSON, PROTOBUF, CollectProcess, attr, chat_attrs, export, send, span, stored_spans
+from .support import JSON, PROTOBUF, REPO, CollectProcess, attr, chat_attrs, export, send, span, stored_spans
 
 
 def proto_request(trace_id: bytes, span_id: bytes, attributes: dict, kind: int = 3) -> ExportTraceServiceRequest:
@@ -137,3 +140,23 @@ def test_a_second_receiver_on_the_same_folder_is_refused(receiver, tmp_path):
     second = CollectProcess.__new__(CollectProcess)
     with pytest.raises(RuntimeError, match="another toolaudit collect is writing"):
         CollectProcess.__init__(second, receiver.folder, tmp_path / "log2")
+
+
+BLOCK_PROTO = """
+import sys
+class NoProto:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("opentelemetry.proto"):
+            raise ImportError(f"No module named {name!r}")
+sys.meta_path.insert(0, NoProto())
+from toolaudit.cli import cli
+cli(sys.argv[1:], prog_name="toolaudit")
+"""
+
+
+def test_without_the_extra_collect_names_it(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", BLOCK_PROTO, "collect", "--port", "0", "--dir",
+                           str(tmp_path / "c")], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "pip install 'toolaudit[collect]'" in done.stderr
+    assert not (tmp_path / "c").exists()  # nothing created before the check
