@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
-from pathlib import Path
 
 import click
 
@@ -60,18 +58,12 @@ def select(collected: str, db: str, label: str, since: str | None, sample: int |
            seed: str, session_key: str, customer_key: str, trace_format: str, service: str | None = None,
            sessions: frozenset[str] | None = None):
     """The selection from `collected` written to `DB.selections/<UTC time>-<label>.jsonl`; told on stderr."""
-    from toolaudit.collect.select import Selection, parse_duration, select_collected
+    from toolaudit.collect.select import Selection, parse_duration, select_collected, selection_path
 
     selection = Selection(since_s=parse_duration(since) if since else None, sample=sample,
                           per_customer=per_customer, seed=seed, service=service, sessions=sessions,
                           session_key=session_key, customer_key=customer_key,
                           trace_format=None if trace_format == "auto" else trace_format)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = Path(f"{db}.selections") / f"{stamp}-{label}.jsonl"
-    for k in range(2, 1000):  # a run stores its source's path: never write over an earlier selection
-        if not out.exists():
-            break
-        out = out.with_name(f"{stamp}-{label}-{k}.jsonl")
-    selected = select_collected(collected, out, selection)
+    selected = select_collected(collected, selection_path(db, label), selection)
     click.echo(selected.line(collected), err=True)
     return selected

@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
@@ -105,6 +105,17 @@ def select_collected(folder: str | Path, out: str | Path, selection: Selection, 
         staged.unlink(missing_ok=True)
     customers = {calls[span_id][1] for span_id in chosen_calls}
     return Selected(out, len(files), len(chosen_calls), set(sessions), customers)
+
+
+def selection_path(db: str | Path, label: str) -> Path:
+    """Where a command's selection goes: beside its database, `DB.selections/<UTC time>-<label>.jsonl`, never
+    over an earlier one (a run stores the path of what it read)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(f"{db}.selections") / f"{stamp}-{label}.jsonl"
+    k = 2
+    while out.exists():
+        out, k = out.with_name(f"{stamp}-{label}-{k}.jsonl"), k + 1
+    return out
 
 
 def window_files(folder: Path, cutoff_ns: int | None) -> list[Path]:
