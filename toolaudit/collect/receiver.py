@@ -27,7 +27,7 @@ import orjson
 from aiohttp import web
 
 from toolaudit import ConfigError
-from toolaudit.collect.keep import keep_llm_spans
+from toolaudit.collect.keep import Kept, keep_llm_spans
 from toolaudit.collect.otlp_json import (
     JSON,
     PROTOBUF,
@@ -82,14 +82,14 @@ def build_app(files: CollectedFiles, max_body: int = MAX_BODY, counts: Counts | 
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return failure(413, encoding, RESOURCE_EXHAUSTED, too_big)
-        try:
-            export = decode_request(body, encoding)
+        loop = asyncio.get_running_loop()
+        try:  # parsing a big body takes a while: off the event loop, so other exporters are still answered
+            kept, line = await loop.run_in_executor(None, _prepare, body, encoding)
         except BadPayload as exc:
             return failure(400, encoding, INVALID_ARGUMENT, str(exc))
-        kept = keep_llm_spans(export)
-        if kept.request is not None:
+        if line is not None:
             try:
-                await asyncio.get_running_loop().run_in_executor(writer, files.append, orjson.dumps(kept.request))
+                await loop.run_in_executor(writer, files.append, line)
             except OSError as exc:
                 return failure(503, encoding, UNAVAILABLE, f"the spans could not be stored: {exc}")
         counts.requests += 1
@@ -106,6 +106,12 @@ def build_app(files: CollectedFiles, max_body: int = MAX_BODY, counts: Counts | 
         app.router.add_post(route, traces)
     app.on_cleanup.append(stop_writer)
     return app
+
+
+def _prepare(body: bytes, encoding: str) -> tuple[Kept, bytes | None]:
+    """The request's kept spans and the line to store (None: nothing kept); BadPayload for an unreadable body."""
+    kept = keep_llm_spans(decode_request(body, encoding))
+    return kept, None if kept.request is None else orjson.dumps(kept.request)
 
 
 def collect(folder: str | Path, host: str = "127.0.0.1", port: int = 4318, max_body: int = MAX_BODY,
