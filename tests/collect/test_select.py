@@ -56,11 +56,11 @@ def test_since_keeps_recent_traces_and_skips_old_hourly_files(tmp_path):
     collect_lines(tmp_path / "c", [(now - timedelta(days=3), stale), (now, old), (now, new)])
     every = select_collected(tmp_path / "c", tmp_path / "all.jsonl", Selection())
     assert every.sessions == {"old", "new", "stale-file"} and every.files == 2
-    recent = select_collected(tmp_path / "c", tmp_path / "recent.jsonl", Selection(since_s=parse_duration("24h")))
+    recent = select_collected(tmp_path / "c", tmp_path / "recent.jsonl", Selection(since="24h"))
     assert recent.sessions == {"new"} and recent.files == 1
     assert [c.session_id for c in calls_of(recent.path)] == ["new"]
     with pytest.raises(ConfigError, match="no usable model call collected in .* in the last 30m"):
-        select_collected(tmp_path / "c", tmp_path / "none.jsonl", Selection(since_s=1800))
+        select_collected(tmp_path / "c", tmp_path / "none.jsonl", Selection(since="30m"))
     with pytest.raises(ConfigError, match="no collected files"):
         select_collected(tmp_path / "empty", tmp_path / "none.jsonl", Selection())
 

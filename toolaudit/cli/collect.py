@@ -58,9 +58,9 @@ def select(collected: str, db: str, label: str, since: str | None, sample: int |
            seed: str, session_key: str, customer_key: str, trace_format: str, service: str | None = None,
            sessions: frozenset[str] | None = None):
     """The selection from `collected` written to `DB.selections/<UTC time>-<label>.jsonl`; told on stderr."""
-    from toolaudit.collect.select import Selection, parse_duration, select_collected, selection_path
+    from toolaudit.collect.select import Selection, select_collected, selection_path
 
-    selection = Selection(since_s=parse_duration(since) if since else None, sample=sample,
+    selection = Selection(since=since, sample=sample,
                           per_customer=per_customer, seed=seed, service=service, sessions=sessions,
                           session_key=session_key, customer_key=customer_key,
                           trace_format=None if trace_format == "auto" else trace_format)

@@ -46,7 +46,7 @@ def parse_duration(text: str) -> float:
 class Selection:
     """What to take from the collected files."""
 
-    since_s: float | None = None  # only traces with a span that started this long ago or later
+    since: str | None = None  # only traces with a span started this long ago or later (`parse_duration`)
     sample: int | None = None  # sessions to draw (per customer with per_customer); None: every session
     per_customer: bool = False
     seed: str = ""
@@ -77,10 +77,11 @@ def select_collected(folder: str | Path, out: str | Path, selection: Selection, 
     """Write the selection from `folder` to `out` (one OTLP/JSON request per line); ConfigError when the
     window holds no usable model call."""
     folder, out = Path(folder), Path(out)
-    cutoff = None if selection.since_s is None else int(((now_s or time.time()) - selection.since_s) * 1e9)
+    since_s = None if selection.since is None else parse_duration(selection.since)
+    cutoff = None if since_s is None else int(((now_s or time.time()) - since_s) * 1e9)
     files = window_files(folder, cutoff)
     where = (f"{folder}" + (f" (service.name {selection.service!r})" if selection.service is not None else "")
-             + (f" in the last {_shown(selection.since_s)}" if selection.since_s is not None else ""))
+             + (f" in the last {selection.since.strip()}" if selection.since is not None else ""))
     if not files:
         raise ConfigError(f"no collected files in {where}")
     in_window = _traces_in_window(files, cutoff, selection.service) if cutoff is not None else None
@@ -232,9 +233,3 @@ def _draw(calls: dict[str, tuple[str, str]], selection: Selection) -> set[str]:
 
     return {s for members in groups.values() for s in sorted(members, key=rank)[: selection.sample]}
 
-
-def _shown(seconds: float) -> str:
-    for unit in ("w", "d", "h", "m"):
-        if seconds >= _UNIT_S[unit] and seconds % _UNIT_S[unit] == 0:
-            return f"{int(seconds // _UNIT_S[unit])}{unit}"
-    return f"{seconds:g}s"
