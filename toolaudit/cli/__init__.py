@@ -7,6 +7,7 @@ import click
 
 from toolaudit import __version__
 from toolaudit.cli.batch import batch
+from toolaudit.cli.collect import collect
 from toolaudit.cli.common import CONTEXT
 from toolaudit.cli.compare import compare
 from toolaudit.cli.export import export_cmd
@@ -27,7 +28,7 @@ def cli() -> None:
 
 
 for command in (compare, import_cmd, runs, summary, sql, report, check, replay, demo, fingerprint_cmd, serve,
-                merge, export_cmd, batch, frontier_cmd, model):
+                collect, merge, export_cmd, batch, frontier_cmd, model):
     cli.add_command(command)
 
 

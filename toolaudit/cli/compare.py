@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from toolaudit.cli.collect import check_collected, collected_options, select
 from toolaudit.cli.common import (
     Progress,
     db_option,
@@ -25,8 +26,8 @@ def _total_bytes(paths: list[str]) -> int:
 
 
 @click.command()
-@click.argument("baseline", type=click.Path(dir_okay=False))
-@click.argument("candidates", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("baseline", required=False, type=click.Path(dir_okay=False))
+@click.argument("candidates", nargs=-1, type=click.Path(dir_okay=False))
 @db_option
 @click.option("--run-name", help="A name for this run (default run-<id>).")
 @format_option
@@ -39,24 +40,55 @@ def _total_bytes(paths: list[str]) -> int:
 @click.option("--workers", type=click.IntRange(1, 64), help="Processes that parse the logs (default: one per core "
               "for logs over 64 MB, else 1).")
 @shard_option
+@collected_options
+@click.option("--baseline-service", metavar="NAME", help="With --collected: the baseline is the spans of this "
+              "service (resource attribute service.name).")
+@click.option("--candidate-service", "candidate_services", multiple=True, metavar="NAME",
+              help="With --collected: a candidate is the spans of this service; repeat it for a remedy matrix. "
+                   "With --sample, every side keeps the sessions drawn from the baseline.")
 @output_options
 @friendly_errors
-def compare(baseline: str, candidates: tuple[str, ...], db: str, run_name: str | None, trace_format: str,
+def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name: str | None, trace_format: str,
             session_key: str, customer_key: str, schema_dir: str, baseline_name: str,
-            candidate_names: tuple[str, ...], workers: int | None, shard, fmt: str) -> None:
+            candidate_names: tuple[str, ...], workers: int | None, shard, collected: str | None,
+            since: str | None, sample: int | None, per_customer: bool, seed: str, baseline_service: str | None,
+            candidate_services: tuple[str, ...], fmt: str) -> None:
     """Compare two recorded logs of the same requests, call by call and argument by argument.
 
     Several candidate logs (`compare BASE A B C`) make a remedy matrix: each compared with the same baseline,
     shown side by side (`toolaudit frontier`, `report`, `check` per candidate).
 
     Each log may be an OpenAI Chat Completions log, an OTel GenAI or OpenInference export (OTLP/JSON), a
-    Langfuse export or a Responses API log: detected from its first record unless --format says."""
+    Langfuse export or a Responses API log: detected from its first record unless --format says.
+
+    Or two deployments that export to one `toolaudit collect`: `compare --collected DIR --baseline-service A
+    --candidate-service B`, told apart by their resource attribute service.name."""
     from toolaudit.compare.coverage import pairing_problem
     from toolaudit.compare.logs import CompareOptions, compare_logs
     from toolaudit.compare.matrix import compare_matrix, default_names
     from toolaudit.ingest.gaps import gap_warnings
     from toolaudit.store import Store
 
+    check_collected(collected, since, sample, per_customer, seed)
+    if collected is not None:
+        if baseline is not None or candidates:
+            raise click.UsageError("give two logs or --collected DIR, not both")
+        if baseline_service is None or not candidate_services:
+            raise click.UsageError("--collected needs --baseline-service and --candidate-service (service.name)")
+        base = select(collected, db, "baseline", since, sample, per_customer, seed, session_key, customer_key,
+                      trace_format, service=baseline_service)
+        drawn = frozenset(base.sessions) if sample is not None else None
+        baseline = str(base.path)
+        candidates = tuple(str(select(collected, db, f"candidate{k + 1}", since, None, False, "", session_key,
+                                      customer_key, trace_format, service=service, sessions=drawn).path)
+                           for k, service in enumerate(candidate_services))
+        if baseline_name == "baseline":
+            baseline_name = baseline_service
+        candidate_names = candidate_names or candidate_services
+    elif baseline_service is not None or candidate_services:
+        raise click.UsageError("--baseline-service and --candidate-service select from --collected DIR")
+    elif baseline is None or not candidates:
+        raise click.UsageError("give a baseline log and at least one candidate log (or --collected DIR)")
     if len(candidate_names) > 1 and len(candidate_names) != len(candidates):
         raise click.UsageError(f"{len(candidates)} candidate logs but {len(candidate_names)} --candidate-name")
     options = CompareOptions(session_key=session_key, customer_key=customer_key,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from toolaudit.cli.collect import check_collected, collected_options, select
 from toolaudit.cli.common import (
     Progress,
     Proportion,
@@ -105,23 +106,32 @@ class _LazyBar:
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
               help="Folder of <tool>.json schemas that override the request's.")
 @shard_option
+@collected_options
 @verbose_option
 @output_options
 @friendly_errors
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
            run_name: str | None, numerics: str | None, trace_format: str, session_key: str, customer_key: str,
-           schema_dir: str, shard, verbose: bool, fmt: str) -> None:
+           schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
+           per_customer: bool, seed: str, verbose: bool, fmt: str) -> None:
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
 
-    Trace files may be in any format `compare` reads (detected from the first record unless --format says)."""
+    Trace files may be in any format `compare` reads (detected from the first record unless --format says), or
+    a sample of the traffic `toolaudit collect` kept (--collected DIR, --since, --sample, --per-customer)."""
     from toolaudit.replay.replayer import ReplayOptions
 
-    if resume is None and not traces:
-        raise click.UsageError("give trace files to replay, or --resume RUN")
-    if resume is not None and (traces or shard or numerics):
+    check_collected(collected, since, sample, per_customer, seed)
+    if resume is None and not traces and collected is None:
+        raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
+    if resume is not None and (traces or shard or numerics or collected):
         raise click.UsageError("--resume takes its traces, paths, numerics and shard from the run; do not pass "
-                               "trace files, --numerics or --shard")
+                               "trace files, --collected, --numerics or --shard")
+    if collected is not None and traces:
+        raise click.UsageError("give trace files or --collected DIR, not both")
+    if collected is not None:
+        traces = (str(select(collected, db, "replay", since, sample, per_customer, seed, session_key,
+                             customer_key, trace_format).path),)
     options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidates[0],
                             candidates=list(candidates) if len(candidates) > 1 else None,
                             paths_file=paths_file, limit=limit, calls_per_session=calls_per_session,

@@ -1,0 +1,69 @@
+"""`toolaudit collect`, the OTLP/HTTP receiver, and the `--collected` options of `replay` and `compare`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from toolaudit.cli.common import friendly_errors
+
+
+@click.command()
+@click.option("--dir", "folder", default="collected", show_default=True, type=click.Path(file_okay=False),
+              help="Folder of the collected OTLP/JSON files (one per hour: traces-YYYYMMDDTHH.jsonl, UTC).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
+@click.option("--port", default=4318, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to bind (4318 is OTLP/HTTP's); 0 picks a free one (the address is printed on stderr).")
+@click.option("--max-body-bytes", default=32 << 20, show_default=True, type=click.IntRange(1),
+              help="Largest request body accepted (decompressed); larger ones are answered 413.")
+@friendly_errors
+def collect(folder: str, host: str, port: int, max_body_bytes: int) -> None:
+    """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) and keep their model-call spans on disk.
+
+    Point an OTel exporter or collector at http://HOST:PORT (the Langfuse SDK at its
+    /api/public/otel path). Each request's LLM spans are fsynced before it is answered; other spans are
+    dropped. Replay a sample later with `toolaudit replay --collected DIR`."""
+    from toolaudit.collect.receiver import collect as run_receiver
+
+    run_receiver(folder, host=host, port=port, max_body=max_body_bytes)
+
+
+def collected_options(func: Callable) -> Callable:
+    """--collected DIR and the selection options: the command reads a sample of collected traffic."""
+    for decorator in reversed((
+        click.option("--collected", type=click.Path(file_okay=False, exists=True), metavar="DIR",
+                     help="Read the traffic `toolaudit collect` kept in DIR instead of trace files (the selection "
+                          "is written beside --db as one OTLP/JSON file, named on stderr)."),
+        click.option("--since", metavar="DURATION", help="With --collected: only traces with a span started in "
+                     "this window (e.g. 24h, 30m, 7d)."),
+        click.option("--sample", type=click.IntRange(1), metavar="N", help="With --collected: N whole sessions, "
+                     "drawn deterministically (smallest keyed hash of the session id)."),
+        click.option("--per-customer", is_flag=True, help="With --sample: N sessions of each customer."),
+        click.option("--seed", default="", help="With --sample: changes which sessions are drawn (default: none)."),
+    )):
+        func = decorator(func)
+    return func
+
+
+def check_collected(collected: str | None, since: str | None, sample: int | None, per_customer: bool,
+                    seed: str) -> None:
+    if collected is None and (since or sample or per_customer or seed):
+        raise click.UsageError("--since, --sample, --per-customer and --seed select from --collected DIR")
+    if per_customer and sample is None:
+        raise click.UsageError("--per-customer needs --sample N")
+
+
+def select(collected: str, db: str, label: str, since: str | None, sample: int | None, per_customer: bool,
+           seed: str, session_key: str, customer_key: str, trace_format: str, service: str | None = None,
+           sessions: frozenset[str] | None = None):
+    """The selection from `collected` written to `DB.selections/<UTC time>-<label>.jsonl`; told on stderr."""
+    from toolaudit.collect.select import Selection, select_collected, selection_path
+
+    selection = Selection(since=since, sample=sample,
+                          per_customer=per_customer, seed=seed, service=service, sessions=sessions,
+                          session_key=session_key, customer_key=customer_key,
+                          trace_format=None if trace_format == "auto" else trace_format)
+    selected = select_collected(collected, selection_path(db, label), selection)
+    click.echo(selected.line(collected), err=True)
+    return selected

@@ -1,0 +1,159 @@
+"""`toolaudit collect`: an OTLP/HTTP trace receiver, so a team points its OTel exporter or collector (or the
+Langfuse SDK) at toolaudit and gets the model calls of its production traffic as OTLP/JSON files to replay.
+
+Routes: `POST /v1/traces` and `POST /api/public/otel/v1/traces` (Langfuse's OTLP path). Bodies
+`application/x-protobuf` or `application/json`, `Content-Encoding: gzip` or `deflate` (aiohttp decompresses;
+the size limit applies to the decompressed body). Answers follow the OTLP/HTTP spec: 200 with an
+`ExportTraceServiceResponse` in the request's encoding (`partial_success` counting rejected spans: spans
+without usable trace or span ids), 400 with a google.rpc.Status for an unreadable body, 413 over the size
+limit, 415 for another content type, 405 for another method, 503 when the disk write fails (exporters retry).
+
+A request's model-call spans (`keep.py`) are on disk, fsynced, before the 200 (`store.py`); spans that are
+neither calls nor their context are dropped and counted. Request headers are never stored (Authorization and
+other secrets stay out of the files): only the spans are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+from aiohttp import web
+
+from toolaudit import ConfigError
+from toolaudit.collect.keep import Kept, keep_llm_spans
+from toolaudit.collect.otlp_json import (
+    JSON,
+    PROTOBUF,
+    BadPayload,
+    decode_request,
+    export_response,
+    proto_classes,
+    status_body,
+)
+from toolaudit.collect.store import CollectedFiles
+
+MAX_BODY = 32 << 20
+TRACE_ROUTES = ("/v1/traces", "/api/public/otel/v1/traces")
+INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE = 3, 8, 14  # google.rpc.Code
+
+
+@dataclass
+class Counts:
+    """What the receiver has done since it started (printed when it stops)."""
+
+    requests: int = 0
+    kept: int = 0
+    dropped: int = 0
+    rejected: int = 0
+    refused: int = 0  # requests answered 4xx/5xx
+
+    def line(self) -> str:
+        return (f"{self.requests} requests: {self.kept} spans kept, {self.dropped} dropped (not model calls), "
+                f"{self.rejected} rejected; {self.refused} requests refused")
+
+
+def build_app(files: CollectedFiles, max_body: int = MAX_BODY, counts: Counts | None = None) -> web.Application:
+    """The receiver as an aiohttp application (writes go to one worker thread, in arrival order)."""
+    counts = counts if counts is not None else Counts()
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="collect-writer")
+
+    def failure(status: int, encoding: str, code: int, message: str) -> web.Response:
+        counts.refused += 1
+        return web.Response(status=status, body=status_body(encoding, code, message),
+                            content_type=encoding if encoding in (JSON, PROTOBUF) else JSON)
+
+    async def traces(request: web.Request) -> web.Response:
+        encoding = request.content_type
+        if encoding not in (PROTOBUF, JSON):
+            counts.refused += 1
+            return web.Response(status=415, text=f"unsupported content type {encoding!r}: send {PROTOBUF} or "
+                                                 f"{JSON}")
+        too_big = f"the request body is over the limit of {max_body} bytes"
+        if request.content_length is not None and request.content_length > max_body:
+            return failure(413, encoding, RESOURCE_EXHAUSTED, too_big)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return failure(413, encoding, RESOURCE_EXHAUSTED, too_big)
+        loop = asyncio.get_running_loop()
+        try:  # parsing a big body takes a while: off the event loop, so other exporters are still answered
+            kept, line = await loop.run_in_executor(None, _prepare, body, encoding)
+        except BadPayload as exc:
+            return failure(400, encoding, INVALID_ARGUMENT, str(exc))
+        if line is not None:
+            try:
+                await loop.run_in_executor(writer, files.append, line)
+            except OSError as exc:
+                return failure(503, encoding, UNAVAILABLE, f"the spans could not be stored: {exc}")
+        counts.requests += 1
+        counts.kept += kept.kept
+        counts.dropped += kept.dropped
+        counts.rejected += kept.rejected
+        return web.Response(body=export_response(encoding, kept.rejected, kept.message), content_type=encoding)
+
+    async def stop_writer(app: web.Application) -> None:
+        writer.shutdown(wait=True)
+
+    app = web.Application(client_max_size=max_body)
+    for route in TRACE_ROUTES:
+        app.router.add_post(route, traces)
+    app.on_cleanup.append(stop_writer)
+    return app
+
+
+def _prepare(body: bytes, encoding: str) -> tuple[Kept, bytes | None]:
+    """The request's kept spans and the line to store (None: nothing kept); BadPayload for an unreadable body."""
+    kept = keep_llm_spans(decode_request(body, encoding))
+    return kept, None if kept.request is None else orjson.dumps(kept.request)
+
+
+def collect(folder: str | Path, host: str = "127.0.0.1", port: int = 4318, max_body: int = MAX_BODY,
+            say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Counts:
+    """Receive until SIGINT/SIGTERM; announce the bound address at once (`port=0` picks a free port). Raises
+    ConfigError when opentelemetry-proto is missing, the folder is taken or the port cannot be bound."""
+    proto_classes()
+    files = CollectedFiles(folder)
+    try:
+        if files.truncated:
+            say(f"toolaudit collect: cut a torn last line (an interrupted write) off {', '.join(files.truncated)}")
+        return asyncio.run(_collect(files, host, port, max_body, say))
+    finally:
+        files.close()
+
+
+async def _collect(files: CollectedFiles, host: str, port: int, max_body: int, say: Callable[[str], None]
+                   ) -> Counts:
+    counts = Counts()
+    runner = web.AppRunner(build_app(files, max_body, counts), access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    bound = runner.addresses[0]
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    say(f"toolaudit collect: listening on http://{shown}:{bound[1]} (POST {TRACE_ROUTES[0]}), writing to "
+        f"{files.folder}")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        say("toolaudit collect: warning: listening beyond loopback, with no authentication")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    say(f"toolaudit collect: stopped; {counts.line()}")
+    return counts
