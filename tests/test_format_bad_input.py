@@ -154,7 +154,7 @@ def test_missing_conversation_id_falls_back_to_the_trace_id(tmp_path):
 
 def test_session_key_attribute_missing_is_an_error_row(tmp_path):
     good = otlp(otel_span("good1", session=None), resource={"tenant.conversation": "good"})
-    bad = otlp(otel_span("bad1", session=None))
+    bad = otlp(otel_span("bad1", session=None, trace_id="b" * 32))  # another trace: nothing to inherit it from
     b = write_jsonl(tmp_path / "b.jsonl", [good])
     c = write_jsonl(tmp_path / "c.jsonl", [good, bad])
     with Store(tmp_path / "a.duckdb") as store:

@@ -220,8 +220,9 @@ class _Comparison:
                 continue
             stats.errors += 1
             self.recorder.error(side, err)
-        for chunk, keep in zip(chunks, settlement.keep):
-            self._absorb(stage, side, settled(chunk, keep), base, 0)
+        rekeys = settlement.rekey or [{} for _ in chunks]
+        for chunk, keep, rekey in zip(chunks, settlement.keep, rekeys):
+            self._absorb(stage, side, settled(chunk, keep, rekey, self.shard), base, 0)
             base += chunk.lines
         chunks.clear()  # their notes: what re-reading needs is the source's now
 

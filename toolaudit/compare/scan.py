@@ -208,7 +208,7 @@ def scan_chunk(side: int, start: int, end: int, schema_dir: str | None, shard: S
                 continue
             result.stats.errors += 1
             result.errors.append(item)
-        elif shard is not None and not shard.holds(item.session_id):
+        elif shard is not None and not item.inherits and not shard.holds(item.session_id):
             result.other_calls += 1
         else:
             d = digest(item, item.key, cache, validate)
@@ -227,15 +227,31 @@ def scan_chunk(side: int, start: int, end: int, schema_dir: str | None, shard: S
     return result
 
 
-def settled(chunk: ChunkResult, keep: dict[int, int]) -> ChunkResult:
+def settled(chunk: ChunkResult, keep: dict[int, int], rekey: dict[int, tuple[str, str | None]] | None = None,
+            shard: Shard | None = None) -> ChunkResult:
     """A settling source's chunk as settled: the rows of the calls that stay (`keep`: position -> call index),
-    each given its call index; the calls kept but not digested here belong to other shards."""
+    each given its call index and, where the source settled on another one (`rekey`: a span that inherits them
+    from its parents), its session and customer; with a shard, only the rows of its sessions stay (a call whose
+    session was not known when scanned was digested whatever its shard). The calls kept but not digested here
+    belong to other shards."""
     table = chunk.table
     if table is not None and len(table):
         positions = table.column("line").to_pylist()
-        kept = [p for p in positions if p in keep]
+        if rekey:
+            sessions = [rekey[p][0] if p in rekey else s for p, s in zip(positions,
+                                                                        table.column("session_id").to_pylist())]
+            customers = [rekey[p][1] if p in rekey else c for p, c in zip(positions,
+                                                                         table.column("customer").to_pylist())]
+            table = table.set_column(table.schema.get_field_index("session_id"), "session_id",
+                                     pa.array(sessions, pa.string()))
+            table = table.set_column(table.schema.get_field_index("customer"), "customer",
+                                     pa.array(customers, pa.string()))
+        else:
+            sessions = table.column("session_id").to_pylist()
+        stays = [p in keep and (shard is None or shard.holds(s)) for p, s in zip(positions, sessions)]
+        kept = [p for p, stay in zip(positions, stays) if stay]
         if len(kept) < len(positions):
-            table = table.filter(pa.array([p in keep for p in positions]))
+            table = table.filter(pa.array(stays))
         column = table.schema.get_field_index("explicit_index")
         table = table.set_column(column, "explicit_index", pa.array([keep[p] for p in kept], pa.int64()))
     rows = 0 if table is None else len(table)

@@ -95,3 +95,13 @@ def indexed(call: RawCall, index: int) -> RawCall:
     metadata too, as a log line holding it would carry it."""
     metadata = {**call.request["metadata"], "call_index": str(index)}
     return replace(call, explicit_index=index, request={**call.request, "metadata": metadata})
+
+
+def rekeyed(call: RawCall, session_id: str, customer: str | None) -> RawCall:
+    """A checked call given the session and customer its source settled on (a span's, inherited from its parent
+    spans or its trace), in its request's metadata too."""
+    metadata = {**call.request["metadata"], "session_id": session_id}
+    if customer is not None:
+        metadata["customer"] = customer
+    return replace(call, session_id=session_id, customer=customer, inherits=False,
+                   request={**call.request, "metadata": metadata})

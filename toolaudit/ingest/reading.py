@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolaudit import TraceError
 from toolaudit.ingest import registry
-from toolaudit.ingest.calls import indexed
+from toolaudit.ingest.calls import indexed, rekeyed
 from toolaudit.ingest.formats.base import Keys
 from toolaudit.ingest.held import HeldRecords
 from toolaudit.ingest.records import (
@@ -124,5 +124,9 @@ def _records(src: TraceSource, stats: TraceStats) -> Iterator[RawCall | TraceLin
     settlement = src.settle([scanned.notes])
     stats.skipped += sum(src.skipped.values())
     yield from settlement.errors
+    rekey = settlement.rekey[0] if settlement.rekey else {}
     for _, position in settlement.order:
-        yield indexed(found[position], settlement.keep[0][position])
+        call = found[position]
+        if position in rekey:
+            call = rekeyed(call, *rekey[position])
+        yield indexed(call, settlement.keep[0][position])

@@ -101,6 +101,7 @@ class RawCall:
     response: dict | None
     key: int = 0
     record: str | None = None
+    inherits: bool = False  # its session is decided when its source settles (a span's, from its parent spans)
 
 
 class CallIndexer:

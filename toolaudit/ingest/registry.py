@@ -22,6 +22,7 @@ from typing import Any
 from toolaudit import ConfigError
 from toolaudit.ingest.formats.base import load_line
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
+from toolaudit.ingest.formats.otlp_docs import first_document, is_pretty
 
 GROUP = "toolaudit.formats"
 BUILTIN = {"openai": "toolaudit.ingest.formats.openai", "otel": "toolaudit.ingest.formats.otel",
@@ -113,6 +114,15 @@ def detect_format(path: str) -> tuple[str, int | None]:
     formats = list(registered().values())
     pending: tuple[str, int, set[str]] | None = None  # (first "could be" format, its line, all that said so)
     seen_bytes = seen_lines = 0
+    if is_pretty(path):  # one JSON document over many lines (`json.dump(..., indent=2)`): its value decides
+        document = first_document(path, _MAX_BYTES)
+        if document is not None:
+            one = Sample(b"", document, True)
+            verdicts = [(reg.format.name, _ask(reg, one, f"{path}:1")) for reg in formats]
+            for wanted in (True, None):
+                for name, verdict in verdicts:
+                    if verdict is wanted:
+                        return name, 1
     with open(path, "rb") as handle:
         for line_no, raw in enumerate(handle, start=1):
             seen_bytes += len(raw)

@@ -38,6 +38,9 @@ class Settlement:
     keep: list[dict[int, int]]  # per range: the position of each call that stays -> its call index
     errors: list[TraceLineError]  # the file's error rows at the user's lines, in the order a sequential read gives
     order: list[tuple[int, int]]  # (range, position) of the calls that stay, in the order a sequential read gives
+    # per range: position -> (session, customer) of the calls whose session or customer was settled on after they
+    # were scanned (a span that inherits them from its parent spans); apply with `calls.rekeyed`
+    rekey: list[dict[int, tuple[str, str | None]]] = field(default_factory=list)
 
 
 SMALL = 1 << 20  # files under this size are one range

@@ -31,10 +31,14 @@ from toolaudit.ingest.formats.base import (
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp import Span, detect_convention
-from toolaudit.ingest.formats.otlp_export import open_export
+from toolaudit.ingest.formats.otlp_export import Context, open_export
 
-SESSION_ATTR = "gen_ai.conversation.id"
-CUSTOMER_ATTRS = ("user.id", "enduser.id")
+# OpenLLMetry (traceloop-sdk) copies its association properties onto every span as
+# `traceloop.association.properties.<key>`; baggage span processors copy `session.id` / `user.id`.
+_ASSOCIATION = "traceloop.association.properties."
+SESSION_ATTRS = ("gen_ai.conversation.id", "session.id", _ASSOCIATION + "session_id")
+CUSTOMER_ATTRS = ("user.id", "enduser.id", _ASSOCIATION + "customer_id", _ASSOCIATION + "user_id")
+CONTEXT = Context(SESSION_ATTRS, CUSTOMER_ATTRS)
 INPUT, OUTPUT, SYSTEM = "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions"
 _EVENT_ROLES = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
                 "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
@@ -57,7 +61,9 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
     if operation != "chat":
         return f"gen_ai.operation.name {operation!r}"
     span.check_times()
-    session = span.session(keys, SESSION_ATTR)
+    # read alone, a span without them is its trace's session; in an export the session and customer may also be
+    # inherited from the span's parents or its trace (`otlp_export.Context`)
+    session = span.session(keys, SESSION_ATTRS) or span.trace_id
     customer = span.customer(keys, CUSTOMER_ATTRS)
     if any(span.attr(a) is not None for a in (INPUT, OUTPUT, SYSTEM)):
         messages, answer, finish = _from_attributes(span)
@@ -222,5 +228,5 @@ def _event_message(role: str, body: dict, where: str) -> dict:
 
 
 FORMAT = TraceFormat(name="otel", description="OTel GenAI spans in OTLP/JSON exports, one export request per line",
-                     detect=detect, open=open_export("otel", span_to_call), record_word="span",
+                     detect=detect, open=open_export("otel", span_to_call, CONTEXT), record_word="span",
                      looks_like="an OTel GenAI (OTLP/JSON) export")

@@ -10,6 +10,8 @@ them. Every span is one record: a call, a problem or a skip.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 from collections.abc import Callable
@@ -35,6 +37,7 @@ class Span:
     attributes: dict[str, Any]
     resource: dict[str, Any]
     events: list[dict] = field(default_factory=list)  # {"name", "time", "attributes"}
+    parent_id: str | None = None  # the parent span's id (None for a root span)
 
     def attr(self, key: str) -> Any:
         """A span attribute, else the resource's."""
@@ -64,20 +67,21 @@ class Span:
     def where(self, key: str) -> str:
         return key if key in self.attributes or key not in self.resource else f"resource.{key}"
 
-    def session(self, keys: Keys, default_attr: str) -> str:
-        """The session: `--session-key` (which must be present), else `default_attr`, else the trace id."""
-        if keys.session is not None:
-            value = as_key(self.lookup(keys.session))
-            if value is None:
-                raise Invalid(keys.session, "missing or not a string on the span and its resource: cannot tell "
-                                            "which session this call belongs to (use --session-key to name "
-                                            "another attribute)")
-            return value
-        return as_key(self.attr(default_attr)) or self.trace_id
+    def session(self, keys: Keys, default_attrs: str | tuple[str, ...]) -> str | None:
+        """The session on the span or its resource: `--session-key`'s attribute, else the first of `default_attrs`
+        present; None when there is none (settling then takes it from the span's parents or its trace, else the
+        trace id: see `otlp_export`)."""
+        return self._first(keys.session, default_attrs)
 
-    def customer(self, keys: Keys, default_attrs: tuple[str, ...]) -> str | None:
-        for key in (keys.customer,) if keys.customer is not None else default_attrs:
-            value = as_key(self.lookup(key))
+    def customer(self, keys: Keys, default_attrs: str | tuple[str, ...]) -> str | None:
+        """The customer on the span or its resource, as `session` finds the session."""
+        return self._first(keys.customer, default_attrs)
+
+    def _first(self, named: str | None, default_attrs: str | tuple[str, ...]) -> str | None:
+        if named is not None:
+            return as_key(self.lookup(named))
+        for key in (default_attrs,) if isinstance(default_attrs, str) else default_attrs:
+            value = as_key(self.attr(key))
             if value is not None:
                 return value
         return None
@@ -171,11 +175,33 @@ def _nanos(raw: Any, where: str) -> int | None:
     return _int(raw, where, "time")
 
 
+def otlp_id(raw: Any, size: int) -> str | None:
+    """A trace (16 bytes) or span (8 bytes) id as lowercase hex. OTLP/JSON writes ids as hex; protobuf's JSON
+    mapping (`MessageToJson` of an export request) writes bytes as base64, 24 or 12 characters ending in `=`:
+    both name the same span, so both become hex. Anything else is kept as it is."""
+    if not isinstance(raw, str) or not raw:
+        return None
+    if len(raw) == 2 * size and _is_hex(raw):
+        return raw.lower()
+    if len(raw) == 4 * ((size + 2) // 3) and raw.endswith("="):
+        try:
+            decoded = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            return raw
+        if len(decoded) == size:
+            return decoded.hex()
+    return raw
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in text)
+
+
 def decode_span(raw: dict, resource: dict[str, Any], line: int, position: int) -> Span:
-    span_id, trace_id = raw.get("spanId"), raw.get("traceId")
-    if not isinstance(span_id, str) or not span_id:
+    span_id, trace_id = otlp_id(raw.get("spanId"), 8), otlp_id(raw.get("traceId"), 16)
+    if span_id is None:
         raise Invalid("spanId", "missing: every span needs an id")
-    if not isinstance(trace_id, str) or not trace_id:
+    if trace_id is None:
         raise Invalid("traceId", "missing: every span needs a trace id")
     attributes = key_values(raw.get("attributes"), "attributes")
     events = []
@@ -190,7 +216,8 @@ def decode_span(raw: dict, resource: dict[str, Any], line: int, position: int) -
     name = raw.get("name")
     return Span(line, position, span_id, trace_id, name if isinstance(name, str) else "",
                 _nanos(raw.get("startTimeUnixNano"), "startTimeUnixNano"),
-                _nanos(raw.get("endTimeUnixNano"), "endTimeUnixNano"), attributes, resource, events)
+                _nanos(raw.get("endTimeUnixNano"), "endTimeUnixNano"), attributes, resource, events,
+                otlp_id(raw.get("parentSpanId"), 8))
 
 
 def spans_of(doc: dict) -> list[tuple[Any, Any]]:
@@ -235,8 +262,10 @@ def otlp_convention(record: dict) -> str | None:
 
 def detect_convention(sample: Sample, convention: str) -> bool | None:
     """An OTLP/JSON export whose spans follow `convention`: True; another convention: False; an export whose
-    spans carry neither (only HTTP spans, say): None, a later record decides."""
+    spans carry neither (only HTTP spans, say), or a logs export: None, a later record decides."""
     record = sample.value
+    if isinstance(record, dict) and isinstance(record.get("resourceLogs"), list) and "resourceSpans" not in record:
+        return None  # log records (content for spans, `otlp_logs`): the spans decide
     if not isinstance(record, dict) or not isinstance(record.get("resourceSpans"), list):
         return False
     found = otlp_convention(record)

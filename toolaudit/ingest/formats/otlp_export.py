@@ -15,21 +15,28 @@ import hashlib
 import pickle
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
 
-from toolaudit.ingest.calls import check_call, error_about, indexed, named
+from toolaudit.ingest.calls import check_call, error_about, indexed, named, rekeyed
 from toolaudit.ingest.formats.base import Call, Invalid, Keys, canonical_bytes, excerpt, load_line
-from toolaudit.ingest.formats.otlp import SpanReader, decode_span, key_values, spans_of
+from toolaudit.ingest.formats.otlp import Span, SpanReader, decode_span, key_values, spans_of
+from toolaudit.ingest.formats.otlp_docs import Documents, document_at, is_pretty
+from toolaudit.ingest.formats.otlp_logs import LOGS, LogIndex, decode_log, records_of
 from toolaudit.ingest.records import RawCall, TraceLineError, collector_paused
 from toolaudit.ingest.registry import mixed
 from toolaudit.ingest.sources import Item, RangeLines, Scanned, Settlement, TraceSource, line_ranges, open_trace
 
 SPAN_BITS = 20  # a span's key: its line's byte offset << SPAN_BITS | its index among the line's spans
 WORD = "span"
+_MAX_DEPTH = 10_000  # parent hops followed (a cyclic parent chain in a broken export ends here)
 EXPORT_BYTES = 2  # an export holds about twice the bytes of an OpenAI log for the same calls (ranges are sized so)
+LOG_SKIP = "OTLP log record (its content is read with its span)"
+_NO_SESSION = ("missing or not a string on the span, its resource, its parent spans and its trace: cannot tell which "
+               "session this call belongs to (use --session-key to name another attribute)")
 
 
 class Note(NamedTuple):
@@ -46,6 +53,9 @@ class Note(NamedTuple):
     reason: str | None = None  # a skip's reason
     error: TraceLineError | None = None  # an error's row (at the range's line)
     call: Any = None  # a call that passed its check: a RawCall, or packed (`_pack`) once it has travelled
+    parent: str | None = None  # the span's parent span id
+    context: tuple[str | None, str | None] | None = None  # (session, customer) on the span itself, if either
+    customer: str | None = None  # a call's customer as scanned
 
 
 class RangeNotes:
@@ -75,13 +85,60 @@ def _unpack(packed: Any, line: int, key: int) -> RawCall:
     return RawCall(line, session_id, None, customer, request, response, key, record)
 
 
+@dataclass(frozen=True)
+class Context:
+    """Where a convention keeps a call's session and customer: attributes looked up on a span, then its resource,
+    first present wins (`--session-key` / `--customer-key` name one instead). A call span without them takes them
+    from its parent spans, else from any span of its trace, when the file's ranges are settled."""
+
+    session: tuple[str, ...]
+    customer: tuple[str, ...]
+
+
+class _Family:
+    """The session and customer every span carries itself, by span and by trace, to settle what call spans inherit
+    (each span once: a re-exported span is not added again)."""
+
+    def __init__(self) -> None:
+        self.spans: dict[tuple[str, str], tuple[str | None, tuple[str | None, str | None] | None]] = {}
+        self.traces: dict[str, list[str | None]] = {}
+
+    def add(self, note: Note) -> None:
+        trace, span = note.ids
+        self.spans[(trace, span)] = (note.parent, note.context)
+        if note.context is not None:
+            first = self.traces.setdefault(trace, [None, None])
+            first[0] = first[0] or note.context[0]
+            first[1] = first[1] or note.context[1]
+
+    def inherited(self, note: Note) -> tuple[str | None, str | None]:
+        """The span's own session and customer, else its nearest ancestor's, else its trace's first."""
+        session, customer = note.context or (None, None)
+        trace, parent = note.ids[0], note.parent
+        hops = 0
+        while (session is None or customer is None) and parent is not None and hops < _MAX_DEPTH:
+            up = self.spans.get((trace, parent))
+            if up is None:
+                break
+            parent, context = up
+            if context is not None:
+                session, customer = session or context[0], customer or context[1]
+            hops += 1
+        if session is None or customer is None:
+            first = self.traces.get(trace)
+            if first is not None:
+                session, customer = session or first[0], customer or first[1]
+        return session, customer
+
+
 class _Placed(NamedTuple):
-    session: str
+    session: str  # as settled (inherited from the span's parents or its trace when the span has none)
     start: int
     line: int  # the user's line
     position: int  # the span's position in the file
     range: int
     note: Note
+    customer: str | None = None  # as settled (spans of a convention that declares its `Context` only)
 
 
 class OtlpExport(TraceSource):
@@ -90,14 +147,26 @@ class OtlpExport(TraceSource):
     settles = True
 
     def __init__(self, path: str, fmt: str, reader: SpanReader, keys: Keys, require_response: bool = True,
-                 detected: bool = True):
+                 detected: bool = True, context: Context | None = None):
         super().__init__(str(path), fmt, detected)
         self.reader, self.keys, self.require_response = reader, keys, require_response
+        self.context = context
+        self.pretty = is_pretty(self.source)  # documents over many lines each, read as one range
+        self.logs = LogIndex()  # log records that carry calls' content, joined to their spans by id
+        self.logs.read(self.source)
         self.shown = []
-        self.kept: dict[int, tuple[Any, int, int]] = {}  # key -> (call, the user's line, call index)
+        # key -> (call, the user's line, call index, (session, customer) when settled on after the scan)
+        self.kept: dict[int, tuple[Any, int, int, tuple[str, str | None] | None]] = {}
+
+    def add_logs(self, path: str) -> None:
+        """Join the log records of another OTLP/JSON file (a collector writes logs to a file of their own)."""
+        open_trace(path).close()
+        self.logs.read(path)
 
     # -- one range ---------------------------------------------------------------------------------------------
     def units(self, parts: int, budget: int = 0) -> list[tuple[int, int]]:
+        if self.pretty:
+            return [(0, Path(self.source).stat().st_size)]
         return line_ranges(self.source, parts, budget * EXPORT_BYTES)
 
     def unit_bytes(self, start: int, end: int) -> int:
@@ -110,9 +179,10 @@ class OtlpExport(TraceSource):
         """The range's calls (keys: where their spans are); everything else is left in `scanned.notes`."""
         stats, notes, position = scanned.stats, [], 0
         with collector_paused(), open_trace(self.source) as handle:
-            lines = RangeLines(handle, start, end, stats)
-            for line_no, here, raw in lines:
-                pairs = self._pairs(raw, line_no, here, notes)
+            docs = Documents(self.source, stats) if self.pretty else RangeLines(handle, start, end, stats)
+            for line_no, here, raw, *parsed in docs:
+                doc, error = parsed if parsed else load_line(raw)
+                pairs = self._pairs(doc, error, raw, line_no, here, notes)
                 if pairs is None:
                     stats.records += 1
                     continue
@@ -124,11 +194,16 @@ class OtlpExport(TraceSource):
                     notes.append(note)
                     if note.call is not None:
                         yield position, note.call
-        scanned.notes = RangeNotes(lines.line_no, position, notes)
+                if isinstance(doc, dict) and isinstance(doc.get(LOGS), list):
+                    stats.records += self._log_records(doc, raw, line_no, here, notes)
+        scanned.notes = RangeNotes(docs.line_no, position, notes)
 
-    def _pairs(self, raw: bytes, line: int, offset: int, notes: list[Note]) -> list | None:
-        """The (resource, span) pairs of a line, or None after noting why it holds none."""
-        doc, error = load_line(raw)
+    def _pairs(self, doc: Any, error: str | None, raw: bytes, line: int, offset: int,
+               notes: list[Note]) -> list | None:
+        """The (resource, span) pairs of an export request ([] for a logs export), or None after noting why it
+        holds none."""
+        if error is None and isinstance(doc, dict) and isinstance(doc.get(LOGS), list) and "resourceSpans" not in doc:
+            return []
         if error is None and (not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list)):
             error = "not an OTLP/JSON ExportTraceServiceRequest (no \"resourceSpans\" list)" + mixed(doc, self.fmt)
         field = None
@@ -140,6 +215,26 @@ class OtlpExport(TraceSource):
         err = TraceLineError(self.source, line, field, error, excerpt(raw))
         notes.append(Note(line, None, None, None, offset << SPAN_BITS, "error", error=err))
         return None
+
+    def _log_records(self, doc: dict, raw: bytes, line: int, offset: int, notes: list[Note]) -> int:
+        """A logs export's records, each skipped (its content was joined to its span) or an error; how many."""
+        key = offset << SPAN_BITS
+        try:
+            records = records_of(doc)
+        except Invalid as exc:
+            err = TraceLineError(self.source, line, exc.field, exc.message, excerpt(raw))
+            notes.append(Note(line, None, None, None, key, "error", error=err))
+            return 1
+        for record in records:
+            try:
+                decode_log(record)
+            except Invalid as exc:
+                err = TraceLineError(self.source, line, exc.field, named("log record", None, exc.message),
+                                     excerpt(record))
+                notes.append(Note(line, None, None, None, key, "error", error=err))
+                continue
+            notes.append(Note(line, None, None, None, key, "skip", reason=LOG_SKIP))
+        return len(records)
 
     def _span(self, span_raw: Any, attrs: Any, r: int, resources: dict, line: int, position: int,
               key: int) -> Note:
@@ -156,6 +251,8 @@ class OtlpExport(TraceSource):
             if r not in resources:
                 resources[r] = key_values(attrs, "resource.attributes")
             span = decode_span(span_raw, resources[r], line, position)
+            if self.logs:
+                self.logs.join(span)
             ids = (span.trace_id, span.span_id)
             digest = hashlib.blake2b(canonical_bytes(span_raw), digest_size=16).digest()
         except Invalid as exc:
@@ -168,12 +265,32 @@ class OtlpExport(TraceSource):
             return failed(exc.field, exc.message, ids, digest)
         except RecursionError as exc:
             return failed(None, f"span cannot be read: {exc}", ids, digest)
+        context = self._own_context(span)
         if isinstance(result, str):
-            return Note(line, position, ids, digest, key, "skip", reason=result)
+            return Note(line, position, ids, digest, key, "skip", reason=result, parent=span.parent_id,
+                        context=context)
+        inherits = False
+        if self.context is not None:  # the span's own session, else its trace's id until settling finds one
+            session, customer = context or (None, None)
+            inherits = session is None
+            result = replace(result, session_id=session or span.trace_id, customer=customer)
+        elif result.session_id is None:  # a convention without a `Context`: no inheritance
+            if self.keys.session is not None:
+                return failed(self.keys.session, _NO_SESSION, ids, digest)
+            result = replace(result, session_id=span.trace_id)
         call = check_call(result, self.source, WORD, self.require_response, key)
         if isinstance(call, RawCall):
-            return Note(line, position, ids, digest, key, "call", result.session_id, span.start, call=call)
-        return Note(line, position, ids, digest, key, "failed", result.session_id, span.start)
+            return Note(line, position, ids, digest, key, "call", result.session_id, span.start,
+                        call=replace(call, inherits=inherits), parent=span.parent_id, context=context,
+                        customer=result.customer)
+        return Note(line, position, ids, digest, key, "failed", result.session_id, span.start,
+                    parent=span.parent_id, context=context, customer=result.customer)
+
+    def _own_context(self, span: Span) -> tuple[str | None, str | None] | None:
+        if self.context is None:
+            return None
+        found = (span.session(self.keys, self.context.session), span.customer(self.keys, self.context.customer))
+        return found if found != (None, None) else None
 
     # -- the ranges together -----------------------------------------------------------------------------------
     def settle(self, notes: list[Any]) -> Settlement:
@@ -181,6 +298,7 @@ class OtlpExport(TraceSource):
         order, then the calls that fail their check, in call order); `skipped` and `shown` filled in."""
         ranges: list[RangeNotes] = notes
         seen: dict[tuple[str, str], tuple[int, bytes | None]] = {}
+        family = _Family()
         skipped: Counter = Counter()
         errors: list[TraceLineError] = []
         placed: list[_Placed] = []
@@ -201,6 +319,7 @@ class OtlpExport(TraceSource):
                                 f"duplicate span id (first at line {first[0]}) with different content")))
                         continue
                     seen[note.ids] = (line, note.digest)
+                    family.add(note)
                 if note.outcome == "skip":
                     skipped[note.reason] += 1
                 elif note.outcome == "error":
@@ -211,6 +330,7 @@ class OtlpExport(TraceSource):
             position_base += range_notes.spans
         self.skipped.clear()
         self.skipped.update(skipped)
+        placed, rekey = self._inherit(placed, family, errors, len(ranges))
         keep: list[dict[int, int]] = [{} for _ in ranges]
         order: list[tuple[int, int]] = []
         self.kept = {}
@@ -219,15 +339,38 @@ class OtlpExport(TraceSource):
                 if one.note.outcome == "call":
                     keep[one.range][one.note.position] = index
                     order.append((one.range, one.note.position))
-                    self.kept[one.note.key] = (one.note.call, one.line, index)
+                    self.kept[one.note.key] = (one.note.call, one.line, index, rekey[one.range].get(one.note.position))
                 else:  # its error row as a sequential read tells it: the call's index in its request's metadata
                     errors.append(self._failed(one, index))
-        return Settlement(keep, errors, order)
+        return Settlement(keep, errors, order, rekey)
+
+    def _inherit(self, placed: list[_Placed], family: _Family, errors: list[TraceLineError],
+                 ranges: int) -> tuple[list[_Placed], list[dict[int, tuple[str, str | None]]]]:
+        """Each call's session and customer, from the span, else its parent spans, else any span of its trace
+        (the agent span that carries them often ends, and is exported, after the model call's span), else (the
+        session) the trace id; a call still without a `--session-key` it was asked for is an error row."""
+        rekey: list[dict[int, tuple[str, str | None]]] = [{} for _ in range(ranges)]
+        if self.context is None:
+            return placed, rekey
+        out = []
+        for one in placed:
+            note = one.note
+            session, customer = family.inherited(note)
+            if session is None and self.keys.session is not None:
+                errors.append(self._error_at_span(note.key, one.line, note.ids[1], self.keys.session,
+                                                  _NO_SESSION))
+                continue
+            session = session or note.ids[0]
+            if (session, customer) != (note.session, note.customer):
+                rekey[one.range][note.position] = (session, customer)
+            out.append(one._replace(session=session, customer=customer))
+        return out, rekey
 
     # -- finding a call again ----------------------------------------------------------------------------------
     def reread(self, key: int, line: int) -> RawCall:
-        call, shown, index = self.kept[key]
-        return indexed(_unpack(call, shown, key), index)
+        call, shown, index, settled_on = self.kept[key]
+        found = _unpack(call, shown, key)
+        return indexed(rekeyed(found, *settled_on) if settled_on else found, index)
 
     def error_at(self, key: int, line: int, field: str | None, message: str) -> TraceLineError:
         return error_about(self.reread(key, line), self.source, WORD, line, field, message)
@@ -235,9 +378,12 @@ class OtlpExport(TraceSource):
     def _span_at(self, key: int) -> tuple[Any, Any]:
         """(resource attributes, span) of the span at `key`: read again from the file (rare: errors only)."""
         offset, index = key >> SPAN_BITS, key & ((1 << SPAN_BITS) - 1)
-        with open_trace(self.source) as handle:
-            handle.seek(offset)
-            doc, _ = load_line(handle.readline())
+        if self.pretty:
+            doc = document_at(self.source, offset)
+        else:
+            with open_trace(self.source) as handle:
+                handle.seek(offset)
+                doc, _ = load_line(handle.readline())
         (_, _, attrs), span_raw = spans_of(doc)[index]
         return attrs, span_raw
 
@@ -249,8 +395,12 @@ class OtlpExport(TraceSource):
         """The error row of a call that failed its check, read again with its index (rare)."""
         attrs, span_raw = self._span_at(one.note.key)
         span = decode_span(span_raw, key_values(attrs, "resource.attributes"), one.line, one.position)
+        if self.logs:
+            self.logs.join(span)
         result = self.reader(span, self.keys)
         assert isinstance(result, Call), "a span that was a call reads as one again"
+        if self.context is not None:
+            result = replace(result, session_id=one.session, customer=one.customer)
         found = check_call(replace(result, call_index=str(index)), self.source, WORD, self.require_response, 0)
         assert isinstance(found, TraceLineError), "a call that failed its check fails it again"
         return found
@@ -268,10 +418,11 @@ def _sessions(placed: list[_Placed]) -> list[list[_Placed]]:
     return out
 
 
-def open_export(fmt: str, reader: SpanReader):
-    """The `open` of a format read through `reader` (see `TraceFormat.open`)."""
+def open_export(fmt: str, reader: SpanReader, context: Context | None = None):
+    """The `open` of a format read through `reader` (see `TraceFormat.open`). With `context`, a call's session and
+    customer are the export's (the reader's are replaced): found on the span, else inherited (`Context`)."""
 
     def open_(path: str, keys: Keys, require_response: bool = True, detected: bool = True) -> OtlpExport:
-        return OtlpExport(path, fmt, reader, keys, require_response, detected)
+        return OtlpExport(path, fmt, reader, keys, require_response, detected, context)
 
     return open_
