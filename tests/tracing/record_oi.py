@@ -1,13 +1,13 @@
 """Record the agent sessions with Arize's OpenInference OpenAI instrumentation, as a user would.
 
     python -m tests.tracing.record_oi --base-url URL --out FILE [--customer-via user|metadata|both]
-                                      [--otlp-endpoint URL]
+                                      [--otlp-endpoint BASE]
 
 The session is attached with `using_session`, the customer with `using_user` (the `user.id` attribute) and/or
-`using_metadata({"customer": ...})` (a JSON-string `metadata` attribute). The finished spans are written to
-FILE as a collector's file exporter writes them (OTLP/JSON, hex ids) and, with `--otlp-endpoint`, also sent
-there over OTLP/HTTP protobuf (`toolaudit collect`, or any collector). Run in a subprocess: the instrumentation
-patches the `openai` module for the whole interpreter.
+`using_metadata({"customer": ...})` (a JSON-string `metadata` attribute).
+The finished spans are written to FILE as a collector's file exporter writes them (OTLP/JSON, hex ids) and,
+with `--otlp-endpoint BASE`, also sent to BASE/v1/traces over OTLP/HTTP protobuf (`toolaudit collect`, or any
+collector), as `record.py` does. Run in a subprocess: the instrumentation patches `openai` for the interpreter.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--customer-via", choices=("user", "metadata", "both"), default="user")
-    parser.add_argument("--otlp-endpoint", help="also export over OTLP/HTTP protobuf to this URL (…/v1/traces)")
+    parser.add_argument("--otlp-endpoint", help="also export over OTLP/HTTP protobuf to this base URL's /v1/traces")
     args = parser.parse_args()
 
     import openai
@@ -40,7 +40,8 @@ def main() -> None:
     if args.otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=args.otlp_endpoint)))
+        endpoint = args.otlp_endpoint.rstrip("/") + "/v1/traces"
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     OpenAIInstrumentor().instrument(tracer_provider=provider)
 
     @contextmanager

@@ -10,8 +10,8 @@ attributes as a JSON string (its GraphQL API), are flattened the same way. A pag
 "next_cursor": ...}`.
 
 Spans are then OpenInference spans: the same conversion (`openinference.span_to_call`) turns an LLM span into a
-call and skips the others. A call span without the session or customer attribute takes it from the nearest
-ancestor (`parent_id`) that has it, as a span inside `using_session` would have carried it.
+call and skips the others. A call span without the session or customer takes it from its nearest ancestor
+(`parent_id`) that has it, else from any span of its trace, as in an OTLP export (`otlp_export`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from toolaudit.ingest.registry import mixed
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MAX_ANCESTORS = 256  # a parent chain longer than this (or a cycle) is not followed further
+_MAX_ANCESTORS = 10_000  # a parent chain longer than this (a cycle, in a broken export) is not followed further
 
 
 def looks_like_phoenix(record: Any) -> bool:
@@ -59,7 +59,6 @@ def detect(sample: Sample) -> bool:
 def read(path: str, keys: Keys) -> Conversion:
     conv = Conversion("phoenix", by_session=True)
     spans: list[tuple[Span, Any]] = []
-    parent_of: dict[tuple[str, str], str] = {}
     seen: dict[tuple[str, str], tuple[int, bytes]] = {}
     position = 0
     for line_no, raw in record_lines(path, conv):
@@ -79,7 +78,7 @@ def read(path: str, keys: Keys) -> Conversion:
             position += 1
             record_id = _span_id(item)
             try:
-                span, parent = decode(item, line_no, position)
+                span = decode(item, line_no, position)
             except Invalid as exc:
                 conv.problem(line_no, record_id, exc.field, exc.message, item)
                 continue
@@ -98,14 +97,11 @@ def read(path: str, keys: Keys) -> Conversion:
                 continue
             seen[ids] = (line_no, digest)
             spans.append((span, item))
-            if parent is not None:
-                parent_of[ids] = parent
-    by_id = {(s.trace_id, s.span_id): s for s, _ in spans}
-    wanted = (keys.session or SESSION_ATTR, *((keys.customer,) if keys.customer else CUSTOMER_ATTRS))
+    family = _Family([s for s, _ in spans], keys)
     for span, item in spans:
         try:
             if str(span.attributes.get(KIND)).upper() == "LLM":
-                _inherit(span, by_id, parent_of, wanted)
+                family.inherit(span)
             result = span_to_call(span, keys)
         except Invalid as exc:
             conv.problem(span.line, span.span_id, exc.field, exc.message, item)
@@ -131,9 +127,9 @@ def _span_id(item: Any) -> str | None:
     return span_id if isinstance(span_id, str) and span_id else None
 
 
-def decode(item: Any, line: int, position: int) -> tuple[Span, str | None]:
-    """(a Phoenix span as the OTLP reader's `Span`: flat attributes, `span_kind` back as
-    `openinference.span.kind`; its parent's span id)."""
+def decode(item: Any, line: int, position: int) -> Span:
+    """A Phoenix span as the OTLP reader's `Span`: flat attributes, `span_kind` back as
+    `openinference.span.kind`."""
     if not isinstance(item, dict):
         raise Invalid(None, f"a span must be an object, got {type(item).__name__}")
     context = item.get("context")
@@ -158,10 +154,9 @@ def decode(item: Any, line: int, position: int) -> tuple[Span, str | None]:
         attributes[KIND] = kind
     parent = item.get("parent_id")
     name = item.get("name")
-    span = Span(line, position, span_id, trace_id, name if isinstance(name, str) else "",
+    return Span(line, position, span_id, trace_id, name if isinstance(name, str) else "",
                 _time(item.get("start_time"), "start_time"), _time(item.get("end_time"), "end_time"),
-                attributes, {})
-    return span, parent if isinstance(parent, str) and parent else None
+                attributes, {}, parent_id=parent if isinstance(parent, str) and parent else None)
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
@@ -194,18 +189,49 @@ def _time(value: Any, field_name: str) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
-def _inherit(span: Span, by_id: dict, parent_of: dict, wanted: tuple[str, ...]) -> None:
-    """Copy each `wanted` attribute the span lacks from its nearest ancestor that has it."""
-    missing = [key for key in wanted if span.lookup(key) is None]
-    node, hops = span, 0
-    while missing and hops < _MAX_ANCESTORS:
-        parent_id = parent_of.get((node.trace_id, node.span_id))
-        node = by_id.get((span.trace_id, parent_id)) if parent_id else None
-        if node is None:
-            return
-        hops += 1
-        for key in list(missing):
-            value = node.lookup(key)
+class _Family:
+    """The session and customer of a call span that lacks them, as the OTLP exports settle them
+    (`otlp_export`): from its nearest ancestor that has each, else from the first span of its trace that does."""
+
+    def __init__(self, spans: list[Span], keys: Keys):
+        self.keys = keys
+        self.by_id = {(s.trace_id, s.span_id): s for s in spans}
+        self.traces: dict[str, list[Span]] = {}
+        for span in spans:
+            self.traces.setdefault(span.trace_id, []).append(span)
+
+    def _value(self, span: Span, which: str) -> str | None:
+        if which == "session":
+            return span.session(self.keys, SESSION_ATTR)
+        return span.customer(self.keys, CUSTOMER_ATTRS)
+
+    def inherit(self, span: Span) -> None:
+        """Set the inherited values on the span, under the attribute the reader looks for. Raises Invalid when
+        a named `--session-key` is nowhere to be found."""
+        for which, named, default in (("session", self.keys.session, SESSION_ATTR),
+                                      ("customer", self.keys.customer, CUSTOMER_ATTRS[0])):
+            if self._value(span, which) is not None:
+                continue
+            value = self._from_family(span, which)
             if value is not None:
-                span.attributes[key] = value
-                missing.remove(key)
+                span.attributes[named or default] = value
+            elif which == "session" and named is not None:
+                raise Invalid(named, "missing or not a string on the span, its parent spans and its trace: cannot "
+                                     "tell which session this call belongs to (use --session-key to name another "
+                                     "attribute)")
+
+    def _from_family(self, span: Span, which: str) -> str | None:
+        node, hops = span, 0
+        while node.parent_id is not None and hops < _MAX_ANCESTORS:
+            node = self.by_id.get((span.trace_id, node.parent_id))
+            if node is None:
+                break
+            hops += 1
+            value = self._value(node, which)
+            if value is not None:
+                return value
+        for other in self.traces.get(span.trace_id, ()):
+            value = self._value(other, which)
+            if value is not None:
+                return value
+        return None
