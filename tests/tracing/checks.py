@@ -15,11 +15,13 @@ from tests.tracing.agent import CALLS, SESSIONS, TOOLS
 REPO = Path(__file__).resolve().parents[2]
 
 
-def record(script: str, base_url: str, out: Path, *args: str, timeout: float = 60) -> Path:
-    """`python -m tests.tracing.<script> --base-url URL --out OUT ARGS...` in a fresh interpreter."""
+def record(script: str, base_url: str, out: Path, *args: str, timeout: float = 60, sent: bool = False) -> Path:
+    """`python -m tests.tracing.<script> --base-url URL --out OUT ARGS...` in a fresh interpreter (without
+    `--out` when `sent`: the script sends its spans to a receiver that writes OUT)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", f"tests.tracing.{script}", "--base-url", base_url, "--out",
-                           str(out), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", f"tests.tracing.{script}", "--base-url", base_url,
+                           *(() if sent else ("--out", str(out))), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     assert out.exists() and out.stat().st_size > 0, done.stderr[-3000:]
     return out
