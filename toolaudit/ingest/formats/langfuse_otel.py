@@ -7,6 +7,8 @@ SDK: `langfuse.observation.input` (Chat messages, or `{"messages", "tools"}` fro
 plain string), `langfuse.observation.output` (an assistant message, a ChatCompletion or a string),
 `langfuse.observation.model.name`, `langfuse.observation.model.parameters` and
 `langfuse.observation.usage_details`. They are read as the Langfuse server export's fields are (`langfuse`).
+Spans of other instrumentations that the SDK's span processor exported alongside (an OpenInference LLM span, an
+OTel GenAI chat span) are read by their own convention, as a Langfuse server ingests them.
 
 The session is `session.id`, the customer `user.id` (trace attributes that `propagate_attributes` puts on every
 span; a generation without them takes them from its parent spans, else its trace: `otlp_export.Context`). The SDK
@@ -21,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit.ingest.formats import langfuse_fields
+from toolaudit.ingest.formats import langfuse_fields, openinference, otel
 from toolaudit.ingest.formats.base import Call, Invalid, Keys, Origin, chat_response, usage_block
 from toolaudit.ingest.formats.otlp import Span
 from toolaudit.ingest.formats.otlp_export import Context
@@ -37,7 +39,11 @@ _METADATA = ("langfuse.trace.metadata", "langfuse.observation.metadata")  # trac
 def span_to_call(span: Span, keys: Keys) -> Call | str:
     _offer_metadata(span)
     kind = span.attr(TYPE)
-    if kind is None:
+    if kind is None:  # another instrumentation's span sent through Langfuse's span processor
+        if span.attr(openinference.KIND) is not None:
+            return openinference.span_to_call(span, keys)
+        if span.attr("gen_ai.operation.name") is not None:
+            return otel.span_to_call(span, keys)
         return f"no {TYPE}"
     if str(kind).lower() != "generation":
         return f"{TYPE} {kind!r}"

@@ -37,6 +37,7 @@ from toolaudit.ingest.registry import mixed
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_FIELDS = {"startTimeUnixNano": "start_time", "endTimeUnixNano": "end_time"}  # the OTLP reader's names, here
 _MAX_ANCESTORS = 10_000  # a parent chain longer than this (a cycle, in a broken export) is not followed further
 
 
@@ -65,8 +66,8 @@ def read(path: str, keys: Keys) -> Conversion:
         record, error = load_line(raw)
         if error is None and isinstance(record, dict) and isinstance(record.get("data"), list):
             items = record["data"]
-        elif error is None and looks_like_phoenix(record):
-            items = [record]
+        elif error is None and isinstance(record, dict) and ("context" in record or "span_kind" in record):
+            items = [record]  # a span, perhaps a broken one: its error names the field
         else:
             conv.records += 1
             conv.problem(line_no, None, None, error or (
@@ -104,7 +105,7 @@ def read(path: str, keys: Keys) -> Conversion:
                 family.inherit(span)
             result = span_to_call(span, keys)
         except Invalid as exc:
-            conv.problem(span.line, span.span_id, exc.field, exc.message, item)
+            conv.problem(span.line, span.span_id, _FIELDS.get(exc.field, exc.field), exc.message, item)
             continue
         except RecursionError:
             conv.problem(span.line, span.span_id, None, "nested too deeply", item)
