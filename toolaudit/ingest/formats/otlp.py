@@ -244,7 +244,7 @@ def spans_of(doc: dict) -> list[tuple[Any, Any]]:
 def otlp_convention(record: dict) -> str | None:
     """"langfuse", "openinference" or "otel" from the first span that tells them apart, else None. A span with a
     `langfuse.observation.*` attribute is the Langfuse SDK's, whatever else it carries (Langfuse's span
-    processor adds its attributes to other instrumentations' spans too); otherwise the first telling key
+    processor may add its attributes to other instrumentations' spans); otherwise the first telling key
     decides."""
     for rs in record.get("resourceSpans") or []:
         if not isinstance(rs, dict):
