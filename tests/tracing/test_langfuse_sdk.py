@@ -16,13 +16,16 @@ pytest.importorskip("langfuse")
 @pytest.fixture(scope="module")
 def recordings(served, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("langfuse")
-    receiver = Receiver(out / "sent.jsonl")
+    receiver, collector = Receiver(out / "sent.jsonl"), Receiver(out / "collected.jsonl")
     try:
         sent = record("record_langfuse", served, receiver.out, "--langfuse-host", receiver.root, sent=True)
         assert receiver.requests >= 1 and receiver.authorized == receiver.requests
+        root = record("record_langfuse", served, out / "root.jsonl", "--attach", "root", "--otlp-endpoint",
+                      collector.root)
     finally:
         receiver.close()
-    return {"sent": sent, "root": record("record_langfuse", served, out / "root.jsonl", "--attach", "root")}
+        collector.close()
+    return {"sent": sent, "root": root, "collected": collector.out}
 
 
 def test_sdk_spans_sent_to_langfuse_read_with_no_options(recordings):
@@ -46,6 +49,8 @@ def test_trace_attributes_on_the_agent_span_only_are_inherited(recordings):
     calls, said = import_calls(recordings["root"])
     assert "(langfuse, detected)" in said
     assert_agent_calls(calls)
+    collected, _ = import_calls(recordings["collected"])  # the same spans, sent to an OTLP endpoint
+    assert collected == calls
     calls, _ = import_calls(recordings["root"], "--customer-key", "metadata.customer")
     assert_agent_calls(calls)
 

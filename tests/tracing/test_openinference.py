@@ -8,6 +8,7 @@ import pytest
 
 from tests.tracing.agent import CALLS, SESSIONS
 from tests.tracing.checks import assert_agent_calls, compare, import_calls, record
+from tests.tracing.receiver import Receiver
 
 pytest.importorskip("openinference.instrumentation.openai")
 
@@ -15,8 +16,14 @@ pytest.importorskip("openinference.instrumentation.openai")
 @pytest.fixture(scope="module")
 def recordings(served, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("oi")
+    collector = Receiver(out / "collected.jsonl")
+    try:
+        metadata = record("record_oi", served, out / "metadata.jsonl", "--customer-via", "metadata",
+                          "--otlp-endpoint", collector.root)
+    finally:
+        collector.close()
     return {"both": record("record_oi", served, out / "both.jsonl", "--customer-via", "both"),
-            "metadata": record("record_oi", served, out / "metadata.jsonl", "--customer-via", "metadata")}
+            "metadata": metadata, "collected": collector.out}
 
 
 def test_openinference_spans_read_with_no_options(recordings):
@@ -32,6 +39,8 @@ def test_customer_from_using_metadata_with_customer_key(recordings):
     assert_agent_calls(calls, customers=False)  # no user.id: no customer unless asked for
     calls, _ = import_calls(recordings["metadata"], "--customer-key", "metadata.customer")
     assert_agent_calls(calls)
+    collected, _ = import_calls(recordings["collected"], "--customer-key", "metadata.customer")
+    assert collected == calls  # the same spans, sent to an OTLP endpoint
 
 
 def test_compare_of_two_recordings_pairs_every_call(recordings, tmp_path):
