@@ -27,7 +27,7 @@ from toolaudit.ingest.formats.otlp_docs import first_document, is_pretty
 GROUP = "toolaudit.formats"
 BUILTIN = {"openai": "toolaudit.ingest.formats.openai", "otel": "toolaudit.ingest.formats.otel",
            "openinference": "toolaudit.ingest.formats.openinference", "langfuse": "toolaudit.ingest.formats.langfuse",
-           "responses": "toolaudit.ingest.formats.responses"}
+           "responses": "toolaudit.ingest.formats.responses", "phoenix": "toolaudit.ingest.formats.phoenix"}
 FALLBACK = "openai"
 _MAX_LINES = 1000
 _MAX_BYTES = 64 << 20

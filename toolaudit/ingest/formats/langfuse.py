@@ -22,6 +22,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from toolaudit.ingest.formats import langfuse_fields, langfuse_otel
 from toolaudit.ingest.formats.base import (
     Call,
     Conversion,
@@ -31,21 +32,22 @@ from toolaudit.ingest.formats.base import (
     as_key,
     canonical_bytes,
     chat_response,
-    chat_tools,
-    check_role,
     get_dotted,
     load_line,
     record_lines,
     usage_block,
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
+from toolaudit.ingest.formats.otlp import detect_convention
+from toolaudit.ingest.formats.otlp_docs import first_document, is_pretty
+from toolaudit.ingest.formats.otlp_export import open_export
 from toolaudit.ingest.registry import mixed
+from toolaudit.ingest.sources import TraceSource
 
 LANGFUSE_TYPES = frozenset({"GENERATION", "SPAN", "EVENT", "AGENT", "TOOL", "CHAIN", "RETRIEVER", "EVALUATOR",
                             "EMBEDDING", "GUARDRAIL"})
-_NUMERIC_PARAMS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "frequency_penalty",
-                   "presence_penalty", "seed", "n")
 _FRACTION = re.compile(r"(\.\d{6})\d+")
+_SNIFF_BYTES = 64 << 20
 
 
 def read(path: str, keys: Keys) -> Conversion:
@@ -96,11 +98,14 @@ def looks_like_langfuse(record: dict) -> bool:
         record.get("type") in LANGFUSE_TYPES and "id" in record)
 
 
-def detect(sample: Sample) -> bool:
-    """A trace (with observations), an observation, or an API page of them; not a log line or an export."""
+def detect(sample: Sample) -> bool | None:
+    """A trace (with observations), an observation, or an API page of them; or an OTLP/JSON export of the SDK's
+    spans (undecided, None, while its spans carry no telling attribute); not a log line."""
     record = sample.value
-    if not isinstance(record, dict) or "request" in record or "response" in record or isinstance(
-            record.get("resourceSpans"), list):
+    if isinstance(record, dict) and (isinstance(record.get("resourceSpans"), list) or
+                                     isinstance(record.get("resourceLogs"), list)):
+        return detect_convention(sample, "langfuse")
+    if not isinstance(record, dict) or "request" in record or "response" in record:
         return False
     if looks_like_langfuse(record):
         return True
@@ -109,9 +114,36 @@ def detect(sample: Sample) -> bool:
                                                          for d in data[:5])
 
 
-FORMAT = TraceFormat(name="langfuse", description="Langfuse exports: traces, observations or API pages, one per "
-                     "line", detect=detect, read=read, record_word="observation",
-                     looks_like="a Langfuse export record")
+def open_langfuse(path: str, keys: Keys, require_response: bool = True, detected: bool = True) -> TraceSource:
+    """The SDK's spans (an OTLP/JSON export) through the span convention, a server export read whole."""
+    if _is_otlp_export(path):
+        return _open_spans(path, keys, require_response, detected)
+    from toolaudit.ingest.held import HeldRecords  # (imports the format registry: not at module import)
+
+    return HeldRecords.read(path, SERVER_EXPORT, keys, require_response, detected)
+
+
+def _is_otlp_export(path: str) -> bool:
+    if is_pretty(path):
+        document = first_document(path, _SNIFF_BYTES)
+        return isinstance(document, dict) and ("resourceSpans" in document or "resourceLogs" in document)
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                record, error = load_line(raw[:_SNIFF_BYTES])
+                return error is None and isinstance(record, dict) and (
+                    "resourceSpans" in record or "resourceLogs" in record)
+    return False
+
+
+_open_spans = open_export("langfuse", langfuse_otel.span_to_call, langfuse_otel.CONTEXT)
+DESCRIPTION = ("Langfuse: server exports (traces, observations or API pages, one per line) or the SDK's spans in "
+               "OTLP/JSON exports")
+# the server export's reader, as the held records of `open_langfuse` see it
+SERVER_EXPORT = TraceFormat(name="langfuse", description=DESCRIPTION, detect=detect, read=read,
+                            record_word="observation", looks_like="a Langfuse export record")
+FORMAT = TraceFormat(name="langfuse", description=DESCRIPTION, detect=detect, open=open_langfuse,
+                     record_word="observation", looks_like="a Langfuse export record")
 
 
 def _observation(obs: Any, trace_id: str | None, traces: dict, keys: Keys, line: int, position: int,
@@ -137,13 +169,14 @@ def _observation(obs: Any, trace_id: str | None, traces: dict, keys: Keys, line:
     customer = _field(obs, trace, keys.customer) if keys.customer else (
         as_key(trace.get("userId")) or as_key(obs.get("userId")))
     start = _time(obs.get("startTime"), "startTime")
-    request = _request(obs)
+    request = langfuse_fields.request(obs)
     output = obs.get("output")
     response = None
     if output is not None:
         usage = obs.get("usage") if isinstance(obs.get("usage"), dict) else obs.get("usageDetails")
         usage = usage if isinstance(usage, dict) else {}
-        response = chat_response(_answer(output), None, model=obs.get("model"), created=int(start.timestamp()),
+        response = chat_response(langfuse_fields.answer(output), None, model=obs.get("model"),
+                                 created=int(start.timestamp()),
                                  usage=usage_block(usage.get("input", usage.get("promptTokens")),
                                                    usage.get("output", usage.get("completionTokens"))))
     return Call(session, customer, request, response, Origin(line, obs_id, "output"),
@@ -178,72 +211,3 @@ def _time(value: Any, field_name: str) -> datetime:
     except ValueError:
         raise Invalid(field_name, f"not an ISO 8601 time: {value!r}") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-
-
-def _request(obs: dict) -> dict:
-    request: dict[str, Any] = {}
-    if isinstance(obs.get("model"), str):
-        request["model"] = obs["model"]
-    value = obs.get("input")
-    tools = None
-    if isinstance(value, dict) and "messages" in value:
-        tools = value.get("tools")
-        if tools is None and value.get("functions") is not None:
-            tools = [{"type": "function", "function": f} for f in value["functions"] if isinstance(f, dict)]
-        if value.get("tool_choice") is not None:
-            request["tool_choice"] = value["tool_choice"]
-        value, where = value["messages"], "input.messages"
-    else:
-        where = "input"
-    if value is None:
-        messages: list = []
-    elif isinstance(value, str):
-        messages = [{"role": "user", "content": value}]
-    elif isinstance(value, list):
-        messages = [_message(m, f"{where}[{i}]", None) for i, m in enumerate(value)]
-    else:
-        raise Invalid(where, f"must be a list of messages, {{\"messages\": [...]}} or a string, got "
-                             f"{type(value).__name__}")
-    request["messages"] = messages
-    if tools is not None:
-        request["tools"] = chat_tools(tools, "input.tools")
-    params = obs.get("modelParameters")
-    if isinstance(params, dict):
-        for key, param in params.items():
-            if key in _NUMERIC_PARAMS and isinstance(param, str):
-                try:
-                    param = int(param) if param.strip().lstrip("-").isdigit() else float(param)
-                except ValueError:
-                    pass
-            request.setdefault(key, param)
-    return request
-
-
-def _message(message: Any, where: str, default_role: str | None) -> dict:
-    if not isinstance(message, dict):
-        raise Invalid(where, f"must be a message object, got {type(message).__name__}")
-    out = dict(message)
-    out["role"] = check_role(message.get("role", default_role), f"{where}.role")
-    calls = message.get("tool_calls")
-    if calls is not None:
-        if not isinstance(calls, list):
-            raise Invalid(f"{where}.tool_calls", "must be a list")
-        for k, call in enumerate(calls):
-            fn = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-                raise Invalid(f"{where}.tool_calls[{k}].function.name", "missing: a tool call needs the tool's name")
-    return out
-
-
-def _answer(output: Any) -> dict:
-    if isinstance(output, str):
-        return {"role": "assistant", "content": output}
-    if isinstance(output, dict) and isinstance(output.get("choices"), list) and output["choices"]:
-        choice = output["choices"][0]
-        message = choice.get("message") if isinstance(choice, dict) else None
-        return _message(message, "output.choices[0].message", "assistant")
-    if isinstance(output, list) and output:
-        return _message(output[-1], f"output[{len(output) - 1}]", "assistant")
-    if isinstance(output, dict):
-        return _message(output, "output", "assistant")
-    raise Invalid("output", f"must be an assistant message, a ChatCompletion or a string, got {type(output).__name__}")

@@ -5,8 +5,10 @@ is skipped with its reason. Messages are flattened attributes: `llm.input_messag
 tool_call_id`, text items `...message.contents.M.message_content.text`, tool calls
 `...message.tool_calls.M.tool_call.id|function.name|function.arguments`, and the answer in
 `llm.output_messages.0.message.*`. Tools are `llm.tools.N.tool.json_schema` (a JSON tool definition), the model
-`llm.model_name`, request parameters `llm.invocation_parameters` (a JSON object). The session is `session.id`
-(else the trace id), the customer `user.id`; `--session-key` / `--customer-key` name other attributes.
+`llm.model_name`, request parameters `llm.invocation_parameters` (a JSON object). The session is `session.id`,
+the customer `user.id` (`--session-key` / `--customer-key` name other attributes, or a key inside a JSON
+attribute: `metadata.customer`), on the span, else its parent spans, else any span of its trace; else the
+session is the trace id.
 
 A gap in a flattened list (`.0` and `.2` but no `.1`) is an error: SDK attribute limits drop attributes
 silently, and a conversation with a hole is not the one the model saw.
@@ -33,12 +35,13 @@ from toolaudit.ingest.formats.base import (
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp import Span, detect_convention
-from toolaudit.ingest.formats.otlp_export import open_export
+from toolaudit.ingest.formats.otlp_export import Context, open_export
 
 KIND = "openinference.span.kind"
 SESSION_ATTR = "session.id"
 CUSTOMER_ATTRS = ("user.id",)
 INPUT, OUTPUT, TOOLS = "llm.input_messages", "llm.output_messages", "llm.tools"
+CONTEXT = Context((SESSION_ATTR,), CUSTOMER_ATTRS)
 _RESERVED = {"messages", "tools", "metadata", "model"}
 
 
@@ -53,7 +56,8 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
     if str(kind).upper() != "LLM":
         return f"{KIND} {kind!r}"
     span.check_times()
-    session = span.session(keys, SESSION_ATTR)
+    # inherited from the span's parents or its trace when the span has none (`otlp_export.Context`)
+    session = span.session(keys, SESSION_ATTR) or span.trace_id
     customer = span.customer(keys, CUSTOMER_ATTRS)
     attrs = {**span.resource, **span.attributes}
     request: dict[str, Any] = {}
@@ -169,5 +173,6 @@ def _message(item: dict, where: str) -> dict:
 
 
 FORMAT = TraceFormat(name="openinference", description="OpenInference LLM spans (Phoenix) in OTLP/JSON exports, "
-                     "one export request per line", detect=detect, open=open_export("openinference", span_to_call),
-                     record_word="span", looks_like="an OpenInference (OTLP/JSON) export")
+                     "one export request per line", detect=detect,
+                     open=open_export("openinference", span_to_call, CONTEXT), record_word="span",
+                     looks_like="an OpenInference (OTLP/JSON) export")

@@ -242,21 +242,29 @@ def spans_of(doc: dict) -> list[tuple[Any, Any]]:
 # -- detection -------------------------------------------------------------------------------------------------
 
 def otlp_convention(record: dict) -> str | None:
-    """"openinference" or "otel" from the first span attribute that tells them apart, else None."""
+    """"langfuse", "openinference" or "otel" from the first span that tells them apart, else None. A span with a
+    `langfuse.observation.*` attribute is the Langfuse SDK's, whatever else it carries (Langfuse's span
+    processor may add its attributes to other instrumentations' spans); otherwise the first telling key
+    decides."""
     for rs in record.get("resourceSpans") or []:
         if not isinstance(rs, dict):
             continue
         for scope in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
             for span in (scope.get("spans") or []) if isinstance(scope, dict) else []:
                 attrs = span.get("attributes") if isinstance(span, dict) else None
+                found = None
                 for attr in attrs if isinstance(attrs, list) else []:
                     key = attr.get("key") if isinstance(attr, dict) else None
                     if not isinstance(key, str):
                         continue
-                    if key.startswith("openinference.") or key.startswith("llm."):
-                        return "openinference"
-                    if key.startswith("gen_ai."):
-                        return "otel"
+                    if key.startswith("langfuse.observation."):
+                        return "langfuse"
+                    if found is None and (key.startswith("openinference.") or key.startswith("llm.")):
+                        found = "openinference"
+                    elif found is None and key.startswith("gen_ai."):
+                        found = "otel"
+                if found is not None:
+                    return found
     return None
 
 
