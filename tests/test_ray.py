@@ -31,9 +31,10 @@ TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "speedup")
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
     ray = pytest.importorskip("ray")
-    import ray.cloudpickle
+    pytest.importorskip("ray.data")
+    from ray import cloudpickle
 
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the gated factory below, on the workers
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the gated factory below, on the workers
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path_factory.mktemp("ray")),
              runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}})
     yield ray
@@ -141,6 +142,7 @@ def test_ray_remedy_matrix_path_major_equals_in_process(tmp_path, local_ray, pat
     one, two = tmp_path / "one.duckdb", tmp_path / "ray.duckdb"
     with Store(one) as store:
         replay_traces(store, opts)
+        replay_traces(store, opts, resume=1)  # as below: the runs' counts say what the last invocation did
     with Store(two) as store:
         run_id, counts = replay_traces(store, opts, engines=RayEnginePool(RayOptions(workers=1)))
         assert run_id == 1 and counts.replayed == 12
