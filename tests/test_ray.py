@@ -159,3 +159,14 @@ def test_ray_without_ray_names_the_extra(tmp_path):
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode != 0
     assert "pip install 'toolaudit[ray]'" in out.stderr, out.stderr
+
+
+def test_ray_option_refuses_a_trace_file_as_its_address(tmp_path):
+    from click.testing import CliRunner
+
+    from toolaudit.cli import cli
+
+    result = CliRunner().invoke(cli, ["replay", "--ray", str(DEMO), "--db", str(tmp_path / "x.duckdb")])
+    assert result.exit_code == 2 and "put --ray after the trace files" in result.output
+    result = CliRunner().invoke(cli, ["replay", str(DEMO), "--ray-workers", "2", "--db", str(tmp_path / "x.duckdb")])
+    assert result.exit_code == 2 and "--ray-workers needs --ray" in result.output
