@@ -132,6 +132,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     Trace files may be in any format `compare` reads (detected from the first record unless --format says)."""
     from toolaudit.replay.replayer import ReplayOptions
 
+    ray = _ray_options(ray_address, ray_workers)
     if resume is None and not traces:
         raise click.UsageError("give trace files to replay, or --resume RUN")
     if resume is not None and (traces or shard or numerics):
@@ -144,7 +145,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
                             trace_format=None if trace_format == "auto" else trace_format,
                             shard=shard.as_dict() if shard else None, numerics=numerics)
-    _run_replay(db, options, resume, fmt, verbose=verbose, ray=_ray_options(ray_address, ray_workers))
+    _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
 
 
 def _ray_options(address: str | None, workers: int | None):
