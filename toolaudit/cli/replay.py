@@ -24,15 +24,17 @@ from toolaudit.report.output import to_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
+RAY_LOCAL = "local"  # `--ray` with no address: a local Ray
 
 
-def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, verbose: bool = False) -> None:
+def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, verbose: bool = False,
+                ray=None) -> None:
     from toolaudit.engines import ENGINES, threads
     from toolaudit.engines.logs import EngineLogs, log_file_for
 
     logs = EngineLogs(None if verbose else log_file_for(db))
     try:
-        _replay_into(db, options, resume, fmt, budget, logs)
+        _replay_into(db, options, resume, fmt, budget, logs, ray)
     finally:  # also after a failure: the engines' log often says why
         for choice in threads.choices():  # e.g. "torch threads: 1 (2 cores, 1 busy; OMP_WAIT_POLICY=passive)"
             click.echo(choice.line(), err=True)
@@ -40,16 +42,22 @@ def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, ver
             click.echo(line, err=True)
 
 
-def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs) -> None:
+def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, ray=None) -> None:
     from toolaudit.replay.replayer import replay_traces
     from toolaudit.store import Store
     from toolaudit.store.queries import latest_interrupted_run
 
+    engines = None
+    if ray is not None:  # engine calls on a Ray cluster; the rows are written here as in process
+        from toolaudit.replay.ray_pool import RayEnginePool, import_ray
+
+        import_ray()  # before the store opens: without Ray, say which extra to install
+        engines = RayEnginePool(ray, logs=logs)
     with Store(db) as store:
         bar = _LazyBar()
         try:
             run_id, counts = replay_traces(store, options, progress=bar.update, resume=resume,
-                                           on_total=bar.start, logs=logs)
+                                           on_total=bar.start, logs=logs, engines=engines)
         except KeyboardInterrupt:
             bar.close()
             interrupted = latest_interrupted_run(store)
@@ -107,6 +115,12 @@ class _LazyBar:
               help="Folder of <tool>.json schemas that override the request's.")
 @shard_option
 @collected_options
+@click.option("--ray", "ray_address", is_flag=False, flag_value=RAY_LOCAL, metavar="[ADDRESS]",
+              help="Run the engines on a Ray cluster (Ray Data, one engine worker per GPU or CPU slot); the rows are "
+                   "written here. ADDRESS: auto, ray://HOST:10001 or HOST:6379; alone: a local Ray. Needs "
+                   "pip install 'toolaudit[ray]'. See docs/scaling.md.")
+@click.option("--ray-workers", type=click.IntRange(1), metavar="N",
+              help="With --ray: engine workers per pass (default: as many as the cluster's GPUs or CPUs hold).")
 @verbose_option
 @output_options
 @friendly_errors
@@ -114,13 +128,15 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
            run_name: str | None, numerics: str | None, trace_format: str, session_key: str, customer_key: str,
            schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
-           per_customer: bool, seed: str, verbose: bool, fmt: str) -> None:
+           per_customer: bool, seed: str, ray_address: str | None, ray_workers: int | None, verbose: bool,
+           fmt: str) -> None:
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
 
     Trace files may be in any format `compare` reads (detected from the first record unless --format says), or
     a sample of the traffic `toolaudit collect` kept (--collected DIR, --since, --sample, --per-customer)."""
     from toolaudit.replay.replayer import ReplayOptions
 
+    ray = _ray_options(ray_address, ray_workers)
     check_collected(collected, since, sample, per_customer, seed)
     if resume is None and not traces and collected is None:
         raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
@@ -139,7 +155,22 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
                             trace_format=None if trace_format == "auto" else trace_format,
                             shard=shard.as_dict() if shard else None, numerics=numerics)
-    _run_replay(db, options, resume, fmt, verbose=verbose)
+    _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
+
+
+def _ray_options(address: str | None, workers: int | None):
+    """`--ray [ADDRESS]` as `ray_pool.RayOptions` (None without --ray). A trace file right after a bare `--ray`
+    would be taken for its address: refuse that rather than try to connect to a file name."""
+    if address is None:
+        if workers is not None:
+            raise click.UsageError("--ray-workers needs --ray")
+        return None
+    if Path(address).is_file():
+        raise click.UsageError(f"--ray took {address!r} as its cluster address; put --ray after the trace files, "
+                               f"or write --ray {RAY_LOCAL}")
+    from toolaudit.replay.ray_pool import RayOptions
+
+    return RayOptions(None if address == RAY_LOCAL else address, workers)
 
 
 MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft")

@@ -53,10 +53,12 @@ class Replayer:
     transaction per chunk), `ChunkRows` (engine results to rows) and the `EnginePool` (engine lifecycle)."""
 
     def __init__(self, store: Store, options: ReplayOptions,
-                 engine_factory: Callable[[PathConfig], Engine] = make_engine, logs: EngineLogs | None = None):
+                 engine_factory: Callable[[PathConfig], Engine] = make_engine, logs: EngineLogs | None = None,
+                 engines: EnginePool | None = None):
         self.store, self.options = store, options
         self.baseline_path, self.candidate_paths = resolve_paths(options)
-        self.engines = EnginePool(engine_factory, logs)
+        # `engines`: where engine calls run (a `ray_pool.RayEnginePool` for `--ray`); default: in this process
+        self.engines = engines or EnginePool(engine_factory, logs)
         self.runs = RunRows(store, options, self.baseline_path, self.candidate_paths, self.engines)
         self.rows = ChunkRows(store, self.baseline_path, self.candidate_paths, self.engines)
 
@@ -127,15 +129,17 @@ def _sum_stats(stats: dict[str, dict]) -> dict[str, int]:
 
 def replay_traces(store: Store, options: ReplayOptions, progress: Progress | None = None,
                   resume: int | None = None, engine_factory: Callable[[PathConfig], Engine] = make_engine,
-                  on_total: Callable[[int], None] | None = None, logs: EngineLogs | None = None
-                  ) -> tuple[int, ReplayCounts]:
+                  on_total: Callable[[int], None] | None = None, logs: EngineLogs | None = None,
+                  engines: EnginePool | None = None) -> tuple[int, ReplayCounts]:
     """Start (or resume) a replay run or remedy matrix; returns (run_id, counts). `logs` says where engines'
-    own output goes (default: wherever it would go)."""
+    own output goes (default: wherever it would go). `engines`: where engine calls run (default: an
+    `EnginePool` of `engine_factory`'s engines in this process; `ray_pool.RayEnginePool` for a Ray cluster).
+    Neither is part of the run's options: the stored run is the same wherever its engines ran."""
     if resume is not None:
         resume, options = options_for_resume(store, resume)
     for path in options.traces:
         if not Path(path).exists():
             raise ConfigError(f"{path}: trace file not found")
-    replayer = Replayer(store, options, engine_factory, logs)
+    replayer = Replayer(store, options, engine_factory, logs, engines)
     run_id = resume if resume is not None else replayer.create_run()
     return run_id, replayer.run(run_id, progress, on_total)
