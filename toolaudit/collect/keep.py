@@ -11,6 +11,9 @@ judged, not the resource's: a resource attribute such as `user.id` would keep ev
 Log records (the official OpenAI instrumentation's event mode sends the content as logs) are kept when they
 name a span (the reader joins them to it by trace and span id) and are GenAI records: an event name or an
 attribute starting `gen_ai.`, or a body that carries a message (`content`, `message`, `tool_calls`).
+
+Credentials an SDK writes into the data itself are cut out too (request headers are never stored anyway): the
+Langfuse SDK names its project's `public_key` in its instrumentation scope's attributes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from toolaudit.collect.otlp_json import LOGS, TRACES, Signal, item_problem
 PREFIXES = ("gen_ai.", "llm.", "openinference.", "langfuse.", "traceloop.")
 KEYS = frozenset({"session.id", "user.id", "enduser.id", "input.value", "output.value"})
 MESSAGE_BODY_KEYS = frozenset({"content", "message", "tool_calls"})
+SCOPE_SECRETS = frozenset({"public_key", "secret_key"})  # the Langfuse SDK's scope attributes
 
 
 @dataclass
@@ -96,7 +100,7 @@ def keep_items(request: dict, signal: Signal, wanted: Callable[[dict], bool]) ->
                 else:
                     out.dropped += 1
             if kept_items:
-                kept_scopes.append(_with(scope, **{signal.items: kept_items}))
+                kept_scopes.append(_with(_without_secrets(scope), **{signal.items: kept_items}))
         if kept_scopes:
             kept_resources.append(_with(rs, **{signal.scopes: kept_scopes}))
     out.kept = sum(len(s[signal.items]) for rs in kept_resources for s in rs[signal.scopes])
@@ -105,6 +109,16 @@ def keep_items(request: dict, signal: Signal, wanted: Callable[[dict], bool]) ->
     if out.rejected:
         out.reasons = [f"{out.rejected} {signal.name}(s) rejected: " + ", ".join(out.reasons)]
     return out
+
+
+def _without_secrets(scope: dict) -> dict:
+    """The scope without attributes that hold credentials."""
+    about = scope.get("scope")
+    attrs = about.get("attributes") if isinstance(about, dict) else None
+    if not isinstance(attrs, list):
+        return scope
+    kept = [a for a in attrs if not (isinstance(a, dict) and a.get("key") in SCOPE_SECRETS)]
+    return scope if len(kept) == len(attrs) else {**scope, "scope": {**about, "attributes": kept}}
 
 
 def _with(container: dict, **replaced: Any) -> dict:
