@@ -195,18 +195,7 @@ class CollectProcess:
             time.sleep(0.05)
         raise RuntimeError(f"collect did not listen in {timeout}s: {self.log.read_text()}")
 
-    def stop(self) -> int:
-        """SIGTERM, as a service manager stops it; the exit code (a kill after 15 s)."""
-        import signal
-
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+    stop = ServeProcess.stop  # SIGTERM, as a service manager stops it; the exit code (a kill after 15 s)
 
     def kill9(self) -> None:
         self.proc.kill()
