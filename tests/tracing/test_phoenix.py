@@ -48,7 +48,9 @@ def test_a_phoenix_span_export_reads_with_no_options(recorded, tmp_path):
 def test_pages_with_nested_attributes_and_inherited_sessions(recorded, tmp_path):
     spans = phoenix_spans(recorded)
     for span in spans:  # the session and customer only on a parent AGENT span (as a framework may put them)
-        parent = {**span, "context": {**span["context"], "span_id": "a" + span["context"]["span_id"][1:]},
+        own = span["context"]["span_id"]
+        parent_id = ("b" if own[0] == "a" else "a") + own[1:]  # never the span's own id
+        parent = {**span, "context": {**span["context"], "span_id": parent_id},
                   "span_kind": "AGENT", "attributes": {k: span["attributes"].pop(k) for k in ("session.id", "user.id")}}
         span["parent_id"] = parent["context"]["span_id"]
         span["attributes"] = nested(span["attributes"])
