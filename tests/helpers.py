@@ -172,6 +172,36 @@ class ServeProcess:
         return self.proc.returncode
 
 
+class CollectProcess:
+    """`python -m toolaudit collect --port 0 --dir FOLDER` as a subprocess; `url` (http://127.0.0.1:PORT) once it
+    has announced its address (about a second: it loads no model)."""
+
+    def __init__(self, folder: Path, log: Path, *extra: str):
+        self.folder, self.log = folder, log
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        with log.open("wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "toolaudit", "collect", "--port", "0", "--dir",
+                                          str(folder), *extra], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        self.url = self._wait()
+
+    def _wait(self, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log.read_text().splitlines():
+                if "listening on " in line:
+                    return line.split("listening on ", 1)[1].split()[0]
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"collect exited with {self.proc.returncode}: {self.log.read_text()}")
+            time.sleep(0.05)
+        raise RuntimeError(f"collect did not listen in {timeout}s: {self.log.read_text()}")
+
+    stop = ServeProcess.stop  # SIGTERM, as a service manager stops it; the exit code (a kill after 15 s)
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 class AppThread:
     """An aiohttp application on a free loopback port, served by an event loop on a daemon thread, so a
     synchronous test (and the synchronous engines) can talk to it. `on_start` coroutines run on that loop."""

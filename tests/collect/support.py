@@ -1,61 +1,22 @@
-"""What the collect tests share: a `toolaudit collect` subprocess on a free loopback port, OTLP/JSON span
+"""What the collect tests share: a `toolaudit collect` subprocess (tests/helpers.py), OTLP/JSON span
 builders, and HTTP posts that keep the status, headers and body of any answer (urllib raises on 4xx)."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import secrets
-import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from helpers import CollectProcess  # noqa: F401  (the collect tests take it from here)
+
 REPO = Path(__file__).resolve().parents[2]
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 TOOL = {"type": "function", "name": "search_tickets", "description": "Search support tickets.",
         "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}
-
-
-class CollectProcess:
-    """`python -m toolaudit collect --port 0` as a subprocess; `url` once it has announced its address."""
-
-    def __init__(self, folder: Path, log: Path, *extra: str):
-        self.folder, self.log = folder, log
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        with log.open("wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "toolaudit", "collect", "--port", "0", "--dir",
-                                          str(folder), *extra], env=env, stdout=subprocess.DEVNULL, stderr=err)
-        self.url = self._wait()
-
-    def _wait(self, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.log.read_text().splitlines():
-                if "listening on " in line:
-                    return line.split("listening on ", 1)[1].split()[0]
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"collect exited with {self.proc.returncode}: {self.log.read_text()}")
-            time.sleep(0.05)
-        raise RuntimeError(f"collect did not listen in {timeout}s: {self.log.read_text()}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def kill9(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
 
 
 def send(url: str, body: bytes, content_type: str = JSON, headers: dict | None = None, method: str = "POST",

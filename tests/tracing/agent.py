@@ -88,38 +88,3 @@ def write_spans(spans, out: Path, ids: str = "hex", per_line: int = 4) -> None:
     with out.open("w") as fh:
         for i in range(0, len(spans), per_line):
             fh.write(json.dumps(otlp_json(MessageToDict(encode_spans(spans[i:i + per_line])), ids)) + "\n")
-
-
-def check_sessions(calls, tools: bool = True, content: bool = True) -> None:
-    """What every library's recording must read back as, with no options: the 7 calls, 3 sessions by id in turn
-    order, their customers; with content, each answer's get_weather call and, in each later turn's request, that
-    call and its tool result; `tools`: whether the library records the tool definitions."""
-    by_session: dict[str, list] = {}
-    for call in calls:
-        by_session.setdefault(call.session_id, []).append(call)
-    assert len(calls) == CALLS
-    assert {s: len(c) for s, c in by_session.items()} == {s.session_id: s.turns for s in SESSIONS}
-    for session in SESSIONS:
-        turns = sorted(by_session[session.session_id], key=lambda c: c.call_index)
-        assert [c.call_index for c in turns] == list(range(session.turns))
-        assert {c.customer for c in turns} == {session.customer}
-        for turn, call in enumerate(turns):
-            names = [t["function"]["name"] for t in call.tools]
-            assert names == (["get_weather"] if tools else [])
-            if not content:
-                assert call.request["messages"] == [] and call.response is None
-                continue
-            answer = call.response_message
-            (tool_call,) = answer["tool_calls"]
-            assert tool_call["function"]["name"] == "get_weather"
-            assert json.loads(tool_call["function"]["arguments"]) == {"city": "Paris", "limit": 50}
-            messages = call.request["messages"]
-            assert messages[1] == {"role": "user", "content": f"Weather for {session.customer}'s office?"}
-            earlier = [m for m in messages if m["role"] == "assistant"]
-            results = [m for m in messages if m["role"] == "tool"]
-            assert len(earlier) == len(results) == turn
-            if turn:  # the previous answer's call, and its result, are in this request
-                previous = turns[turn - 1].response_message["tool_calls"][0]
-                assert earlier[-1]["tool_calls"][0]["id"] == previous["id"] == results[-1]["tool_call_id"]
-                assert earlier[-1]["tool_calls"][0]["function"]["name"] == "get_weather"
-                assert json.loads(results[-1]["content"]) == {"temp_c": 10 + turn, "city": "Paris"}

@@ -66,10 +66,15 @@ class Recording:
         for provider in self.providers:
             provider.force_flush()
 
+    def shutdown(self) -> None:
+        """Flush and stop the providers: the batch processors send what they still hold before the process exits."""
+        for provider in self.providers:
+            provider.shutdown()
+
 
 def setup(library: str, mode: str, otlp_endpoint: str | None = None) -> Recording:
     """The library instrumenting `openai`, spans and logs kept in memory (and sent to `otlp_endpoint`'s
-    /v1/traces and /v1/logs by the real OTLP/HTTP exporters when given)."""
+    /v1/traces and /v1/logs by the real OTLP/HTTP exporters, batched as services batch them, when given)."""
     if mode not in MODES.get(library, ()):
         raise SystemExit(f"unknown library/mode {library}/{mode} (known: {MODES})")
     if library == "otel-v2" and mode in _V2_CAPTURE:
@@ -87,10 +92,12 @@ def setup(library: str, mode: str, otlp_endpoint: str | None = None) -> Recordin
     if otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         base = otlp_endpoint.rstrip("/")
-        tracer_provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces")))
-        logger_provider.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{base}/v1/logs")))
+        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces")))
+        logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{base}/v1/logs")))
     trace.set_tracer_provider(tracer_provider)
     if library == "otel-v2":
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor

@@ -1,13 +1,13 @@
 """Record the agent sessions through one instrumentation library (one library per interpreter: instrumentations
 patch `openai` globally).
 
-    python -m tests.tracing.record LIBRARY MODE --base-url URL --out spans.jsonl [--logs-out logs.jsonl]
+    python -m tests.tracing.record LIBRARY MODE --base-url URL [--out spans.jsonl] [--logs-out logs.jsonl]
         [--ids hex|base64] [--pretty] [--otlp-endpoint http://127.0.0.1:4318]
 
 Spans (and the library's log records) are written as a collector's file exporter writes them: OTLP/JSON export
 requests, one per line; log records into the same file unless `--logs-out` names another. `--pretty` writes one
-indented export request of all spans instead (and logs likewise); `--otlp-endpoint` also sends them to an
-OTLP/HTTP receiver with the real exporters.
+indented export request of all spans instead (and logs likewise); `--otlp-endpoint` sends them to an OTLP/HTTP
+receiver (`/v1/traces`, `/v1/logs`) with the real exporters, flushed and shut down before the script exits.
 """
 
 from __future__ import annotations
@@ -59,19 +59,23 @@ def main() -> None:
     parser.add_argument("library")
     parser.add_argument("mode")
     parser.add_argument("--base-url", required=True)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--logs-out", type=Path)
     parser.add_argument("--ids", choices=("hex", "base64"), default="hex")
     parser.add_argument("--pretty", action="store_true")
     parser.add_argument("--otlp-endpoint")
     args = parser.parse_args()
+    if args.out is None and args.otlp_endpoint is None:
+        parser.error("give --out, --otlp-endpoint or both")
     recording = setup(args.library, args.mode, args.otlp_endpoint)
     import openai
 
     client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=0)
     for _ in run_sessions(client, recording.attach):
         pass
-    recording.flush()
+    recording.shutdown()
+    if args.out is None:
+        return
     write_spans(recording.spans.get_finished_spans(), args.out, args.ids)
     logs = recording.logs.get_finished_logs()
     if logs:
@@ -83,19 +87,3 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def record(base_url: str, out: Path, library: str, mode: str, *options: str) -> Path:
-    """Run this script in a fresh interpreter (the library patches `openai` for good) and return `out`."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", "tests.tracing.record", library, mode, "--base-url", base_url,
-                           "--out", str(out), *options], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out

@@ -1,7 +1,7 @@
 """Record the agent sessions with the Langfuse SDK (v5, OpenTelemetry-based) and its OpenAI integration.
 
     python -m tests.tracing.record_langfuse --base-url URL (--out FILE | --langfuse-host URL)
-                                            [--attach propagate|root] [--otlp-endpoint BASE]
+                                            [--attach propagate|root]
 
 Each session runs inside an agent observation (`start_as_current_observation(as_type="agent")`); the model
 calls are the generations `from langfuse.openai import openai` records. `--attach propagate` (the v5 way) wraps
@@ -9,10 +9,10 @@ them in `propagate_attributes(session_id=, user_id=, metadata={"customer": ...})
 `user.id` and `langfuse.trace.metadata.customer` on every span; `--attach root` sets those trace attributes on
 the agent span only (what `update_current_trace` did before v5), so the generations must inherit them.
 
-With `--out`, the SDK's span processor exports into memory (and to BASE/v1/traces with `--otlp-endpoint`), and
-the spans are written to FILE as a collector's file exporter writes them. With `--langfuse-host`, the SDK's own
-exporter sends them (OTLP/HTTP protobuf, gzip, basic auth with throwaway keys) to
-`{host}/api/public/otel/v1/traces`, as to a Langfuse server.
+With `--out`, the SDK's span processor exports into memory, and the spans are written to FILE as a collector's
+file exporter writes them. With `--langfuse-host`, the SDK's own exporter sends them (OTLP/HTTP protobuf, basic
+auth with throwaway keys) to `{host}/api/public/otel/v1/traces`, as to a Langfuse server (`toolaudit collect`
+in the live test); `langfuse.shutdown()` flushes it before the script exits.
 """
 
 from __future__ import annotations
@@ -31,36 +31,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--langfuse-host")
     parser.add_argument("--attach", choices=("propagate", "root"), default="propagate")
-    parser.add_argument("--otlp-endpoint", help="also export over OTLP/HTTP protobuf to this base URL's /v1/traces")
     args = parser.parse_args()
     if (args.out is None) == (args.langfuse_host is None):
         parser.error("give exactly one of --out and --langfuse-host")
 
     from langfuse import Langfuse, propagate_attributes
     from opentelemetry import trace
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     memory = InMemorySpanExporter()
-    exporters: list = [memory]
-    if args.otlp_endpoint:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        exporters.append(OTLPSpanExporter(endpoint=args.otlp_endpoint.rstrip("/") + "/v1/traces"))
-
-    class Tee(SpanExporter):
-        def export(self, spans):
-            results = [exporter.export(spans) for exporter in exporters]
-            return SpanExportResult.SUCCESS if all(r == SpanExportResult.SUCCESS for r in results) else \
-                SpanExportResult.FAILURE
-
-        def shutdown(self):
-            for exporter in exporters:
-                exporter.shutdown()
-
     langfuse = Langfuse(public_key="pk-lf-local-test", secret_key="sk-lf-local-test",
-                        base_url=args.langfuse_host or "http://127.0.0.1:9", flush_at=1,
-                        span_exporter=None if args.langfuse_host else Tee())
+                        base_url=args.langfuse_host or "http://127.0.0.1:9",
+                        span_exporter=None if args.langfuse_host else memory)
     from langfuse.openai import openai
 
     @contextmanager

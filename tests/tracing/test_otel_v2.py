@@ -1,21 +1,28 @@
 """OpenTelemetry's official `opentelemetry-instrumentation-openai-v2` (2.4b0, with opentelemetry-util-genai): the real
-openai client, instrumented by the real library, calls a served model; the spans (and log records) are written as
-a collector writes them and read back with no options. The session is `gen_ai.conversation.id` on the parent agent
-span only (ended, and exported, after the calls inside it), or in event mode `session.id` copied from baggage onto
-each call's span (each call its own trace); the customer `user.id` copied from baggage."""
+openai client, instrumented by the real library, calls a served model; the spans (and log records) are written as a
+collector writes them, or sent live by the real OTLP/HTTP exporters (spans to `/v1/traces`, log records to
+`/v1/logs`) to a `toolaudit collect` subprocess, and read back with no options. The session is
+`gen_ai.conversation.id` on the parent agent span only (ended, and exported, after the calls inside it), or in event
+mode `session.id` copied from baggage onto each call's span (each call its own trace); the customer `user.id` copied
+from baggage."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
-from tests.tracing.agent import CALLS, check_sessions
-from tests.tracing.record import record
+from tests.tracing.agent import CALLS
+from tests.tracing.checks import check_sessions, collected_calls, record, record_live
 from toolaudit.cli import cli
 from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.ingest.traces import TraceCall, read_trace
 from toolaudit.store import Store
+
+
+def v2(served, out, mode: str, *options: str):
+    return record("record", served, out, "otel-v2", mode, *options)
 
 
 def _calls(path, **kw) -> list[TraceCall]:
@@ -25,12 +32,22 @@ def _calls(path, **kw) -> list[TraceCall]:
 
 
 def test_span_attribute_mode_reads_every_call_session_and_customer(served, tmp_path):
-    path = record(served, tmp_path / "spans.jsonl", "otel-v2", "span")
+    path = v2(served, tmp_path / "spans.jsonl", "span")
     check_sessions(_calls(path), tools=False)  # the library records no gen_ai.tool.definitions
 
 
+@pytest.mark.parametrize("mode", ["span", "event"])
+def test_live_export_to_toolaudit_collect_reads_with_no_options(served, tmp_path, mode):
+    folder = record_live("record", served, tmp_path, "otel-v2", mode)
+    kinds = {next(iter(json.loads(line))) for p in folder.glob("traces-*.jsonl") for line in p.open()}
+    assert kinds == ({"resourceSpans", "resourceLogs"} if mode == "event" else {"resourceSpans"})
+    calls, said = collected_calls(folder)
+    assert "(otel, detected)" in said and "0 error records" in said
+    check_sessions(calls, tools=False)
+
+
 def test_span_attribute_mode_imports_with_no_options(served, tmp_path):
-    path = record(served, tmp_path / "spans.jsonl", "otel-v2", "span", "--ids", "base64")
+    path = v2(served, tmp_path / "spans.jsonl", "span", "--ids", "base64")
     out = tmp_path / "calls.jsonl"
     result = CliRunner().invoke(cli, ["import", str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -42,20 +59,20 @@ def test_span_attribute_mode_imports_with_no_options(served, tmp_path):
 
 
 def test_log_event_mode_with_logs_in_the_spans_file(served, tmp_path):
-    path = record(served, tmp_path / "export.jsonl", "otel-v2", "event")
+    path = v2(served, tmp_path / "export.jsonl", "event")
     kinds = {next(iter(json.loads(line))) for line in path.read_text().splitlines()}
     assert kinds == {"resourceSpans", "resourceLogs"}
     check_sessions(_calls(path), tools=False)
 
 
 def test_log_event_mode_pretty_printed_with_base64_ids(served, tmp_path):
-    path = record(served, tmp_path / "export.json", "otel-v2", "event", "--ids", "base64", "--pretty")
+    path = v2(served, tmp_path / "export.json", "event", "--ids", "base64", "--pretty")
     assert path.read_text().startswith("{\n")
     check_sessions(_calls(path), tools=False)
 
 
 def test_log_event_mode_with_logs_in_a_file_of_their_own(served, tmp_path):
-    spans = record(served, tmp_path / "spans.jsonl", "otel-v2", "event", "--logs-out", str(tmp_path / "logs.jsonl"))
+    spans = v2(served, tmp_path / "spans.jsonl", "event", "--logs-out", str(tmp_path / "logs.jsonl"))
     check_sessions(_calls(spans, logs=(tmp_path / "logs.jsonl",)), tools=False)
     without = _calls(spans)  # the spans alone hold no content
     assert len(without) == CALLS and all(c.request["messages"] == [] for c in without)
@@ -67,13 +84,13 @@ def test_log_event_mode_with_logs_in_a_file_of_their_own(served, tmp_path):
 
 
 def test_content_capture_off_reads_the_calls_without_messages(served, tmp_path):
-    path = record(served, tmp_path / "spans.jsonl", "otel-v2", "none")
+    path = v2(served, tmp_path / "spans.jsonl", "none")
     check_sessions(_calls(path), tools=False, content=False)
 
 
 def test_two_recordings_of_the_same_sessions_pair_every_call(served, tmp_path):
-    a = record(served, tmp_path / "a.jsonl", "otel-v2", "span")
-    b = record(served, tmp_path / "b.jsonl", "otel-v2", "event", "--ids", "base64")
+    a = v2(served, tmp_path / "a.jsonl", "span")
+    b = v2(served, tmp_path / "b.jsonl", "event", "--ids", "base64")
     with Store(tmp_path / "c.duckdb") as store:
         _, counts = compare_logs(store, a, b, CompareOptions(schema_dir=None))
         statuses = store.query("SELECT match_status, drift_kind, count(*) FROM calls GROUP BY ALL")[1]

@@ -22,7 +22,8 @@ def collect(folder: str, host: str, port: int, max_body_bytes: int) -> None:
     """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) and keep their model-call spans on disk.
 
     Point an OTel exporter or collector at http://HOST:PORT (the Langfuse SDK at its
-    /api/public/otel path). Each request's LLM spans are fsynced before it is answered; other spans are
+    /api/public/otel path; GenAI log records, where an instrumentation sends the content as logs, at
+    /v1/logs). Each request's LLM spans and records are fsynced before it is answered; other spans are
     dropped. Replay a sample later with `toolaudit replay --collected DIR`."""
     from toolaudit.collect.receiver import collect as run_receiver
 

@@ -1,16 +1,20 @@
 """`toolaudit collect`: an OTLP/HTTP trace receiver, so a team points its OTel exporter or collector (or the
 Langfuse SDK) at toolaudit and gets the model calls of its production traffic as OTLP/JSON files to replay.
 
-Routes: `POST /v1/traces` and `POST /api/public/otel/v1/traces` (Langfuse's OTLP path). Bodies
+Routes: `POST /v1/traces`, `POST /api/public/otel/v1/traces` (Langfuse's OTLP path) and `POST /v1/logs` (call
+content sent as GenAI log records, e.g. by the official OpenAI instrumentation's event mode). Bodies
 `application/x-protobuf` or `application/json`, `Content-Encoding: gzip` or `deflate` (aiohttp decompresses;
 the size limit applies to the decompressed body). Answers follow the OTLP/HTTP spec: 200 with an
-`ExportTraceServiceResponse` in the request's encoding (`partial_success` counting rejected spans: spans
-without usable trace or span ids), 400 with a google.rpc.Status for an unreadable body, 413 over the size
-limit, 415 for another content type, 405 for another method, 503 when the disk write fails (exporters retry).
+`ExportTraceServiceResponse` (`ExportLogsServiceResponse`) in the request's encoding (`partial_success`
+counting rejected spans or log records: those without usable trace or span ids), 400 with a google.rpc.Status
+for an unreadable body, 413 over the size limit, 415 for another content type, 405 for another method, 503
+when the disk write fails (exporters retry).
 
-A request's model-call spans (`keep.py`) are on disk, fsynced, before the 200 (`store.py`); spans that are
-neither calls nor their context are dropped and counted. Request headers are never stored (Authorization and
-other secrets stay out of the files): only the spans are.
+A request's model-call spans and GenAI log records (`keep.py`) are on disk, fsynced, before the 200
+(`store.py`), as `{"resourceSpans": ...}` and `{"resourceLogs": ...}` lines of the same hourly files (the
+`otel` reader joins the records to their spans); other spans and records are dropped and counted. Request
+headers are never stored (Authorization and other secrets stay out of the files): only the spans and records
+are.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ import orjson
 from aiohttp import web
 
 from toolaudit import ConfigError
-from toolaudit.collect.keep import Kept, keep_llm_spans
+from toolaudit.collect.keep import Kept, keep_genai_logs, keep_llm_spans
 from toolaudit.collect.otlp_json import (
     JSON,
+    LOGS,
     PROTOBUF,
+    TRACES,
     BadPayload,
+    Signal,
     decode_request,
     export_response,
     proto_classes,
@@ -41,6 +48,7 @@ from toolaudit.collect.store import CollectedFiles
 
 MAX_BODY = 32 << 20
 TRACE_ROUTES = ("/v1/traces", "/api/public/otel/v1/traces")
+LOG_ROUTES = ("/v1/logs",)
 INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE = 3, 8, 14  # google.rpc.Code
 
 
@@ -53,10 +61,26 @@ class Counts:
     dropped: int = 0
     rejected: int = 0
     refused: int = 0  # requests answered 4xx/5xx
+    logs_kept: int = 0
+    logs_dropped: int = 0
+    logs_rejected: int = 0
+
+    def add(self, signal: Signal, kept: Kept) -> None:
+        self.requests += 1
+        if signal is LOGS:
+            self.logs_kept += kept.kept
+            self.logs_dropped += kept.dropped
+            self.logs_rejected += kept.rejected
+        else:
+            self.kept += kept.kept
+            self.dropped += kept.dropped
+            self.rejected += kept.rejected
 
     def line(self) -> str:
+        logs = (f"; {self.logs_kept} log records kept, {self.logs_dropped} dropped, {self.logs_rejected} rejected"
+                if self.logs_kept or self.logs_dropped or self.logs_rejected else "")
         return (f"{self.requests} requests: {self.kept} spans kept, {self.dropped} dropped (not model calls), "
-                f"{self.rejected} rejected; {self.refused} requests refused")
+                f"{self.rejected} rejected{logs}; {self.refused} requests refused")
 
 
 def build_app(files: CollectedFiles, max_body: int = MAX_BODY, counts: Counts | None = None) -> web.Application:
@@ -69,7 +93,7 @@ def build_app(files: CollectedFiles, max_body: int = MAX_BODY, counts: Counts | 
         return web.Response(status=status, body=status_body(encoding, code, message),
                             content_type=encoding if encoding in (JSON, PROTOBUF) else JSON)
 
-    async def traces(request: web.Request) -> web.Response:
+    async def receive(signal: Signal, request: web.Request) -> web.Response:
         encoding = request.content_type
         if encoding not in (PROTOBUF, JSON):
             counts.refused += 1
@@ -84,19 +108,23 @@ def build_app(files: CollectedFiles, max_body: int = MAX_BODY, counts: Counts | 
             return failure(413, encoding, RESOURCE_EXHAUSTED, too_big)
         loop = asyncio.get_running_loop()
         try:  # parsing a big body takes a while: off the event loop, so other exporters are still answered
-            kept, line = await loop.run_in_executor(None, _prepare, body, encoding)
+            kept, line = await loop.run_in_executor(None, _prepare, body, encoding, signal)
         except BadPayload as exc:
             return failure(400, encoding, INVALID_ARGUMENT, str(exc))
         if line is not None:
             try:
                 await loop.run_in_executor(writer, files.append, line)
             except OSError as exc:
-                return failure(503, encoding, UNAVAILABLE, f"the spans could not be stored: {exc}")
-        counts.requests += 1
-        counts.kept += kept.kept
-        counts.dropped += kept.dropped
-        counts.rejected += kept.rejected
-        return web.Response(body=export_response(encoding, kept.rejected, kept.message), content_type=encoding)
+                return failure(503, encoding, UNAVAILABLE, f"the {signal.items} could not be stored: {exc}")
+        counts.add(signal, kept)
+        return web.Response(body=export_response(encoding, kept.rejected, kept.message, signal),
+                            content_type=encoding)
+
+    async def traces(request: web.Request) -> web.Response:
+        return await receive(TRACES, request)
+
+    async def logs(request: web.Request) -> web.Response:
+        return await receive(LOGS, request)
 
     async def stop_writer(app: web.Application) -> None:
         writer.shutdown(wait=True)
@@ -104,13 +132,16 @@ def build_app(files: CollectedFiles, max_body: int = MAX_BODY, counts: Counts | 
     app = web.Application(client_max_size=max_body)
     for route in TRACE_ROUTES:
         app.router.add_post(route, traces)
+    for route in LOG_ROUTES:
+        app.router.add_post(route, logs)
     app.on_cleanup.append(stop_writer)
     return app
 
 
-def _prepare(body: bytes, encoding: str) -> tuple[Kept, bytes | None]:
-    """The request's kept spans and the line to store (None: nothing kept); BadPayload for an unreadable body."""
-    kept = keep_llm_spans(decode_request(body, encoding))
+def _prepare(body: bytes, encoding: str, signal: Signal) -> tuple[Kept, bytes | None]:
+    """The request's kept items and the line to store (None: nothing kept); BadPayload for an unreadable body."""
+    request = decode_request(body, encoding, signal)
+    kept = keep_genai_logs(request) if signal is LOGS else keep_llm_spans(request)
     return kept, None if kept.request is None else orjson.dumps(kept.request)
 
 
@@ -118,7 +149,8 @@ def collect(folder: str | Path, host: str = "127.0.0.1", port: int = 4318, max_b
             say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Counts:
     """Receive until SIGINT/SIGTERM; announce the bound address at once (`port=0` picks a free port). Raises
     ConfigError when opentelemetry-proto is missing, the folder is taken or the port cannot be bound."""
-    proto_classes()
+    proto_classes(TRACES)
+    proto_classes(LOGS)
     files = CollectedFiles(folder)
     try:
         if files.truncated:
@@ -140,8 +172,8 @@ async def _collect(files: CollectedFiles, host: str, port: int, max_body: int, s
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     bound = runner.addresses[0]
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-    say(f"toolaudit collect: listening on http://{shown}:{bound[1]} (POST {TRACE_ROUTES[0]}), writing to "
-        f"{files.folder}")
+    say(f"toolaudit collect: listening on http://{shown}:{bound[1]} (POST {TRACE_ROUTES[0]}, {LOG_ROUTES[0]}), "
+        f"writing to {files.folder}")
     if host not in ("127.0.0.1", "localhost", "::1"):
         say("toolaudit collect: warning: listening beyond loopback, with no authentication")
     stop = asyncio.Event()

@@ -10,6 +10,8 @@ Three passes over the collected files, so memory holds ids, not spans:
 3. the sample: per customer or overall, the `sample` sessions with the smallest keyed blake2b hash of their id
    (stable across runs and machines, `seed` changes the draw); their traces are written out, less the call
    spans of sessions not drawn, so a trace's context spans (a parent carrying the session) stay with its calls.
+The GenAI log records of the spans written (a call's content, in the official OpenAI instrumentation's event
+mode) follow them as `resourceLogs` lines, which the `otel` reader joins to their spans.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from toolaudit import ConfigError, TraceError
 from toolaudit.collect.store import collected_files, complete_lines, file_hour
 from toolaudit.ingest.traces import DEFAULT_CUSTOMER_KEY, DEFAULT_SESSION_KEY, TraceCall, read_trace
 
+SPANS, LOGS = "resourceSpans", "resourceLogs"
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 NO_CUSTOMER = "(none)"
@@ -88,7 +91,7 @@ def select_collected(folder: str | Path, out: str | Path, selection: Selection, 
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = out.with_name(out.name + ".staged")
     try:
-        _write(_requests(files), staged, lambda service, span: (
+        _write(files, staged, lambda service, span: (
             _service_matches(service, selection.service) and (in_window is None or span.get("traceId") in in_window)))
         calls = _calls(staged, selection, where)
         sessions = _draw(calls, selection)
@@ -100,7 +103,7 @@ def select_collected(folder: str | Path, out: str | Path, selection: Selection, 
             os.replace(staged, out)
         else:
             traces = {span["traceId"] for _, span in _spans(_requests([staged])) if span.get("spanId") in chosen_calls}
-            _write(_requests([staged]), out, lambda _, span: span.get("traceId") in traces and (
+            _write([staged], out, lambda _, span: span.get("traceId") in traces and (
                 span.get("spanId") not in calls or span.get("spanId") in chosen_calls))
     finally:
         staged.unlink(missing_ok=True)
@@ -127,23 +130,29 @@ def window_files(folder: Path, cutoff_ns: int | None) -> list[Path]:
     return [p for p in files if (file_hour(p) + timedelta(hours=1)).timestamp() * 1e9 > cutoff_ns]
 
 
-def _requests(files: list[Path]) -> Iterator[dict]:
-    """The export requests of the files (complete lines only; a line that is no request is passed over: the
-    receiver writes none, the readers would say what is wrong with it in a file they were given)."""
+def _documents(files: list[Path]) -> Iterator[dict]:
+    """The export requests (of spans or of log records) of the files (complete lines only; a line that is no
+    request is passed over: the receiver writes none, the readers would say what is wrong with it in a file they
+    were given)."""
     for path in files:
         for _, line in complete_lines(path):
             try:
                 doc = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(doc, dict) and isinstance(doc.get("resourceSpans"), list):
+            if isinstance(doc, dict) and (isinstance(doc.get(SPANS), list) or isinstance(doc.get(LOGS), list)):
                 yield doc
+
+
+def _requests(files: list[Path]) -> Iterator[dict]:
+    """The span export requests of the files."""
+    return (doc for doc in _documents(files) if isinstance(doc.get(SPANS), list))
 
 
 def _spans(requests: Iterator[dict]) -> Iterator[tuple[str | None, dict]]:
     """(service.name of its resource, span) of every span."""
     for doc in requests:
-        for rs in doc["resourceSpans"]:
+        for rs in doc[SPANS]:
             service = _service_name(rs)
             for scope in rs.get("scopeSpans") or []:
                 for span in scope.get("spans") or []:
@@ -183,22 +192,39 @@ def _start_ns(span: dict) -> int | None:
         return None
 
 
-def _write(requests: Iterator[dict], out: Path, keep: Callable[[str | None, dict], bool]) -> None:
-    """The requests with only the spans `keep(service, span)` accepts, one per line (emptied ones left out)."""
+def _write(files: list[Path], out: Path, keep: Callable[[str | None, dict], bool]) -> None:
+    """The files' span requests with only the spans `keep(service, span)` accepts, one per line (emptied ones
+    left out), then their log requests with only the records of those spans (the content the `otel` reader joins
+    to them)."""
+    kept: set[tuple[str, str]] = set()
     with out.open("wb") as handle:
-        for doc in requests:
+        for doc in _requests(files):
             resources = []
-            for rs in doc["resourceSpans"]:
+            for rs in doc[SPANS]:
                 service = _service_name(rs)
                 scopes = []
                 for scope in rs.get("scopeSpans") or []:
                     spans = [s for s in scope.get("spans") or [] if isinstance(s, dict) and keep(service, s)]
                     if spans:
                         scopes.append({**scope, "spans": spans})
+                        kept.update((s.get("traceId"), s.get("spanId")) for s in spans)
                 if scopes:
                     resources.append({**rs, "scopeSpans": scopes})
             if resources:
-                handle.write(orjson.dumps({**doc, "resourceSpans": resources}) + b"\n")
+                handle.write(orjson.dumps({**doc, SPANS: resources}) + b"\n")
+        for doc in _documents(files):
+            resources = []
+            for rl in doc.get(LOGS) if isinstance(doc.get(LOGS), list) else []:
+                scopes = []
+                for scope in (rl.get("scopeLogs") or []) if isinstance(rl, dict) else []:
+                    records = [r for r in scope.get("logRecords") or []
+                               if isinstance(r, dict) and (r.get("traceId"), r.get("spanId")) in kept]
+                    if records:
+                        scopes.append({**scope, "logRecords": records})
+                if scopes:
+                    resources.append({**rl, "scopeLogs": scopes})
+            if resources:
+                handle.write(orjson.dumps({LOGS: resources}) + b"\n")
 
 
 def _calls(staged: Path, selection: Selection, where: str) -> dict[str, tuple[str, str]]:
