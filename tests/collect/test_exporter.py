@@ -4,7 +4,7 @@ dropped, the header nowhere, and the stored file reads as OTel GenAI calls with 
 
 from __future__ import annotations
 
-from toolaudit.collect.store import collected_files
+from toolaudit.collect.files import collected_files
 from toolaudit.ingest.traces import TraceCall, TraceStats, read_trace
 
 from .support import export_with_sdk, stored_spans

@@ -14,8 +14,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from toolaudit.collect.files import collected_files
 from toolaudit.collect.select import Selection, select_collected
-from toolaudit.collect.store import collected_files
 from toolaudit.ingest.traces import TraceCall, read_trace
 
 from .support import JSON, PROTOBUF, attr, export, send, span

@@ -17,8 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from toolaudit.collect.files import collected_files
 from toolaudit.collect.select import Selection, select_collected
-from toolaudit.collect.store import collected_files
 
 from .support import JSON, PROTOBUF, REPO, CollectProcess, attr, chat_attrs, export, send, span, stored_spans
 

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from toolaudit import ConfigError
+from toolaudit.collect.files import CollectedFiles
 from toolaudit.collect.select import Selection, parse_duration, select_collected
-from toolaudit.collect.store import CollectedFiles
 from toolaudit.ingest.traces import read_trace
 
 from .support import attr, chat_attrs, export, span

@@ -84,7 +84,7 @@ def collected_calls(folder: Path) -> tuple[list[TraceCall], str]:
     `replay --collected`'s selection of every session, imported; and the hourly file itself through `toolaudit
     import`, which must give the same calls (a run that crossed an hour is in two files, and `import` takes one
     trace file: then only the selection is read)."""
-    from toolaudit.collect.store import collected_files
+    from toolaudit.collect.files import collected_files
 
     lines, said = import_calls(selected(folder))
     files = collected_files(folder)

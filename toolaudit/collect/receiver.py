@@ -31,6 +31,7 @@ import orjson
 from aiohttp import web
 
 from toolaudit import ConfigError
+from toolaudit.collect.files import CollectedFiles
 from toolaudit.collect.keep import Kept, keep_genai_logs, keep_llm_spans
 from toolaudit.collect.otlp_json import (
     JSON,
@@ -44,7 +45,6 @@ from toolaudit.collect.otlp_json import (
     proto_classes,
     status_body,
 )
-from toolaudit.collect.store import CollectedFiles
 
 MAX_BODY = 32 << 20
 TRACE_ROUTES = ("/v1/traces", "/api/public/otel/v1/traces")

@@ -28,7 +28,7 @@ from pathlib import Path
 import orjson
 
 from toolaudit import ConfigError, TraceError
-from toolaudit.collect.store import collected_files, complete_lines, file_hour
+from toolaudit.collect.files import collected_files, complete_lines, file_hour
 from toolaudit.ingest.traces import DEFAULT_CUSTOMER_KEY, DEFAULT_SESSION_KEY, TraceCall, read_trace
 
 SPANS, LOGS = "resourceSpans", "resourceLogs"
