@@ -75,16 +75,21 @@ def check_request(request: Any) -> tuple[str, str] | None:
     return None
 
 
+MAX_INDEX = 2**63 - 1  # call indices are stored as BIGINT
+
+
 def as_index(value: Any) -> int | None:
+    """A call index: a non-negative integer that fits a BIGINT (as a number or digits), else None."""
     if isinstance(value, bool):
         return None
+    index = None
     if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and value >= 0:
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
+        index = value
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        index = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        index = int(value.strip())
+    return index if index is not None and 0 <= index <= MAX_INDEX else None
 
 
 def _hint(record: Any) -> str:
@@ -125,5 +130,5 @@ def parse_line(raw: bytes, source: str, line_no: int, session_key: str, customer
         index = as_index(explicit)
         if index is None:
             return line_error(raw, source, line_no, CALL_INDEX_KEY,
-                              f"must be a non-negative integer, got {explicit!r}")
+                              f"must be an integer from 0 to 2**63-1, got {explicit!r}")
     return RawCall(line_no, session_id, index, customer, request, response, key)
