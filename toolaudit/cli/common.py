@@ -8,15 +8,30 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from toolaudit import ToolauditError
 from toolaudit.report.output import format_table, plain, to_json
 
+if TYPE_CHECKING:
+    from toolaudit.store import Store
+
 CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+@contextmanager
+def reading(db: str) -> Iterator["Store"]:
+    """The database read-only; while a replay or compare writes it, that writer's snapshot, said on stderr."""
+    from toolaudit.store import Store
+
+    with Store(db, read_only=True) as store:
+        if store.snapshot is not None:
+            click.echo(store.snapshot.line(db), err=True)
+        yield store
 
 
 def db_option(func: Callable) -> Callable:

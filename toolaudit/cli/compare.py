@@ -96,6 +96,9 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
                              baseline_name=baseline_name, candidate_name=(candidate_names or ("candidate",))[0],
                              workers=workers, format=None if trace_format == "auto" else trace_format, shard=shard)
     with Store(db) as store:
+        # readers open a snapshot meanwhile, taken after commits as the throttle allows
+        store.publish_snapshots("compare", on_commit=True,
+                                on_error=lambda message: click.echo(f"warning: {message}", err=True))
         # the baseline is scanned once per candidate
         total = _total_bytes([baseline] * len(candidates) + list(candidates)) if sys.stderr.isatty() else 0
         with Progress("comparing", total, unit=" bytes") as bar:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from toolaudit.cli.common import db_option, friendly_errors
+from toolaudit.cli.common import db_option, friendly_errors, reading
 
 
 @click.command(name="export")
@@ -17,10 +17,9 @@ from toolaudit.cli.common import db_option, friendly_errors
 @friendly_errors
 def export_cmd(db: str, fmt: str, out_dir: str, run_id: int | None) -> None:
     """Export every table and view (calls, outputs, arg_diffs, sessions, the drift views...) as files."""
-    from toolaudit.store import Store
     from toolaudit.store.export import export_relations
 
-    with Store(db, read_only=True) as store:
+    with reading(db) as store:
         if run_id is not None:
             store.run_row(run_id)  # a clear error for an unknown run
         for path, rows in export_relations(store, out_dir, fmt, run_id):

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from toolaudit.cli.common import Proportion, db_option, friendly_errors
+from toolaudit.cli.common import Proportion, db_option, friendly_errors, reading
 
 
 class CannotCheck(click.ClickException):
@@ -41,7 +41,6 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
     remedy report (every candidate's drift and speed, the Pareto frontier, the fastest candidate within the
     --max-call-drift / --max-session-drift budget), also printed here."""
     from toolaudit.report import ReportOptions, parse_formats, write_reports
-    from toolaudit.store import Store
 
     if bool(customers) == all_customers:
         raise click.UsageError("pass --customer C (repeatable) or --all-customers")
@@ -50,7 +49,7 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
     wanted = parse_formats(formats)
     options = ReportOptions(near_tie_margin=near_tie_margin, max_call_drift=max_call_drift,
                             max_session_drift=max_session_drift, session_calls=session_calls)
-    with Store(db, read_only=True) as store:
+    with reading(db) as store:
         written = write_reports(store, run_id, None if all_customers else customers, wanted, out_dir, options)
         if store.run_row(run_id)["kind"] == "matrix":  # the remedies per customer on the terminal too
             from toolaudit.analysis.frontier import Budget
@@ -84,13 +83,12 @@ def check(db: str, run_id: int | None, max_call_drift: float | None, max_session
     A matrix run gates every candidate; each broken bound is printed with the candidate's name."""
     from toolaudit import ToolauditError
     from toolaudit.analysis.budgets import Bounds, GateUsageError, evaluate_candidates
-    from toolaudit.store import Store
 
     bounds = Bounds(max_call_drift, max_session_drift, against, max_increase, expect_fingerprint,
                     use_upper_bound)
     try:
         bounds.validate()
-        with Store(db, read_only=True) as store:
+        with reading(db) as store:
             gates = evaluate_candidates(store, run_id, bounds)
     except GateUsageError as exc:
         raise click.UsageError(str(exc)) from None

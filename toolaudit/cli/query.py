@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from toolaudit.cli.common import db_option, friendly_errors, output_options, print_rows
+from toolaudit.cli.common import db_option, friendly_errors, output_options, print_rows, reading
 from toolaudit.cli.remedies import show_run
 
 
@@ -14,10 +14,9 @@ from toolaudit.cli.remedies import show_run
 @friendly_errors
 def runs(db: str, fmt: str) -> None:
     """List the runs stored in the database."""
-    from toolaudit.store import Store
     from toolaudit.store.queries import list_runs
 
-    with Store(db, read_only=True) as store:
+    with reading(db) as store:
         columns, rows = list_runs(store)
     print_rows(columns, rows, fmt)
 
@@ -29,9 +28,8 @@ def runs(db: str, fmt: str) -> None:
 @friendly_errors
 def summary(db: str, run_id: int | None, fmt: str) -> None:
     """Summarise a run: drifted calls with a 95% interval, session drift, a row per customer."""
-    from toolaudit.store import Store
 
-    with Store(db, read_only=True) as store:
+    with reading(db) as store:
         show_run(store, run_id, fmt, db)
 
 
@@ -44,9 +42,8 @@ def sql(query: str, db: str, fmt: str) -> None:
     """Run a SQL query on a read-only connection to the database."""
     import duckdb
 
-    from toolaudit.store import Store
 
-    with Store(db, read_only=True) as store:
+    with reading(db) as store:
         try:
             columns, rows = store.query(query)
         except duckdb.Error as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from toolaudit.cli.common import Proportion, db_option, friendly_errors, output_options, print_rows
+from toolaudit.cli.common import Proportion, db_option, friendly_errors, output_options, print_rows, reading
 from toolaudit.cli.show import show_summary
 from toolaudit.report.output import format_table, pct, to_json
 
@@ -87,7 +87,6 @@ def frontier_cmd(db: str, run_id: int | None, max_call_drift: float | None, max_
     The recommendation uses the 95% upper bounds: a candidate is recommended only when the data show it is
     within budget; otherwise the answer is target-only (the baseline)."""
     from toolaudit.analysis.frontier import Budget
-    from toolaudit.store import Store
 
-    with Store(db, read_only=True) as store:
+    with reading(db) as store:
         show_matrix(store, run_id, fmt, Budget(max_call_drift, max_session_drift), session_calls)

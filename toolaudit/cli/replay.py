@@ -54,7 +54,7 @@ def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, r
         import_ray()  # before the store opens: without Ray, say which extra to install
         engines = RayEnginePool(ray, logs=logs)
     with Store(db) as store:
-        bar = _LazyBar()
+        bar = _LazyBar(store.publish_snapshots("replay", on_error=_warn))  # readers follow the run meanwhile
         try:
             run_id, counts = replay_traces(store, options, progress=bar.update, resume=resume,
                                            on_total=bar.start, logs=logs, engines=engines)
@@ -72,18 +72,30 @@ def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, r
         show_run(store, run_id, fmt, db, budget)
 
 
-class _LazyBar:
-    """Progress that learns its length once the calls to replay are known; one line per chunk when piped."""
+def _warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
 
-    def __init__(self) -> None:
+
+class _LazyBar:
+    """Progress that learns its length once the calls to replay are known; one line per chunk when piped. Each
+    chunk's progress (counted after its commit) goes to the snapshot readers open meanwhile."""
+
+    def __init__(self, snapshots=None) -> None:
         self.progress: Progress | None = None
+        self.snapshots = snapshots  # a store.snapshot.SnapshotPublisher
+        self.done = 0
 
     def start(self, total: int) -> None:
         self.progress = Progress("replaying", total, unit=" calls", log_every=1).__enter__()
+        if self.snapshots is not None:
+            self.snapshots.update(0, total)
 
     def update(self, n: int) -> None:
+        self.done += n
         if self.progress is not None:
             self.progress.update(n)
+        if self.snapshots is not None:
+            self.snapshots.update(self.done)
 
     def close(self) -> None:
         if self.progress is not None:

@@ -83,6 +83,7 @@ class Replayer:
             ) -> ReplayCounts:
         members = self.members(run_id)
         runs = {run_id, *(m.run_id for m in members)}
+        self.store.active_run = run_id  # named in the snapshots readers see meanwhile
         for rid in runs:
             self.store.set_status(rid, "running")
         try:

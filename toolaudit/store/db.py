@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,17 +17,27 @@ from toolaudit import StoreError, __version__
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store.migrations import MIGRATIONS
 from toolaudit.store.rows import RowBuffer, json_text
+from toolaudit.store.snapshot import SnapshotNote, SnapshotPublisher, open_snapshot
 
 _LOCK_PID = re.compile(r"PID (\d+)")
+
+
+class DatabaseLocked(StoreError):
+    """Another process holds the file read-write (`pid`: that process, when DuckDB says)."""
+
+    def __init__(self, message: str, pid: int | None):
+        super().__init__(message)
+        self.pid = pid
 
 
 def _open_error(path: str, exc: Exception) -> StoreError:
     text = str(exc)
     if "lock" in text.lower():
-        pid = _LOCK_PID.search(text)
-        holder = f" (held by process {pid.group(1)})" if pid else ""
-        return StoreError(f"{path}: database is locked by another writer{holder}; wait for it to finish "
-                          f"or use another --db")
+        found = _LOCK_PID.search(text)
+        pid = int(found.group(1)) if found else None
+        holder = f" (held by process {pid})" if pid else ""
+        return DatabaseLocked(f"{path}: database is locked by another writer{holder}; wait for it to finish "
+                              f"or use another --db", pid)
     if "not a valid DuckDB database" in text or "invalid" in text.lower():
         return StoreError(f"{path}: not a DuckDB database file; pass a new --db path or remove the file")
     return StoreError(f"{path}: cannot open database: {text}")
@@ -49,14 +59,32 @@ def _check_header(path: str) -> None:
 class Store:
     """One DuckDB file. Opening it applies pending migrations: a read-only open of a file an older toolaudit
     wrote first upgrades it (briefly writable, as any writer would), so the views and names the read-only
-    commands query exist; when that is not possible (another process holds the file), it opens as it is."""
+    commands query exist; when that is not possible (another process holds the file), it opens as it is.
+
+    A read-only open of a file that a replay or compare is writing opens that writer's snapshot instead
+    (`snapshot.py`); `snapshot` then says how current it is. Writer against writer stays an error."""
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = str(path)
+        self.snapshot: SnapshotNote | None = None  # set when reading the writer's snapshot
+        self.active_run: int | None = None  # the run this writer is writing (named in its snapshots)
+        self.after_commit: Callable[[], None] | None = None  # e.g. a throttled snapshot
+        self._publisher: SnapshotPublisher | None = None
         if read_only and not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
         _check_header(self.path)
-        self.con = self._connect(read_only)
+        try:
+            self.con = self._connect(read_only)
+        except DatabaseLocked as locked:
+            found = open_snapshot(self.path, locked.pid, self._connect_snapshot) if read_only else None
+            if found is None:
+                raise DatabaseLocked(f"{self.path}: database is locked by another writer"
+                                     f"{f' (held by process {locked.pid})' if locked.pid else ''} and no "
+                                     f"snapshot of it for readers is published yet (a replay or compare "
+                                     f"publishes one soon after it starts); try again shortly or wait for it "
+                                     f"to finish", locked.pid) from None
+            self.con, self.snapshot = found
+            return
         if not read_only:
             self.migrate()
         elif 0 < self._check_version() < MIGRATIONS[-1][0]:
@@ -69,6 +97,20 @@ class Store:
                 "autoinstall_known_extensions": False, "autoload_known_extensions": False})
         except duckdb.Error as exc:
             raise _open_error(self.path, exc) from None
+
+    @staticmethod
+    def _connect_snapshot(path: str) -> duckdb.DuckDBPyConnection:
+        return duckdb.connect(path, read_only=True, config={
+            "autoinstall_known_extensions": False, "autoload_known_extensions": False})
+
+    def publish_snapshots(self, command: str, on_commit: bool = False, **throttle) -> SnapshotPublisher:
+        """Let readers follow this writer (`snapshot.py`): snapshots as `update()` (or, with `on_commit`, each
+        commit) and the throttle allow, the first at once for a small database; removed when this store closes."""
+        self._publisher = SnapshotPublisher(self, command, **throttle)
+        self._publisher.update()
+        if on_commit:
+            self.after_commit = self._publisher.update
+        return self._publisher
 
     def _upgrade(self) -> None:
         """Migrate an older file that was opened read-only, then reopen it read-only."""
@@ -92,6 +134,9 @@ class Store:
 
     def close(self) -> None:
         self.con.close()
+        if self._publisher is not None:  # after the main file is free: a reader then opens that
+            self._publisher.remove()
+            self._publisher = None
 
     # -- schema -------------------------------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -134,6 +179,8 @@ class Store:
             self.con.execute("ROLLBACK")
             raise
         self.con.execute("COMMIT")
+        if self.after_commit is not None:
+            self.after_commit()
 
     # -- runs -----------------------------------------------------------------------------------------------
     def create_run(self, kind: str, name: str | None, baseline_name: str, candidate_name: str,
@@ -142,6 +189,8 @@ class Store:
                    matrix_id: int | None = None) -> int:
         """A new run row (`matrix_id`: the matrix run this run is one candidate of)."""
         run_id = self.con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0]
+        if matrix_id is None:
+            self.active_run = run_id
         if matrix_id is not None and name is None:  # candidates are told apart by name inside a matrix
             name = f"run-{matrix_id}/{candidate_name}"
         self.con.execute(
