@@ -198,6 +198,11 @@ def test_database_locked_by_another_writer(tmp_path, db_path):
         good = write_jsonl(tmp_path / "good.jsonl", [GOOD])
         result = CliRunner().invoke(cli, ["compare", str(good), str(good), "--db", str(db_path)])
         assert result.exit_code == 1 and "database is locked by another writer" in result.output
+        # a reader opens the writer's snapshot (tests/store/test_readers_during_run.py); this holder publishes
+        # none, so the reader is told so
+        read = CliRunner().invoke(cli, ["summary", "--db", str(db_path)])
+        assert read.exit_code == 1 and "locked by another writer" in read.output
+        assert "no snapshot of it for readers is published yet" in read.output
     finally:
         holder.kill()
         holder.wait()
