@@ -185,3 +185,20 @@ def test_snapshots_are_throttled(tmp_path):
             pass
         assert snapshots.last > first
     assert not snapshot_path(tmp_path / "audit.duckdb").exists()
+
+
+def test_replay_progress_reaches_the_snapshot_note(tmp_path):
+    """`replay`'s progress bar hands each chunk's count (after its commit) to the snapshot readers open."""
+    from toolaudit.cli.replay import _LazyBar
+    from toolaudit.store.snapshot import open_snapshot
+
+    db = tmp_path / "audit.duckdb"
+    with Store(db) as store:
+        bar = _LazyBar(store.publish_snapshots("replay", min_interval_s=0, max_share=1.0))
+        bar.start(10)
+        bar.update(4)
+        bar.close()
+        con, note = open_snapshot(str(db), os.getpid(), Store._connect_snapshot)
+        con.close()
+        assert (note.pid, note.command, note.done, note.total) == (os.getpid(), "replay", 4, 10)
+        assert note.line(str(db)).endswith("UTC, 4 of 10 calls")
