@@ -8,7 +8,7 @@ It owns every SQL statement and every transaction, except the user's own `toolau
   customer's report (each filtered to that customer's calls);
 - `staging`: `compare`'s staging tables (digests joined in SQL) and the one writer of a compare run's rows;
 - `batch`: the staging of `toolaudit batch import`; `merge` and `combine`: `toolaudit merge`; `export`:
-  `toolaudit export`.
+  `toolaudit export`; `snapshot`: the copy a replay or compare publishes for readers while it holds the file.
 A layout test fails on SQL text outside this package.
 """
 
