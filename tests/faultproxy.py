@@ -28,9 +28,9 @@ from aiohttp import ClientSession, ClientTimeout, web
 STATUS_KINDS = {"429_retry_after": 429, "429": 429, "500": 500, "502": 502, "503": 503}
 # every kind, in the order tables print them
 KINDS = (*STATUS_KINDS, "reset_before_body", "reset_mid_body", "stall", "truncated_honest", "truncated_short",
-         "html_200", "slow_drip", "slow_loris", "stream_cut")
+         "html_200", "slow_drip", "slow_loris", "stream_cut", "stream_cut_after_finish")
 PLAIN_ONLY = frozenset({"truncated_honest", "truncated_short"})  # a streamed body's truncation is a stream cut
-STREAM_ONLY = frozenset({"stream_cut"})
+STREAM_ONLY = frozenset({"stream_cut", "stream_cut_after_finish"})
 SUCCEEDS = frozenset({"slow_drip"})  # a fault the client must ride out on the same attempt
 RETRY_AFTER_S = 0.1
 
@@ -63,19 +63,23 @@ class FaultSchedule:
 
     @classmethod
     def seeded(cls, seed: int, calls: list[tuple[str, str]], kinds: tuple[str, ...] = KINDS) -> FaultSchedule:
-        """`calls`: (plain key, streamed key) per call. A call's two requests are both transient or both
-        persistent, so the run holds calls that must recover and calls that must end as error rows."""
+        """`calls`: (plain key, streamed key) per call. A kind both sides can meet is transient on one side
+        and persistent on the other; a kind only one side can meet is both there. A call's two requests are
+        both transient or both persistent, so the run holds calls that must recover and calls that must end as
+        error rows (at most 16 of each for all kinds; the calls beyond get no fault)."""
         rng = random.Random(seed)
         order = list(range(len(calls)))
         rng.shuffle(order)
+        shared = [k for k in kinds if k not in PLAIN_ONLY | STREAM_ONLY]
+        rng.shuffle(shared)
+        half = len(shared) // 2
         plan: dict[str, Fault] = {}
-        for side, applicable in ((0, [k for k in kinds if k not in STREAM_ONLY]),
-                                 (1, [k for k in kinds if k not in PLAIN_ONLY])):
-            slots = [(k, persistent) for persistent in (False, True) for k in applicable]
+        for side, own in ((0, PLAIN_ONLY), (1, STREAM_ONLY)):
+            slots = [(k, (i < half) != bool(side)) for i, k in enumerate(shared)]
+            slots += [(k, p) for k in kinds if k in own for p in (False, True)]
             rng.shuffle(slots)
             slots.sort(key=lambda s: s[1])  # transient first: pairs up with the other side's
-            for i, call in enumerate(order[: len(slots)]):
-                kind, persistent = slots[i]
+            for call, (kind, persistent) in zip(order, slots):
                 plan[calls[call][side]] = Fault(kind, persistent or kind in SUCCEEDS, rng.uniform(0.2, 0.8))
         return cls(plan)
 
@@ -172,9 +176,12 @@ class FaultProxy:
                 await asyncio.sleep(total / pieces)
             await response.write_eof()
             return response
-        if kind == "stream_cut":  # the first events of the stream, never [DONE], then a clean end of the body
+        if kind.startswith("stream_cut"):  # the first events of the stream, never [DONE], then a clean end
             events = [e for e in answer.split(b"\n\n") if e.strip()]
-            keep = max(1, min(len(events) - 1, round(fault.at * len(events))))
+            if kind == "stream_cut":  # somewhere before the chunk with the finish_reason
+                keep = max(1, min(_finish_event(events), round(fault.at * len(events))))
+            else:  # the finish_reason sent, the usage chunk and [DONE] not
+                keep = _finish_event(events) + 1
             response = await _start(request, content_type, None)
             await response.write(b"".join(e + b"\n\n" for e in events[:keep]))
             await response.write_eof()
@@ -210,6 +217,15 @@ async def _start(request: web.Request, content_type: str, length: int | None) ->
         response.enable_chunked_encoding()
     await response.prepare(request)
     return response
+
+
+def _finish_event(events: list[bytes]) -> int:
+    """The index of the SSE event whose chunk carries a finish_reason."""
+    for i, event in enumerate(events):
+        data = event.removeprefix(b"data: ")
+        if data != b"[DONE]" and any(c.get("finish_reason") for c in json.loads(data).get("choices") or ()):
+            return i
+    raise AssertionError("the upstream's stream has no finish_reason")
 
 
 def _gone(request: web.Request) -> bool:

@@ -40,7 +40,7 @@ REASON = {"429_retry_after": "HTTP 429", "429": "HTTP 429", "500": "HTTP 500", "
           "503": "HTTP 503", "reset_before_body": "connection error", "reset_mid_body": "connection error",
           "truncated_short": "connection error", "stall": "timeout", "slow_loris": "timeout",
           "truncated_honest": "malformed response", "html_200": "malformed response",
-          "stream_cut": "malformed response"}
+          "stream_cut": "malformed response", "stream_cut_after_finish": "malformed response"}
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +100,8 @@ def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_
 
     clean_db = tmp_path / "clean.duckdb"
     _, clean = replay(clean_db, paths)
-    assert clean.errors == 0 and len(proxy.attempts) == 2 * LIMIT
     want = outputs(clean_db)
+    assert clean.errors == 0 and len(proxy.attempts) == 2 * LIMIT, {o["error"] for o in want.values()}
     assert all(o["error"] is None and o["token_ids"] for o in want.values())
 
     schedule = FaultSchedule.seeded(SEED, list(keys.values()))
@@ -187,9 +187,9 @@ def summary_table(schedule: FaultSchedule, attempts, failing: set, keys: dict, l
                 error_calls[f.kind] += call in failing
             else:
                 ok_requests[f.kind] += 1
-    lines = [f"{'fault':<20}{'injected':>9}{'retries':>9}{'ok':>5}{'errors':>8}"]
+    lines = [f"{'fault':<25}{'injected':>9}{'retries':>9}{'ok':>5}{'errors':>8}"]
     for kind in KINDS:
-        lines.append(f"{kind:<20}{injected[kind]:>9}{retries[kind]:>9}{ok_requests[kind]:>5}{error_calls[kind]:>8}")
+        lines.append(f"{kind:<25}{injected[kind]:>9}{retries[kind]:>9}{ok_requests[kind]:>5}{error_calls[kind]:>8}")
     total_ok = len(keys) - len(failing)
     lines.append(f"calls: {len(keys)}, ok {total_ok}, error rows {len(failing)} (all re-sent and filled by the "
                  f"resume), lost {lost}, duplicated {duplicated}; requests {len(attempts)}, "
