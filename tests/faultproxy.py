@@ -41,6 +41,16 @@ def request_key(messages: list, stream: bool) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def call_keys(calls) -> dict[tuple[str, int], tuple[str, str]]:
+    """(plain key, streamed key) per replayed call, by (session, call index): the requests' identities the
+    openai engine's messages give (`openai_messages` turns recorded tool-call arguments into strings)."""
+    from toolaudit.engines.openai.shapes import openai_messages
+
+    return {(c.session_id, c.call_index): (request_key(openai_messages(c.request["messages"]), False),
+                                           request_key(openai_messages(c.request["messages"]), True))
+            for c in calls}
+
+
 @dataclass(frozen=True)
 class Fault:
     kind: str
@@ -54,6 +64,19 @@ class FaultSchedule:
     once transient and once persistent where there are enough requests; requests left over get none."""
 
     plan: dict[str, Fault] = field(default_factory=dict)
+
+    def ends_in_error(self, key: str) -> bool:
+        """Whether the request fails on every attempt (so its call must end as an error row)."""
+        f = self.plan.get(key)
+        return f is not None and f.persistent and f.kind not in SUCCEEDS
+
+    def attempts(self, key: str, max_retries: int) -> int:
+        """How many attempts the client must make for the request: every one allowed for a persistent fault,
+        two for a transient one, one for a fault the client rides out or none."""
+        f = self.plan.get(key)
+        if f is None or f.kind in SUCCEEDS:
+            return 1
+        return max_retries + 1 if f.persistent else 2
 
     def fault(self, key: str, attempt: int) -> Fault | None:
         f = self.plan.get(key)

@@ -16,17 +16,16 @@ from collections import Counter
 
 import pytest
 from click.testing import CliRunner
-from faultproxy import KINDS, RETRY_AFTER_S, SUCCEEDS, FaultProxy, FaultSchedule, request_key
+from faultproxy import KINDS, RETRY_AFTER_S, SUCCEEDS, FaultProxy, FaultSchedule, call_keys
 from helpers import DEMO, REPO, AppThread, ServeProcess, build_tiny_model, openai_path_toml, torch_path_toml
 from test_shards import rows_of
 
 from toolaudit.cli import cli
-from toolaudit.engines.openai.shapes import openai_messages
 from toolaudit.replay.replayer import ReplayOptions, load_calls, replay_traces
 from toolaudit.store import Store
 
 LIMIT = 24
-TIMEOUT_S = 0.8
+TIMEOUT_S = 1.0
 MAX_RETRIES = 2
 SEED = 25
 TOKEN_IDS = "{ return_tokens_as_token_ids = true }"
@@ -92,9 +91,7 @@ def outputs(db, run_id: int = 1) -> dict[tuple, dict]:
 def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_fault_free_run(
         tmp_path, proxy, capsys):
     calls = load_calls(ReplayOptions(traces=[str(DEMO)], limit=LIMIT))[0]
-    keys = {(c.session_id, c.call_index): (request_key(openai_messages(c.request["messages"]), False),
-                                           request_key(openai_messages(c.request["messages"]), True))
-            for c in calls}
+    keys = call_keys(calls)
     assert len({k for pair in keys.values() for k in pair}) == 2 * LIMIT  # attempts count per request
     paths = paths_file(tmp_path, proxy.base_url)
 
@@ -114,8 +111,7 @@ def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_
     faulty_db = tmp_path / "faulty.duckdb"
     run_id, counts = replay(faulty_db, paths)
     faulty = proxy.attempts[:]
-    failing = {call for call, pair in keys.items()
-               if any(plan.get(k) and plan[k].persistent and plan[k].kind not in SUCCEEDS for k in pair)}
+    failing = {call for call, pair in keys.items() if any(schedule.ends_in_error(k) for k in pair)}
     assert counts.errors == len(failing) > 0 and counts.calls == LIMIT
 
     # each call: the fault-free answer on both sides, or an error row whose reason names the fault
@@ -125,7 +121,7 @@ def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_
         fault = plan.get(keys[session, index][side == "candidate"])
         if (session, index) not in failing:
             assert row == want[session, index, side], (fault, row["error"])
-        elif fault and fault.persistent and fault.kind not in SUCCEEDS:
+        elif schedule.ends_in_error(keys[session, index][side == "candidate"]):
             assert (row["error"] or "").startswith(REASON[fault.kind]), (fault, row["error"])
             assert row["error"].endswith(f"(after {MAX_RETRIES + 1} attempts)"), (fault, row["error"])
     with Store(faulty_db, read_only=True) as store:
@@ -136,9 +132,7 @@ def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_
     # attempts per request: persistent faults 1 + max_retries, transient 2, a drip or no fault 1
     seen = Counter(a.key for a in faulty)
     for key in {k for pair in keys.values() for k in pair}:
-        f = plan.get(key)
-        expect = 1 if f is None or f.kind in SUCCEEDS else MAX_RETRIES + 1 if f.persistent else 2
-        assert seen[key] == expect, (f, seen[key])
+        assert seen[key] == schedule.attempts(key, MAX_RETRIES), (plan.get(key), seen[key])
     # a 429's Retry-After is a floor under the wait before the next attempt
     by_attempt = {(a.key, a.attempt): a for a in faulty}
     for a in faulty:
@@ -183,7 +177,7 @@ def summary_table(schedule: FaultSchedule, attempts, failing: set, keys: dict, l
             f = schedule.plan.get(key)
             if f is None:
                 continue
-            if f.persistent and f.kind not in SUCCEEDS:
+            if schedule.ends_in_error(key):
                 error_calls[f.kind] += call in failing
             else:
                 ok_requests[f.kind] += 1
