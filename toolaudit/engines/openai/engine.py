@@ -7,8 +7,10 @@ speculative-decoding switch).
 
 Client behaviour: the real `openai` package (`AsyncOpenAI`, its own retries off), at most `concurrency` requests
 in flight, a per-attempt deadline of `timeout_s`, and our own retry loop (exponential backoff with jitter, a
-server's Retry-After as a floor) on 429, 408/409, 5xx, connection errors, timeouts and truncated bodies. A request
+server's Retry-After as a floor) on 429, 408/409, 5xx, connection errors, timeouts and truncated bodies. A streamed
+answer counts only once `data: [DONE]` arrives (a cut stream can end the body cleanly and look whole). A request
 that still fails becomes an error result with the status and message; `replay --resume` retries those calls.
+docs/reliability.md lists the faults this is tested against.
 
 The API key is read from the environment variable NAMED by `api_key_env`, held by the client only, and scrubbed
 from error messages: it never reaches the database, reports or logs. Loopback servers need no key.
