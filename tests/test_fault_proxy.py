@@ -112,6 +112,9 @@ def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_
     faulty_db = tmp_path / "faulty.duckdb"
     run_id, counts = replay(faulty_db, paths)
     faulty = proxy.attempts[:]
+    injected = proxy.injected
+    assert injected == Counter({kind: sum(schedule.attempts(k, MAX_RETRIES) if f.persistent else 1
+                                          for k, f in plan.items() if f.kind == kind) for kind in KINDS})
     failing = {call for call, pair in keys.items() if any(schedule.ends_in_error(k) for k in pair)}
     assert counts.errors == len(failing) > 0 and counts.calls == LIMIT
 
@@ -162,16 +165,16 @@ def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_
         run_status = b.run_row(run_id)["status"]
     assert per_call == 1 and per_side == (1, 2 * LIMIT) and stored_calls == LIMIT and run_status == "complete"
 
-    table = summary_table(schedule, faulty, failing, keys, lost=LIMIT - stored_calls, duplicated=per_call - 1)
+    table = summary_table(schedule, faulty, injected, failing, keys, lost=LIMIT - stored_calls, duplicated=per_call - 1)
     table += f"\nslowest fault-free answer {slowest:.2f} s (timeout_s {TIMEOUT_S:g})"
     with capsys.disabled():
         print("\n" + table)
 
 
-def summary_table(schedule: FaultSchedule, attempts, failing: set, keys: dict, lost: int, duplicated: int) -> str:
+def summary_table(schedule: FaultSchedule, attempts, injected: Counter, failing: set, keys: dict, lost: int,
+                  duplicated: int) -> str:
     """Per kind: faults injected, retries they caused, requests that came through, and calls left as error rows
     (a call with a persistent fault on either side) before the resume."""
-    injected = Counter(a.fault for a in attempts if a.fault)
     retries = Counter(schedule.plan[a.key].kind for a in attempts if a.attempt > 1 and a.key in schedule.plan)
     ok_requests, error_calls = Counter(), Counter()
     for call, pair in keys.items():
