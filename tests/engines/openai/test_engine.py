@@ -305,3 +305,17 @@ def test_backoff_is_exponential_with_jitter_and_honours_retry_after():
         assert all(d / 2 <= x <= d for x in delays) and len(set(delays)) > 100  # jittered
     assert backoff_delay(0, 0.5, 8.0, retry_after=3, rng=rng) == 3  # the server's floor
     assert backoff_delay(0, 0.5, 8.0, retry_after=60, rng=rng) == 8.0  # capped
+
+
+def test_sse_data_reads_events_as_the_spec_frames_them():
+    from toolaudit.engines.openai.engine import sse_data
+
+    async def lines():
+        for line in [": keep-alive", "", "event: chunk", "data: {\"a\":", "data:1}", "id: 3", "", "", "data: [DONE]"]:
+            yield line
+
+    async def collect():
+        return [d async for d in sse_data(lines())]
+
+    # comments and other fields skipped, data lines joined, one leading space dropped, an open last event given
+    assert asyncio.run(collect()) == ['{"a":\n1}', "[DONE]"]

