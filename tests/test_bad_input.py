@@ -62,9 +62,11 @@ def compare_with_bad_line(tmp_path, db_path, bad, side="candidate", schema_dir=N
     (b'{"request": {"messages": [], "metadata": {}}, "response": {}}', "request.metadata.session_id",
      "--session-key"),
     (b'{"request": {"messages": [], "metadata": {"session_id": "x", "call_index": "first"}}, "response": {}}',
-     "request.metadata.call_index", "integer from 0 to 2**63-1"),
+     "request.metadata.call_index", "integer from 0 to 2147483647"),
     (b'{"request": {"messages": [], "metadata": {"session_id": "x", "call_index": 12345678901234567890}}, '
-     b'"response": {}}', "request.metadata.call_index", "integer from 0 to 2**63-1"),  # past BIGINT
+     b'"response": {}}', "request.metadata.call_index", "integer from 0 to 2147483647"),  # past BIGINT
+    (b'{"request": {"messages": [], "metadata": {"session_id": "x", "call_index": 3000000000}}, '
+     b'"response": {}}', "request.metadata.call_index", "integer from 0 to 2147483647"),  # past INTEGER
     (b'{"request": {"messages": [], "metadata": {"session_id": "x"}}}', "response", "missing"),
     (b'{"request": {"messages": [], "metadata": {"session_id": "x"}}, "response": "ok"}', "response",
      "must be an object"),

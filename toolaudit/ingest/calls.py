@@ -79,7 +79,7 @@ def check_call(call: Call, source: str, word: str, require_response: bool, key: 
     if explicit is not None:
         index = as_index(explicit)
         if index is None:
-            return error(CALL_INDEX_KEY, f"must be an integer from 0 to 2**63-1, got {explicit!r}")
+            return error(CALL_INDEX_KEY, f"must be an integer from 0 to 2147483647, got {explicit!r}")
     return RawCall(origin.line, session_id, index, as_key(metadata.get("customer")), request, response, key,
                    origin.record)
 

@@ -75,11 +75,11 @@ def check_request(request: Any) -> tuple[str, str] | None:
     return None
 
 
-MAX_INDEX = 2**63 - 1  # call indices are stored as BIGINT
+MAX_INDEX = 2**31 - 1  # call indices are stored as INTEGER
 
 
 def as_index(value: Any) -> int | None:
-    """A call index: a non-negative integer that fits a BIGINT (as a number or digits), else None."""
+    """A call index: a non-negative integer that fits the stored INTEGER column (a number or digits), else None."""
     if isinstance(value, bool):
         return None
     index = None
@@ -130,5 +130,5 @@ def parse_line(raw: bytes, source: str, line_no: int, session_key: str, customer
         index = as_index(explicit)
         if index is None:
             return line_error(raw, source, line_no, CALL_INDEX_KEY,
-                              f"must be an integer from 0 to 2**63-1, got {explicit!r}")
+                              f"must be an integer from 0 to 2147483647, got {explicit!r}")
     return RawCall(line_no, session_id, index, customer, request, response, key)
