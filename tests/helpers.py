@@ -174,32 +174,54 @@ class ServeProcess:
 
 class CollectProcess:
     """`python -m toolaudit collect --port 0 --dir FOLDER` as a subprocess; `url` (http://127.0.0.1:PORT) once it
-    has announced its address (about a second: it loads no model)."""
+    has announced its address (about a second: it loads no model). Its stderr is copied line by line to `log` by
+    a thread, which hands over the address as soon as it is printed: nothing polls."""
 
     def __init__(self, folder: Path, log: Path, *extra: str):
+        import queue
+        import threading
+
         self.folder, self.log = folder, log
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        with log.open("wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "toolaudit", "collect", "--port", "0", "--dir",
-                                          str(folder), *extra], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        self.proc = subprocess.Popen([sys.executable, "-m", "toolaudit", "collect", "--port", "0", "--dir",
+                                      str(folder), *extra], env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
+        self._address: queue.Queue[str | None] = queue.Queue()
+        self._copier = threading.Thread(target=self._copy_stderr, daemon=True, name="collect-stderr")
+        self._copier.start()
         self.url = self._wait()
 
-    def _wait(self, timeout: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for line in self.log.read_text().splitlines():
-                if "listening on " in line:
-                    return line.split("listening on ", 1)[1].split()[0]
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"collect exited with {self.proc.returncode}: {self.log.read_text()}")
-            time.sleep(0.05)
-        raise RuntimeError(f"collect did not listen in {timeout}s: {self.log.read_text()}")
+    def _copy_stderr(self) -> None:
+        with self.log.open("wb") as out:
+            for raw in self.proc.stderr:
+                out.write(raw)
+                out.flush()  # written before the address is handed over: the log holds what came first
+                text = raw.decode("utf-8", "replace")
+                if "listening on " in text:
+                    self._address.put(text.split("listening on ", 1)[1].split()[0])
+        self._address.put(None)  # end of stderr: the process exited
 
-    stop = ServeProcess.stop  # SIGTERM, as a service manager stops it; the exit code (a kill after 15 s)
+    def _wait(self, timeout: float = 30.0) -> str:
+        import queue
+
+        try:
+            url = self._address.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"collect did not listen in {timeout}s: {self.log.read_text()}") from None
+        if url is None:
+            raise RuntimeError(f"collect exited with {self.proc.wait()}: {self.log.read_text()}")
+        return url
+
+    def stop(self) -> int:
+        """SIGTERM, as a service manager stops it; the exit code (a kill after 15 s). The log is complete after."""
+        code = ServeProcess.stop(self)
+        self._copier.join(timeout=10)
+        return code
 
     def kill9(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        self._copier.join(timeout=10)
 
 
 class AppThread:

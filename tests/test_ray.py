@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,24 +81,44 @@ def _untimed(value):
     return value
 
 
+def open_gate_actor():
+    """A Ray actor whose `wait()` returns once `open()` was called: the gate the workers' engine calls wait on."""
+    import asyncio
+
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Gate:
+        def __init__(self):
+            self.opened = asyncio.Event()
+
+        async def wait(self) -> bool:
+            await self.opened.wait()
+            return True
+
+        async def open(self) -> None:
+            self.opened.set()
+
+    return Gate.remote()
+
+
 @dataclass
 class GatedFactory:
-    """The registry's engines, whose engine calls outside the first chunk wait until `gate` exists: the test
-    kills a worker while every later chunk is still in flight, not by timing."""
+    """The registry's engines, whose engine calls outside the first chunk wait until the test opens `gate` (a
+    Ray actor): the test kills a worker while every later chunk is still in flight, not by timing."""
 
     first_keys: frozenset[str]
-    gate: str
+    gate: object
 
     def __call__(self, path):
+        import ray
+
         engine = make_engine(path)
         generate = engine.generate
 
         def gated(requests):
-            deadline = time.monotonic() + 30
-            while not self.first_keys.issuperset(r.key for r in requests) and not os.path.exists(self.gate):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"gate {self.gate} never opened")
-                time.sleep(0.02)
+            if not self.first_keys.issuperset(r.key for r in requests):
+                ray.get(self.gate.wait.remote(), timeout=30)  # GetTimeoutError if the gate never opens
             return generate(requests)
 
         engine.generate = gated
@@ -113,16 +132,16 @@ def test_ray_replay_equals_in_process_when_a_worker_is_killed(tmp_path, local_ra
     with Store(one) as store:
         replay_traces(store, options(paths_file))
     calls = load_calls(options(paths_file))[0]
-    gate = tmp_path / "gate"
+    gate = open_gate_actor()
     pool = RayEnginePool(RayOptions(workers=2), factory=GatedFactory(
-        frozenset(f"{c.session_id}\x1f{c.call_index}" for c in calls[:2]), str(gate)))
+        frozenset(f"{c.session_id}\x1f{c.call_index}" for c in calls[:2]), gate))
     killed: list[int] = []
 
     def kill_first_worker(n: int) -> None:  # after the first chunk is stored, with every other chunk in flight
         if not killed:
             killed.append(pool.workers_seen[0][1])
             os.kill(killed[0], signal.SIGKILL)
-            gate.touch()
+            local_ray.get(gate.open.remote())
 
     with Store(two) as store:
         run_id, counts = replay_traces(store, options(paths_file), engines=pool, progress=kill_first_worker)

@@ -1,8 +1,8 @@
 """Readers answer while a writer holds the database: they open the writer's snapshot and say how current it is.
 
 The writer is a separate process (DuckDB locks the file per process) holding a `Store` and committing chunks of
-calls, each chunk released by a file this test creates and acknowledged on its stdout: timing keyed to progress,
-no sleeps."""
+calls, each chunk released by a line this test writes on its stdin and acknowledged on its stdout: timing keyed
+to progress, no sleeps."""
 
 from __future__ import annotations
 
@@ -25,15 +25,14 @@ from toolaudit.store.snapshot import snapshot_path
 ROOT = Path(__file__).resolve().parents[2]
 CHUNK, CHUNKS = 4, 3
 WRITER = textwrap.dedent(f"""
-    import sys, time
-    from pathlib import Path
+    import sys
     from toolaudit.store import RowBuffer, Store
 
-    db, gates = sys.argv[1], Path(sys.argv[2])
+    db = sys.argv[1]
 
-    def released(name):  # the test creates the file when it wants the next step
-        while not (gates / name).exists():
-            time.sleep(0.005)
+    def released(name):  # blocks until the test writes the step's name on stdin
+        got = sys.stdin.readline().strip()
+        assert got == name, (got, name)
 
     store = Store(db)
     snapshots = store.publish_snapshots("replay", min_interval_s=0, max_share=1.0)
@@ -61,17 +60,17 @@ WRITER = textwrap.dedent(f"""
 
 
 class Writer:
-    def __init__(self, db: Path, gates: Path):
-        self.gates = gates
+    def __init__(self, db: Path):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(gates)], stdout=subprocess.PIPE,
-                                     text=True, env=env)
+        self.proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
         words = self.proc.stdout.readline().split()
         assert words[0] == "started", words
         self.run_id = int(words[1])
 
     def release(self, name: str) -> str:
-        (self.gates / name).touch()
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
         return self.proc.stdout.readline().strip()
 
     def stop(self) -> None:
@@ -84,7 +83,7 @@ class Writer:
 def writer(tmp_path):
     db = tmp_path / "audit.duckdb"
     Store(db).close()
-    w = Writer(db, tmp_path)
+    w = Writer(db)
     w.db = db
     yield w
     w.stop()
