@@ -26,7 +26,7 @@ import orjson
 from toolaudit.ingest.formats import langfuse_fields, openinference, otel
 from toolaudit.ingest.formats.base import Call, Invalid, Keys, Origin, chat_response, usage_block
 from toolaudit.ingest.formats.otlp import Span
-from toolaudit.ingest.formats.otlp_export import Context
+from toolaudit.ingest.formats.span_family import Context
 
 TYPE = "langfuse.observation.type"
 PREFIX = "langfuse.observation."

@@ -35,7 +35,8 @@ from toolaudit.ingest.formats.base import (
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp import Span, detect_convention
-from toolaudit.ingest.formats.otlp_export import Context, open_export
+from toolaudit.ingest.formats.otlp_export import open_export
+from toolaudit.ingest.formats.span_family import Context
 
 KIND = "openinference.span.kind"
 SESSION_ATTR = "session.id"

@@ -33,7 +33,8 @@ from toolaudit.ingest.formats.base import (
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp import Span, detect_convention
-from toolaudit.ingest.formats.otlp_export import Context, open_export
+from toolaudit.ingest.formats.otlp_export import open_export
+from toolaudit.ingest.formats.span_family import Context
 
 # OpenLLMetry (traceloop-sdk) copies its association properties onto every span as
 # `traceloop.association.properties.<key>`; baggage span processors copy `session.id` / `user.id`.

@@ -15,7 +15,7 @@ import hashlib
 import pickle
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,13 +26,13 @@ from toolaudit.ingest.formats.base import Call, Invalid, Keys, canonical_bytes, 
 from toolaudit.ingest.formats.otlp import Span, SpanReader, decode_span, key_values, spans_of
 from toolaudit.ingest.formats.otlp_docs import Documents, document_at, is_pretty
 from toolaudit.ingest.formats.otlp_logs import LOGS, LogIndex, decode_log, records_of
+from toolaudit.ingest.formats.span_family import Context, Family
 from toolaudit.ingest.records import RawCall, TraceLineError, collector_paused
 from toolaudit.ingest.registry import mixed
 from toolaudit.ingest.sources import Item, RangeLines, Scanned, Settlement, TraceSource, line_ranges, open_trace
 
 SPAN_BITS = 20  # a span's key: its line's byte offset << SPAN_BITS | its index among the line's spans
 WORD = "span"
-_MAX_DEPTH = 10_000  # parent hops followed (a cyclic parent chain in a broken export ends here)
 EXPORT_BYTES = 2  # an export holds about twice the bytes of an OpenAI log for the same calls (ranges are sized so)
 LOG_SKIP = "OTLP log record (its content is read with its span)"
 _NO_SESSION = ("missing or not a string on the span, its resource, its parent spans and its trace: cannot tell which "
@@ -83,52 +83,6 @@ def _unpack(packed: Any, line: int, key: int) -> RawCall:
     body, session_id, customer, record = packed
     request, response = orjson.loads(body) if body[:1] == b"[" else pickle.loads(body)
     return RawCall(line, session_id, None, customer, request, response, key, record)
-
-
-@dataclass(frozen=True)
-class Context:
-    """Where a convention keeps a call's session and customer: attributes looked up on a span, then its resource,
-    first present wins (`--session-key` / `--customer-key` name one instead). A call span without them takes them
-    from its parent spans, else from any span of its trace, when the file's ranges are settled."""
-
-    session: tuple[str, ...]
-    customer: tuple[str, ...]
-
-
-class _Family:
-    """The session and customer every span carries itself, by span and by trace, to settle what call spans inherit
-    (each span once: a re-exported span is not added again)."""
-
-    def __init__(self) -> None:
-        self.spans: dict[tuple[str, str], tuple[str | None, tuple[str | None, str | None] | None]] = {}
-        self.traces: dict[str, list[str | None]] = {}
-
-    def add(self, note: Note) -> None:
-        trace, span = note.ids
-        self.spans[(trace, span)] = (note.parent, note.context)
-        if note.context is not None:
-            first = self.traces.setdefault(trace, [None, None])
-            first[0] = first[0] or note.context[0]
-            first[1] = first[1] or note.context[1]
-
-    def inherited(self, note: Note) -> tuple[str | None, str | None]:
-        """The span's own session and customer, else its nearest ancestor's, else its trace's first."""
-        session, customer = note.context or (None, None)
-        trace, parent = note.ids[0], note.parent
-        hops = 0
-        while (session is None or customer is None) and parent is not None and hops < _MAX_DEPTH:
-            up = self.spans.get((trace, parent))
-            if up is None:
-                break
-            parent, context = up
-            if context is not None:
-                session, customer = session or context[0], customer or context[1]
-            hops += 1
-        if session is None or customer is None:
-            first = self.traces.get(trace)
-            if first is not None:
-                session, customer = session or first[0], customer or first[1]
-        return session, customer
 
 
 class _Placed(NamedTuple):
@@ -287,10 +241,7 @@ class OtlpExport(TraceSource):
                     parent=span.parent_id, context=context, customer=result.customer)
 
     def _own_context(self, span: Span) -> tuple[str | None, str | None] | None:
-        if self.context is None:
-            return None
-        found = (span.session(self.keys, self.context.session), span.customer(self.keys, self.context.customer))
-        return found if found != (None, None) else None
+        return None if self.context is None else self.context.of(span, self.keys)
 
     # -- the ranges together -----------------------------------------------------------------------------------
     def settle(self, notes: list[Any]) -> Settlement:
@@ -298,7 +249,7 @@ class OtlpExport(TraceSource):
         order, then the calls that fail their check, in call order); `skipped` and `shown` filled in."""
         ranges: list[RangeNotes] = notes
         seen: dict[tuple[str, str], tuple[int, bytes | None]] = {}
-        family = _Family()
+        family = Family()
         skipped: Counter = Counter()
         errors: list[TraceLineError] = []
         placed: list[_Placed] = []
@@ -319,7 +270,7 @@ class OtlpExport(TraceSource):
                                 f"duplicate span id (first at line {first[0]}) with different content")))
                         continue
                     seen[note.ids] = (line, note.digest)
-                    family.add(note)
+                    family.add(note.ids, note.parent, note.context)
                 if note.outcome == "skip":
                     skipped[note.reason] += 1
                 elif note.outcome == "error":
@@ -344,7 +295,7 @@ class OtlpExport(TraceSource):
                     errors.append(self._failed(one, index))
         return Settlement(keep, errors, order, rekey)
 
-    def _inherit(self, placed: list[_Placed], family: _Family, errors: list[TraceLineError],
+    def _inherit(self, placed: list[_Placed], family: Family, errors: list[TraceLineError],
                  ranges: int) -> tuple[list[_Placed], list[dict[int, tuple[str, str | None]]]]:
         """Each call's session and customer, from the span, else its parent spans, else any span of its trace
         (the agent span that carries them often ends, and is exported, after the model call's span), else (the
@@ -355,7 +306,7 @@ class OtlpExport(TraceSource):
         out = []
         for one in placed:
             note = one.note
-            session, customer = family.inherited(note)
+            session, customer = family.inherited(note.ids, note.parent, note.context)
             if session is None and self.keys.session is not None:
                 errors.append(self._error_at_span(note.key, one.line, note.ids[1], self.keys.session,
                                                   _NO_SESSION))

@@ -31,14 +31,14 @@ from toolaudit.ingest.formats.base import (
     record_lines,
 )
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
-from toolaudit.ingest.formats.openinference import CUSTOMER_ATTRS, KIND, SESSION_ATTR, span_to_call
+from toolaudit.ingest.formats.openinference import CONTEXT, CUSTOMER_ATTRS, KIND, SESSION_ATTR, span_to_call
 from toolaudit.ingest.formats.otlp import Span
+from toolaudit.ingest.formats.span_family import Family
 from toolaudit.ingest.registry import mixed
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _FIELDS = {"startTimeUnixNano": "start_time", "endTimeUnixNano": "end_time"}  # the OTLP reader's names, here
-_MAX_ANCESTORS = 10_000  # a parent chain longer than this (a cycle, in a broken export) is not followed further
 
 
 def looks_like_phoenix(record: Any) -> bool:
@@ -98,11 +98,13 @@ def read(path: str, keys: Keys) -> Conversion:
                 continue
             seen[ids] = (line_no, digest)
             spans.append((span, item))
-    family = _Family([s for s, _ in spans], keys)
+    family = Family()
+    for span, _ in spans:
+        family.add((span.trace_id, span.span_id), span.parent_id, CONTEXT.of(span, keys))
     for span, item in spans:
         try:
             if str(span.attributes.get(KIND)).upper() == "LLM":
-                family.inherit(span)
+                _inherit(span, family, keys)
             result = span_to_call(span, keys)
         except Invalid as exc:
             conv.problem(span.line, span.span_id, _FIELDS.get(exc.field, exc.field), exc.message, item)
@@ -190,49 +192,18 @@ def _time(value: Any, field_name: str) -> int | None:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
-class _Family:
-    """The session and customer of a call span that lacks them, as the OTLP exports settle them
-    (`otlp_export`): from its nearest ancestor that has each, else from the first span of its trace that does."""
-
-    def __init__(self, spans: list[Span], keys: Keys):
-        self.keys = keys
-        self.by_id = {(s.trace_id, s.span_id): s for s in spans}
-        self.traces: dict[str, list[Span]] = {}
-        for span in spans:
-            self.traces.setdefault(span.trace_id, []).append(span)
-
-    def _value(self, span: Span, which: str) -> str | None:
-        if which == "session":
-            return span.session(self.keys, SESSION_ATTR)
-        return span.customer(self.keys, CUSTOMER_ATTRS)
-
-    def inherit(self, span: Span) -> None:
-        """Set the inherited values on the span, under the attribute the reader looks for. Raises Invalid when
-        a named `--session-key` is nowhere to be found."""
-        for which, named, default in (("session", self.keys.session, SESSION_ATTR),
-                                      ("customer", self.keys.customer, CUSTOMER_ATTRS[0])):
-            if self._value(span, which) is not None:
-                continue
-            value = self._from_family(span, which)
-            if value is not None:
-                span.attributes[named or default] = value
-            elif which == "session" and named is not None:
-                raise Invalid(named, "missing or not a string on the span, its parent spans and its trace: cannot "
-                                     "tell which session this call belongs to (use --session-key to name another "
-                                     "attribute)")
-
-    def _from_family(self, span: Span, which: str) -> str | None:
-        node, hops = span, 0
-        while node.parent_id is not None and hops < _MAX_ANCESTORS:
-            node = self.by_id.get((span.trace_id, node.parent_id))
-            if node is None:
-                break
-            hops += 1
-            value = self._value(node, which)
-            if value is not None:
-                return value
-        for other in self.traces.get(span.trace_id, ()):
-            value = self._value(other, which)
-            if value is not None:
-                return value
-        return None
+def _inherit(span: Span, family: Family, keys: Keys) -> None:
+    """Set a call span's inherited session and customer (`span_family`) under the attribute the reader looks for.
+    Raises Invalid when a named `--session-key` is nowhere to be found."""
+    own = CONTEXT.of(span, keys)
+    session, customer = family.inherited((span.trace_id, span.span_id), span.parent_id, own)
+    own_session, own_customer = own or (None, None)
+    if own_session is None:
+        if session is not None:
+            span.attributes[keys.session or SESSION_ATTR] = session
+        elif keys.session is not None:
+            raise Invalid(keys.session, "missing or not a string on the span, its parent spans and its trace: cannot "
+                                        "tell which session this call belongs to (use --session-key to name another "
+                                        "attribute)")
+    if own_customer is None and customer is not None:
+        span.attributes[keys.customer or CUSTOMER_ATTRS[0]] = customer
