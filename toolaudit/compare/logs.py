@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from toolaudit.compare.join import Join
 from toolaudit.compare.pairs import Analyzer
@@ -181,6 +180,8 @@ class _Comparison:
                     if chunks:
                         self._settle(stage, side, chunks, line_base[side])
             self._duplicates(stage)
+            for side, found in stage.call_gaps(tools_key([])).items():
+                self.counts.gaps["candidate" if side else "baseline"] = CallGaps(*found)
             self.recorder.flush(stage, force=True)
             for side, src in enumerate(self.sources):
                 # a shard may hold none of a file's calls: the file as a whole must hold some
@@ -205,17 +206,9 @@ class _Comparison:
             self.recorder.error(side, replace(err, line=err.line + base))
         if chunk.table is not None and len(chunk.table):
             stats.calls += len(chunk.table)
-            self._gaps(side, chunk.table)
             stage.append(side, chunk.table, base, chunk.lines, self.shown[side], chunk.outputs_file)
         self.recorder.flush(stage)
         self._advance(size)
-
-    def _gaps(self, side: int, table: pa.Table) -> None:
-        n = len(table)
-        no_tools = pc.sum(pc.equal(table.column("tools_hash"), pa.scalar(tools_key([]), pa.binary()))).as_py()
-        self.counts.gaps["candidate" if side else "baseline"].add_counts(
-            n, n - (pc.sum(table.column("has_content")).as_py() or 0), no_tools or 0,
-            table.column("customer").null_count, pc.unique(table.column("session_id")).to_pylist())
 
     def _advance(self, size: int) -> None:
         if self.progress and size:

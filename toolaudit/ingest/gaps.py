@@ -26,29 +26,24 @@ _ID_WORDS = re.compile(r"session|conversation|thread|user|customer|tenant|org|ac
 
 @dataclass
 class CallGaps:
-    """What the calls of one file lack. `sessions` holds the distinct session ids (for "every call is its own
-    session")."""
+    """What the calls of one file lack, and how many distinct sessions they fall in (for "every call is its own
+    session"). `import` and `replay` count call by call (`add`); `compare` counts in SQL over its staged digests."""
 
     calls: int = 0
     no_content: int = 0  # no message carries text, parts or tool calls
     no_tools: int = 0  # the request offers no tool definitions (no schema to validate against)
     no_customer: int = 0
-    sessions: set[str] = field(default_factory=set)
+    sessions: int = 0
+    _seen: set[str] = field(default_factory=set, repr=False, compare=False)
 
     def add(self, session_id: str, customer: str | None, request: dict) -> None:
         self.calls += 1
         self.no_content += not has_content(request)
         self.no_tools += not has_tools(request)
         self.no_customer += customer is None
-        self.sessions.add(session_id)
-
-    def add_counts(self, calls: int, no_content: int, no_tools: int, no_customer: int, sessions) -> None:
-        """A batch of calls already counted elsewhere (compare's digest chunks)."""
-        self.calls += calls
-        self.no_content += no_content
-        self.no_tools += no_tools
-        self.no_customer += no_customer
-        self.sessions.update(sessions)
+        if session_id not in self._seen:
+            self._seen.add(session_id)
+            self.sessions += 1
 
 
 def has_content(request: dict) -> bool:
@@ -79,6 +74,7 @@ def gap_warnings(gaps: CallGaps, path: str | Path, session_key: str | None, cust
     if not gaps.calls:
         return out
     n = gaps.calls
+    hint = _KeysHint(path)
     if gaps.no_content:
         out.append(f"{path}: {gaps.no_content} of {n} calls hold no message content: nothing to replay (was message "
                    f"content capture switched on? e.g. OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)")
@@ -86,15 +82,15 @@ def gap_warnings(gaps: CallGaps, path: str | Path, session_key: str | None, cust
         out.append(f"{path}: {gaps.no_tools} of {n} calls offer no tool definitions: their arguments are diffed but "
                    f"not validated against a schema (the official OpenTelemetry instrumentation records none; "
                    f"--schemas DIR supplies <tool>.json schemas)")
-    if n >= 2 and len(gaps.sessions) == n:
+    if n >= 2 and gaps.sessions == n:
         key = _said(session_key, DEFAULT_SESSION_KEY, "gen_ai.conversation.id or session.id")
         out.append(f"{path}: every call is its own session ({n} calls): no record carries a session at {key}, so "
                    f"calls cannot pair up by session and call index; use --session-key."
-                   + _keys_hint(path))
+                   + hint.text())
     if gaps.no_customer == n:
         key = _said(customer_key, DEFAULT_CUSTOMER_KEY, "user.id")
         out.append(f"{path}: no record carries a customer at {key}: every call is under \"no customer\"; use "
-                   f"--customer-key." + _keys_hint(path))
+                   f"--customer-key." + hint.text())
     return out
 
 
@@ -104,9 +100,16 @@ def _said(key: str | None, default: str, span_default: str) -> str:
     return repr(key)
 
 
-def _keys_hint(path: str | Path) -> str:
-    keys = present_keys(path)
-    return f" Keys in the file that may hold it: {', '.join(keys)}." if keys else ""
+class _KeysHint:
+    """The keys the file holds, read once however many warnings name them."""
+
+    def __init__(self, path: str | Path):
+        self.path, self.keys = path, None
+
+    def text(self) -> str:
+        if self.keys is None:
+            self.keys = present_keys(self.path)
+        return f" Keys in the file that may hold it: {', '.join(self.keys)}." if self.keys else ""
 
 
 def present_keys(path: str | Path, limit: int = SAMPLED_LINES) -> list[str]:

@@ -174,6 +174,14 @@ class Staging:
             f"SELECT i.side, i.line, x.shown, x.\"offset\", i.session_id, i.call_index, i.first_shown "
             f"FROM {INDEX} i JOIN {SCAN} x USING (side, line) WHERE i.rank > 1 ORDER BY i.side, i.line"))
 
+    def call_gaps(self, no_tools_hash: bytes) -> dict[int, tuple[int, int, int, int, int]]:
+        """Per side: (calls, without message content, without tools, without customer, distinct sessions)."""
+        rows = self.con.execute(
+            f"SELECT side, count(*), count(*) FILTER (WHERE NOT has_content), "
+            f"count(*) FILTER (WHERE tools_hash = ?), count(*) FILTER (WHERE customer IS NULL), "
+            f"count(DISTINCT session_id) FROM {SCAN} GROUP BY side", [no_tools_hash]).fetchall()
+        return {row[0]: tuple(row[1:]) for row in rows}
+
     def pair(self) -> dict[int, int]:
         """Join the two sides; returns how many keys each `how` holds."""
         self.con.execute(_PAIRS)
