@@ -212,14 +212,16 @@ _CHECKED: OrderedDict[bytes, SchemaError | None] = OrderedDict()
 _CHECKED_MAX = 1024
 
 
-def _check_schema(cls, schema: Any) -> None:
-    """`cls.check_schema(schema)`, remembered: raises the same SchemaError for a schema seen before."""
-    try:
-        key = hashlib.blake2b(cls.__name__.encode() + orjson.dumps(schema, option=orjson.OPT_SORT_KEYS),
-                              digest_size=16).digest()
-    except (TypeError, orjson.JSONEncodeError):  # deep nesting, non-str keys: not remembered
-        cls.check_schema(schema)
-        return
+def _check_schema(cls, schema: Any, text: bytes | None) -> None:
+    """`cls.check_schema(schema)`, remembered by the schema's canonical JSON `text` (the registry's key, else
+    computed here): raises the same SchemaError for a schema seen before."""
+    if text is None:
+        try:
+            text = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):  # deep nesting, non-str keys: not remembered
+            cls.check_schema(schema)
+            return
+    key = hashlib.blake2b(cls.__name__.encode() + b"\0" + text, digest_size=16).digest()
     if key in _CHECKED:
         _CHECKED.move_to_end(key)
         error = _CHECKED[key]
@@ -236,8 +238,9 @@ def _check_schema(cls, schema: Any) -> None:
         raise error
 
 
-def compile_schema(tool_name: str, schema: Any, source: str) -> CompiledSchema:
-    """Normalise, pick the dialect (`$schema`, else Draft 2020-12), check the schema, build the validator."""
+def compile_schema(tool_name: str, schema: Any, source: str, text: bytes | None = None) -> CompiledSchema:
+    """Normalise, pick the dialect (`$schema`, else Draft 2020-12), check the schema, build the validator.
+    `text`: the schema's canonical JSON when the caller has it (it identifies the meta-schema verdict)."""
     try:
         normalised, warnings = normalize_schema(schema) if isinstance(schema, dict) else (schema, [])
     except RecursionError:
@@ -249,7 +252,7 @@ def compile_schema(tool_name: str, schema: Any, source: str) -> CompiledSchema:
             if isinstance(normalised, dict)
             else Draft202012Validator
         )
-        _check_schema(cls, normalised)
+        _check_schema(cls, normalised, text)
         unsupported = unsupported_reason(normalised)
         if unsupported:
             compiled.invalid_reason = unsupported
@@ -282,7 +285,7 @@ class SchemaRegistry:
     def __init__(self, schema_dir: Path | str | None = None):
         self.schema_dir = Path(schema_dir) if schema_dir is not None else None
         self._files: dict[str, tuple[Any, str] | None] = {}
-        self._compiled: dict[tuple[str, str], CompiledSchema] = {}
+        self._compiled: dict[tuple[str, str | bytes], CompiledSchema] = {}
 
     def _file_schema(self, tool_name: str) -> tuple[Any, str] | None:
         if tool_name in self._files:
@@ -319,14 +322,15 @@ class SchemaRegistry:
         elif request_parameters is not None:
             schema, source = request_parameters, "request"
             try:
-                key = (tool_name, orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode())
+                key = (tool_name, orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
             except (TypeError, orjson.JSONEncodeError):  # deep nesting, non-str keys
-                key = (tool_name, deepjson.dumps(schema))
+                key = (tool_name, deepjson.dumps(schema).encode("utf-8", "surrogatepass"))
         else:
             return None
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[key] = compile_schema(tool_name, schema, source)
+            text = key[1] if source == "request" else None
+            compiled = self._compiled[key] = compile_schema(tool_name, schema, source, text)
         return compiled
 
 
