@@ -49,7 +49,7 @@ def test_a_customer_key_that_matches_nothing_names_the_keys_that_exist(tmp_path)
     assert "no record carries a customer" in result.output
     assert "metadata.customer" in result.output  # inside the JSON-string attribute
     found = run("import", str(path), "-o", str(tmp_path / "out.jsonl"), "--customer-key", "metadata.customer")
-    assert "customer" not in found.output.split("skipped", 1)[-1]  # no warning once the key is right
+    assert "warning" not in found.output  # no warning once the key is right
     assert all(json.loads(x)["request"]["metadata"]["customer"] == "acme"
                for x in (tmp_path / "out.jsonl").read_text().splitlines())
 
@@ -81,7 +81,7 @@ def test_has_content_and_present_keys(tmp_path):
     assert has_content({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
     path = write_jsonl(tmp_path / "t.jsonl", spans(session_key="session.id"))
     keys = present_keys(path)
-    assert keys[:1] == ["session.id"] or "session.id" in keys
+    assert "session.id" in keys
     assert "metadata.customer" in keys and "gen_ai.input.messages" not in keys
     gaps = CallGaps()
     for i in range(3):
