@@ -96,6 +96,7 @@ def model_available():
 _SHARED_GROUPS = {"tests/engines/vllm": "vllm", "tests/tracing": "tracing"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         where = Path(str(item.fspath)).resolve().relative_to(REPO).as_posix()

@@ -29,10 +29,13 @@ from toolaudit.store import Store
 KEY_ENV = "TOOLAUDIT_TEST_API_KEY"
 LIMIT = 20
 MAX_RETRIES = 2
+# The client's timeout: far above what a fault-free answer takes on a loaded machine (well under 0.2 s), so only a
+# stall (which waits for the stub's release, not on a clock) ends in it.
+TIMEOUT_S = 2.0
 # fault per call, round-robin in call order; "*-once" faults fail the first attempt only
 FAULTS = ("ok", "429-once", "500", "stall", "reset", "truncated", "badjson", "400", "leak", "500-once")
 ALWAYS = {"500", "stall", "reset", "truncated", "badjson", "leak"}  # fail every attempt while the stub is faulty
-EXPECTED_ERROR = {"500": "HTTP 500: overloaded", "stall": "timeout: no complete response within 0.4s",
+EXPECTED_ERROR = {"500": "HTTP 500: overloaded", "stall": f"timeout: no complete response within {TIMEOUT_S:g}s",
                   "reset": "connection error", "truncated": "connection error", "badjson": "malformed response",
                   "400": "HTTP 400: bad field", "leak": "HTTP 500: upstream rejected key ***"}
 
@@ -47,6 +50,7 @@ class Stub:
 
     def __init__(self, key: str, faults: dict[str, str]):
         self.key, self.faults, self.healthy = key, faults, False
+        self.unstalled = asyncio.Event()  # set at teardown, so no stalled handler outlives the test
         self.attempts: Counter = Counter()  # (digest, stream) -> attempts
 
     def app(self) -> web.Application:
@@ -75,8 +79,8 @@ class Stub:
             return web.json_response({"error": {"message": f"upstream rejected key {self.key}"}}, status=500)
         if fault == "400":
             return web.json_response({"error": {"message": "bad field", "param": "x"}}, status=400)
-        if fault == "stall":
-            await asyncio.sleep(1.0)  # past the client's timeout_s (0.4 s); bounded either way
+        if fault == "stall":  # held until the stub is healthy or closed: the client's timeout_s ends it
+            await self.unstalled.wait()
         if fault == "reset":
             request.transport.abort()
             return web.Response()
@@ -164,11 +168,12 @@ def stub(key, calls):
     thread = AppThread(server.app())
     server.base_url = thread.base_url
     yield server
+    thread.loop.call_soon_threadsafe(server.unstalled.set)
     thread.close()
 
 
 def stub_paths(tmp_path: Path, base_url: str) -> Path:
-    common = {"api_key_env": KEY_ENV, "max_retries": MAX_RETRIES, "timeout_s": 0.4, "backoff_s": 0.01,
+    common = {"api_key_env": KEY_ENV, "max_retries": MAX_RETRIES, "timeout_s": TIMEOUT_S, "backoff_s": 0.01,
               "backoff_max_s": 0.05, "logprobs": True, "batch_size": 8, "concurrency": 4}
     text = openai_path_toml("stub", base_url, "stub-model", **common)
     text += openai_path_toml("stub-spec", base_url, "stub-model", stream=True,
