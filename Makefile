@@ -46,13 +46,13 @@ demo: $(STAMP)
 	@echo "next: .venv/bin/toolaudit report --all-customers   (per-customer HTML/MD/JSON in reports/)"
 
 # Two workers (pytest-xdist): most tests wait on a subprocess, a server or DuckDB on one core. Tests that share a
-# session fixture run on one worker (tests/conftest.py groups them). TEST_WORKERS=0 runs them in this process.
+# session fixture run on one worker (tests/conftest.py schedules them). TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 test: $(STAMP) $(VLLM_STAMP) $(TRACING_STAMP)
 	# Headless Chromium renders the HTML report in a test (Debian package; best effort, the test skips without it).
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium unavailable: the HTML render test will be skipped"
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 # On a machine with an NVIDIA GPU: a separate venv that keeps the machine's CUDA torch (system site packages;
 # pip installs the CUDA wheel from PyPI where there is none), then the `gpu` tests (tests/gpu: every engine on

@@ -92,16 +92,22 @@ def model_available():
 # -- running the suite on several workers (pytest-xdist, `make test`) ------------------------------------------
 # Tests sharing an expensive session fixture must run on one worker, or each worker would build it again: the
 # vLLM tests (one model at a time: two vLLMs on two cores starve each other) and the tracing recordings (one
-# served model). Every other file is its own group, so a file's module fixtures are built once.
-_SHARED_GROUPS = {"tests/engines/vllm": "vllm", "tests/tracing": "tracing"}
+# served model). Every other file is its own unit, so a file's module fixtures are built once. (xdist's own
+# `--dist loadgroup` marks do not take with pytest 9.2, whose node ids no longer come from `_nodeid`.)
+_SHARED_FOLDERS = {"tests/engines/vllm/": "vllm", "tests/tracing/": "tracing"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into node ids
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        where = Path(str(item.fspath)).resolve().relative_to(REPO).as_posix()
-        group = next((name for folder, name in _SHARED_GROUPS.items() if where.startswith(folder + "/")), where)
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        """Whole files (or shared folders) to a worker, larger units first as xdist's loadscope does."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((name for folder, name in _SHARED_FOLDERS.items() if path.startswith(folder)), path)
+
+    return SharedFixtureScheduling(config, log)
 
 
 @pytest.fixture
@@ -119,3 +125,4 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("tables printed by tests")
         for nodeid, text in sorted(tables):
             terminalreporter.write_line(f"{nodeid}:\n{text}\n")
+
