@@ -91,12 +91,17 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
         raise fail("base_url", "must be a string")
     try:
         parts = urlsplit(base_url)
-        secretive = bool(parts.username or parts.password or "@" in parts.netloc or parts.query or parts.fragment)
-    except ValueError:  # e.g. a bad port or IPv6 literal: the URL is not echoed, it may hold a secret
+    except ValueError:  # e.g. a bad IPv6 literal: the URL is not echoed, it may hold a secret
         raise fail("base_url", "is not a valid URL") from None
-    if secretive:  # not echoed: these parts are where URLs carry keys
+    # "@" anywhere: userinfo, also where a "/" in the secret moved it out of the netloc. Not echoed: these parts
+    # are where URLs carry keys.
+    if "@" in base_url or parts.query or parts.fragment or "?" in base_url or "#" in base_url:
         raise fail("base_url", "must not carry credentials, a query or a fragment (give the key with "
                                "api_key_env or extra_headers; nothing in base_url is treated as a secret)")
+    try:
+        parts.port  # noqa: B018 -- raises for a bad port, e.g. "user:KEY" written without its "@host"
+    except ValueError:
+        raise fail("base_url", "is not a valid URL (its port is not a number)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise fail("base_url", f"must be an http(s) URL with a host (got {base_url!r})")
     env = opts.get("api_key_env")

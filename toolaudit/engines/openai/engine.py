@@ -235,7 +235,8 @@ class OpenAIEngine(Engine):
         self.options = options_for(path)
         self._key = api_key(path, self.options)
         self._headers = header_values(path, self.options)
-        self._scrub = Scrubber(([self._key] if self.options.api_key_env else []) + list(self._headers.values()))
+        sent = [f"Bearer {self._key}"] if self.options.api_key_env else []  # the Authorization header's value
+        self._scrub = Scrubber(sent + list(self._headers.values()))
         self._rng = rng or random.Random()
         self._loop: _LoopThread | None = None
         self._client = None
