@@ -4,9 +4,10 @@ command output, logs, temporary files or error rows, even when a hostile server 
 
 A loopback gateway (aiohttp) that requires the keys serves three paths: `gw-a` (key from `api_key_env`), `gw-b`
 (an inline Authorization and X-Api-Key, a tenant header read from a variable; its answers echo the tenant
-value) and `gw-h` (answers every request 401 with the headers it received in the body, raw, URL-encoded and
-base64). Two real `toolaudit replay` processes run against it (OPENAI_LOG=debug, TMPDIR inside the test's
-folder); the test copies the `.snapshot` and `.wal` while the first run is held mid-way; then every read command
+value) and `gw-h` (answers every request 401 with the auth headers it received in the body, raw, URL-encoded
+and base64). A real `toolaudit replay` process (a matrix: gw-a against gw-b and gw-h; OPENAI_LOG=debug, TMPDIR
+inside the test's folder) runs against it; the test copies the `.snapshot` and `.wal` while it is held mid-way.
+Then every read command (runs, sql, summary, report, report --customer, export, fingerprint, batch export)
 writes what it prints to a file, and every byte under the test's folder (inputs aside) is searched for each key
 in its raw, URL-encoded and base64 forms. The scanner is shown to find a key in a control file, and the header
 names are shown to be stored, so a clean scan means something.
@@ -80,7 +81,7 @@ class Gateway:
 
     async def handle(self, request: web.Request) -> web.Response:
         self.requests += 1
-        if self.slow_after is not None and self.requests > self.slow_after:
+        if self.slow_after is not None and self.slow_after < self.requests <= (self.hold_after or self.requests):
             # the second chunk arrives past the snapshot publisher's minimum interval (2 s), so the replay
             # publishes a snapshot with rows before the third chunk, which is held
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
@@ -126,7 +127,7 @@ def hold_a_snapshot_with_rows(db: Path, held: Path, proc: subprocess.Popen) -> l
             with duckdb.connect(str(held / snapshot.name), read_only=True) as con:
                 if con.execute("SELECT count(*) FROM outputs").fetchone()[0]:
                     return copied
-        time.sleep(0.05)
+        time.sleep(0.2)
     raise AssertionError(f"no snapshot with outputs while the run was held (exit code {proc.poll()})")
 
 
@@ -171,21 +172,18 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
         common = ["--paths", str(paths), "--db", str(db), "--limit", str(LIMIT), "--chunk", str(CHUNK),
                   "--schemas", str(REPO / "schemas")]
 
-        # run 1: both gateways answer; the third chunk is held until a snapshot with rows (and the WAL) is copied
-        gateway.slow_after, gateway.hold_after = 2 * CHUNK, 4 * CHUNK
-        proc = replay(["--baseline", "gw-a", "--candidate", "gw-b", "--run-name", "ok", *common], env, out, "r1")
+        # one remedy matrix: baseline gw-a, candidates gw-b (answers) and gw-h (hostile: every request a 401 that
+        # echoes the auth headers); its third chunk is held until a snapshot with rows (and the WAL) is copied
+        per_chunk = 3 * CHUNK  # requests: each call on the baseline and both candidates
+        gateway.slow_after, gateway.hold_after = per_chunk, 2 * per_chunk
+        proc = replay(["--baseline", "gw-a", "--candidate", "gw-b", "--candidate", "gw-h", "--run-name", "audit",
+                       *common], env, out, "replay")
         held = out / "held"
         held.mkdir()
         copied = hold_a_snapshot_with_rows(db, held, proc)
         gateway.release.set()
-        assert proc.wait(timeout=120) == 0, (out / "r1.stderr").read_text()
+        assert proc.wait(timeout=120) == 0, (out / "replay.stderr").read_text()
         assert "audit.duckdb.snapshot" in copied and "audit.duckdb.wal" in copied, copied
-
-        # run 2: a hostile server that echoes every header in its 401 body
-        gateway.slow_after = gateway.hold_after = None
-        proc = replay(["--baseline", "gw-a", "--candidate", "gw-h", "--run-name", "hostile", *common],
-                      env, out, "r2")
-        assert proc.wait(timeout=120) == 0, (out / "r2.stderr").read_text()
     finally:
         gateway.release.set()
         server.close()
@@ -199,7 +197,8 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
         return result.output
 
     runs = json.loads(run("runs", "--db", str(db), "--json"))
-    ok_run, hostile_run = (next(r["run_id"] for r in runs if r["name"] == n) for n in ("ok", "hostile"))
+    matrix, ok_run, hostile_run = (next(r["run_id"] for r in runs if r["name"] == n)
+                                   for n in ("audit", "audit/gw-b", "audit/gw-h"))
     customer = json.loads(run("sql", "SELECT min(customer) AS c FROM calls", "--db", str(db), "--json"))[0]["c"]
     stored = json.loads(run("sql", f"SELECT options FROM runs WHERE run_id = {ok_run}", "--db", str(db),
                             "--json"))[0]["options"]
@@ -217,7 +216,7 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
     answers = run("sql", f"SELECT text FROM outputs WHERE run_id = {ok_run} AND side = 'candidate'", "--db",
                   str(db), "--json")
     assert '\\"note\\": \\"tenant ***\\"' in answers  # the tenant value the server echoed in its answer
-    for run_id in (ok_run, hostile_run):
+    for run_id in (matrix, ok_run, hostile_run):
         run("summary", "--db", str(db), "--run", str(run_id), "--json")
         run("report", "--db", str(db), "--run", str(run_id), "--all-customers", "--format", "html,md,json", "-o",
             str(out / "reports"))
@@ -229,7 +228,8 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
     run("export", "--db", str(db), "--format", "parquet", "-o", str(out / "export-parquet"))
     for path in ("gw-a", "gw-b", "gw-h"):
         run("fingerprint", "--path", path, "--paths", str(paths), "--json")
-        run("batch", "export", str(DEMO), "--path", path, "--paths", str(paths), "-o", str(out / f"batch-{path}.jsonl"))
+        run("batch", "export", str(DEMO), "--path", path, "--paths", str(paths), "--limit", str(LIMIT), "-o",
+            str(out / f"batch-{path}.jsonl"))
     assert len(list((out / "reports").rglob("*.*"))) >= 6 and len(list((out / "reports-customer").rglob("*.*"))) >= 6
     assert list((out / "export-csv").iterdir()) and list((out / "export-parquet").iterdir())
     assert (out / "audit.engines.log").exists()
