@@ -230,6 +230,9 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
         run("fingerprint", "--path", path, "--paths", str(paths), "--json")
         run("batch", "export", str(DEMO), "--path", path, "--paths", str(paths), "--limit", str(LIMIT), "-o",
             str(out / f"batch-{path}.jsonl"))
+    refused = runner.invoke(cli, ["serve", "--path", "gw-b", "--paths", str(paths), "--port", "0"])
+    (out / "serve.txt").write_text(refused.output)  # serve runs embedded paths only; it says so, naming no value
+    assert refused.exit_code != 0 and "served elsewhere" in refused.output, refused.output
     assert len(list((out / "reports").rglob("*.*"))) >= 6 and len(list((out / "reports-customer").rglob("*.*"))) >= 6
     assert list((out / "export-csv").iterdir()) and list((out / "export-parquet").iterdir())
     assert (out / "audit.engines.log").exists()
@@ -243,7 +246,7 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
     assert not found, "\n".join(found)
 
 
-def test_bad_base_urls_and_headers_fail_without_echoing_the_secret():
+def test_bad_base_urls_and_headers_fail_without_echoing_the_secret(tmp_path):
     secret = new_key("sk")
 
     def error(table: dict) -> str:
@@ -260,6 +263,11 @@ def test_bad_base_urls_and_headers_fail_without_echoing_the_secret():
         assert plain not in error({"base_url": url})
     assert error({"base_url": f"https://user:{secret}"}) == \
         "paths.p: base_url is not a valid URL (its port is not a number)"
+    bad = tmp_path / "paths.toml"  # the command line says the same, and prints no part of the URL
+    bad.write_text(openai_path_toml("leaky", f"https://gw.example.com/v1?api_key={plain}", "m"))
+    result = CliRunner().invoke(cli, ["fingerprint", "--path", "leaky", "--paths", str(bad)])
+    assert result.exit_code != 0 and "base_url must not carry credentials" in result.output, result.output
+    assert plain not in result.output and "gw.example.com" not in result.output
     base = {"base_url": "https://gw.example.com/v1"}
     assert error(base | {"extra_headers": {"X-Key": secret + "\n"}}) == \
         "paths.p: extra_headers.X-Key must be printable ASCII (no line breaks or control characters)"
