@@ -3,7 +3,7 @@
 command output, logs, temporary files or error rows, even when a hostile server echoes them back.
 
 A loopback gateway (aiohttp) that requires the keys serves three paths: `gw-a` (key from `api_key_env`), `gw-b`
-(an inline Authorization and X-Api-Key, a tenant header read from a variable; its answers echo the tenant
+(an inline Authorization and X-Api-Key, a tenant header read from a variable after a prefix; its answers echo the tenant
 value) and `gw-h` (answers every request 401 with the auth headers it received in the body, raw, URL-encoded
 and base64). A real `toolaudit replay` process (a matrix: gw-a against gw-b and gw-h; OPENAI_LOG=debug, TMPDIR
 inside the test's folder) runs against it; the test copies the `.snapshot` and `.wal` while it is held mid-way.
@@ -97,7 +97,7 @@ class Gateway:
             return web.json_response({"error": {"message": f"unauthorized, received {echo}"}}, status=401)
         ok = {"a": h.get("Authorization") == f"Bearer {self.key}",
               "b": (h.get("Authorization"), h.get("X-Api-Key"), h.get("X-Tenant"))
-              == (f"Bearer {self.inline_auth}", self.api_key, self.tenant)}.get(who, False)
+              == (f"Bearer {self.inline_auth}", self.api_key, f"Tenant {self.tenant}")}.get(who, False)
         if not ok:
             return web.json_response({"error": {"message": f"bad credentials for {who}"}}, status=403)
         args = {"symbol": "AMZN", "limit": 5} | ({"note": f"tenant {self.tenant}"} if who == "b" else {})
@@ -141,7 +141,7 @@ def paths_toml(root: str, keys: dict[str, str]) -> str:
     common = {"max_retries": 0, "timeout_s": 90, "batch_size": 4}
     inline_auth, api_key = keys["inline Authorization"], keys["inline X-Api-Key"]
     b_headers = (f'{{ Authorization = "Bearer {inline_auth}", X-Api-Key = "{api_key}", '
-                 f'X-Tenant = {{ env = "{TENANT_ENV}" }} }}')
+                 f'X-Tenant = {{ env = "{TENANT_ENV}", prefix = "Tenant " }} }}')
     return (openai_path_toml("gw-a", f"{root}/a/v1", "m", api_key_env=KEY_ENV, **common)
             + openai_path_toml("gw-b", f"{root}/b/v1", "m", extra_headers=b_headers, **common)
             + openai_path_toml("gw-h", f"{root}/h/v1", "m", api_key_env=KEY_ENV, extra_headers=(
@@ -205,7 +205,7 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
     stored = json.loads(stored) if isinstance(stored, str) else stored
     # not vacuous: the header names are stored, the values replaced, the env form kept as the variable's name
     assert stored["candidate_config"]["options"]["extra_headers"] == {
-        "Authorization": "<redacted>", "X-Api-Key": "<redacted>", "X-Tenant": {"env": TENANT_ENV}}
+        "Authorization": "<redacted>", "X-Api-Key": "<redacted>", "X-Tenant": {"env": TENANT_ENV, "prefix": "Tenant "}}
     assert stored["candidate_fingerprint_components"]["extra_headers"] == ["Authorization", "X-Api-Key", "X-Tenant"]
     errors = json.loads(run("sql", f"SELECT error FROM outputs WHERE run_id = {hostile_run} AND error IS NOT NULL",
                             "--db", str(db), "--json"))
@@ -242,6 +242,7 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
     control.write_bytes(b"".join(b"x" + f + b"y" for f in forms(keys["env X-Tenant"]).values()))
     assert len(leaks(inputs, {"tenant": keys["env X-Tenant"]}, skip=out)) == len(forms(keys["env X-Tenant"]))
     sent = {f"{name} as sent": f"Bearer {keys[name]}" for name in ("api_key_env", "inline Authorization")}
+    sent["env X-Tenant as sent"] = f"Tenant {keys['env X-Tenant']}"
     found = leaks(tmp_path, keys | sent, skip=inputs)
     assert not found, "\n".join(found)
 

@@ -75,3 +75,17 @@ def test_the_scrubber_replaces_each_form_of_a_secret():
     assert scrub(echoed) == "got *** | *** | *** | ***"
     assert scrub("a short answer") == "a short answer"  # under MIN_SCRUBBED: not a key, left alone
     assert not Scrubber([]) and Scrubber([])("x") == "x"
+
+
+def test_an_env_header_takes_a_prefix_and_a_placeholder_is_refused(monkeypatch):
+    monkeypatch.setenv("TOOLAUDIT_TEST_GW_KEY", "gw-secret-from-env")
+    path = parse_path("gw", GATEWAY | {"extra_headers": {
+        "Authorization": {"env": "TOOLAUDIT_TEST_GW_KEY", "prefix": "Token "}}})
+    assert make_engine(path)._headers == {"Authorization": "Token gw-secret-from-env"}
+    assert path.config_dict()["options"]["extra_headers"] == {
+        "Authorization": {"env": "TOOLAUDIT_TEST_GW_KEY", "prefix": "Token "}}
+    with pytest.raises(ConfigError, match=r"^paths\.gw: extra_headers\.Authorization holds a \$\{\.\.\.\} "
+                                          r"placeholder, which is not expanded"):
+        parse_path("gw", GATEWAY | {"extra_headers": {"Authorization": "Bearer ${GATEWAY_KEY}"}})
+    with pytest.raises(ConfigError, match=r"^paths\.gw: extra_headers\.X-Key must be a string or"):
+        parse_path("gw", GATEWAY | {"extra_headers": {"X-Key": {"env": "K", "suffix": "x"}}})

@@ -30,6 +30,7 @@ KEYS = frozenset(OPTION_KEYS)
 _TORCH_ONLY = ("dtype", "device", "speculative", "prompt", "prefix_caching")
 _Fail = Callable[[str, str], ConfigError]
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLACEHOLDER = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
 # Headers the HTTP client writes itself from the body and the URL: a path setting them would corrupt requests.
 _CLIENT_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding", "connection"})
@@ -42,8 +43,9 @@ class OpenAIOptions:
 
     base_url: str
     api_key_env: str | None = None
-    # header name -> the value inline, or {"env": NAME}: the value is read from that variable when the engine is
-    # created (engine.header_values). Sent with every request (gateways' X-Api-Key, OpenAI-Organization, ...).
+    # header name -> the value inline, or {"env": NAME, "prefix": "Bearer "}: prefix + that variable's value,
+    # read when the engine is created (engine.header_values). Sent with every request (gateways' X-Api-Key,
+    # OpenAI-Organization, ...).
     extra_headers: dict[str, str | dict[str, str]] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
     tool_choice: str | dict[str, Any] | None = None
@@ -142,7 +144,8 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
 
 
 def _headers(table: Any, fail: _Fail) -> dict[str, str | dict[str, str]]:
-    """`extra_headers`: name -> inline value or `{ env = "NAME" }`. Errors name the header, never its value."""
+    """`extra_headers`: name -> inline value or `{ env = "NAME" }` (optionally `prefix = "Bearer "`, sent before
+    the variable's value). Errors name the header, never its value."""
     if not isinstance(table, dict):
         raise fail("extra_headers", "must be a table of header name -> value (or { env = \"VARIABLE\" })")
     seen: set[str] = set()
@@ -156,18 +159,29 @@ def _headers(table: Any, fail: _Fail) -> dict[str, str | dict[str, str]]:
             raise fail(key, "is given twice (header names are case-insensitive)")
         seen.add(name.lower())
         if isinstance(value, dict):
-            if set(value) != {"env"} or not isinstance(value["env"], str) or not _ENV_NAME.fullmatch(value["env"]):
-                raise fail(key, "must be a string or { env = \"VARIABLE\" } naming an environment variable")
+            env, prefix = value.get("env"), value.get("prefix", "")
+            if not set(value) <= {"env", "prefix"} or not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
+                raise fail(key, "must be a string or { env = \"VARIABLE\" } naming an environment variable "
+                                "(optionally with prefix = \"Bearer \")")
+            if not isinstance(prefix, str) or not _printable(prefix):
+                raise fail(f"{key}.prefix", "must be printable ASCII, e.g. \"Bearer \"")
         elif not isinstance(value, str) or not value:
             raise fail(key, "must be a non-empty string or { env = \"VARIABLE\" }")
-        elif not value.isprintable() or not value.isascii():  # httpx would echo it in its error
+        elif not _printable(value):  # httpx would echo it in its error
             raise fail(key, "must be printable ASCII (no line breaks or control characters)")
+        elif _PLACEHOLDER.search(value):
+            raise fail(key, "holds a ${...} placeholder, which is not expanded: write { env = \"VARIABLE\" } "
+                            "(with prefix = \"Bearer \" for a scheme before it)")
     return dict(table)
+
+
+def _printable(text: str) -> bool:
+    return text.isascii() and text.isprintable()
 
 
 def stored_options(options: dict[str, Any]) -> dict[str, Any]:
     """The options as a run may store them (run options, config fingerprints): `extra_headers` keeps its names,
-    inline values become `REDACTED` and `{ env = NAME }` stays (a variable's name is no secret)."""
+    inline values become `REDACTED` and `{ env = NAME, prefix = ... }` stays (a variable's name is no secret)."""
     headers = options.get("extra_headers")
     if not isinstance(headers, dict) or not headers:
         return options

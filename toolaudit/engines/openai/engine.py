@@ -76,14 +76,19 @@ def api_key(path: PathConfig, opts: OpenAIOptions) -> str:
 
 
 def header_values(path: PathConfig, opts: OpenAIOptions) -> dict[str, str]:
-    """`extra_headers` with each `{ env = NAME }` read from the environment (an unset one is a ConfigError)."""
+    """`extra_headers` with each `{ env = NAME, prefix = P }` as P + the variable's value (an unset one is a
+    ConfigError)."""
     values = {}
     for name, value in opts.extra_headers.items():
         if isinstance(value, dict):
-            value = os.environ.get(value["env"])
-            if not value:
-                raise ConfigError(f"paths.{path.name}: extra_headers.{name} names ${opts.extra_headers[name]['env']}"
-                                  f", which is not set (export it before running)")
+            secret = os.environ.get(value["env"])
+            if not secret:
+                raise ConfigError(f"paths.{path.name}: extra_headers.{name} names ${value['env']}, which is not "
+                                  f"set (export it before running)")
+            if not secret.isascii() or not secret.isprintable():  # httpx would echo it in its error
+                raise ConfigError(f"paths.{path.name}: extra_headers.{name}: ${value['env']} must hold printable "
+                                  f"ASCII (no line breaks or control characters)")
+            value = value.get("prefix", "") + secret
         values[name] = value
     return values
 
