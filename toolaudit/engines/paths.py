@@ -84,10 +84,14 @@ class PathConfig:
         return ("</tool_call>",) if self.prompt.prefill.lstrip().startswith("<tool_call>") else ()
 
     def config_dict(self) -> dict[str, Any]:
-        """Plain, JSON-ready values for fingerprints and the run record (name excluded: it is a label)."""
+        """Plain, JSON-ready values for fingerprints and the run record (name excluded: it is a label). Options
+        are as the engine's `EngineSpec.stored_options` gives them: never a secret (e.g. an auth header's value)."""
         data = asdict(self)
         data.pop("name")
         data["stop"] = list(self.stop_strings)
+        spec = ENGINES.get(self.engine)
+        if spec is not None and spec.stored_options is not None:
+            data["options"] = spec.stored_options(data["options"])
         return data
 
 

@@ -42,6 +42,8 @@ class EngineSpec:
     itself, imported on first use. `keys` are the engine's own `[paths.NAME]` keys besides the common ones
     (`paths.COMMON_KEYS`), and `parse_options(table, fail)` validates them (and any common key whose allowed
     values differ for this engine) into `PathConfig.options`, raising `fail(key, message)`.
+    `stored_options(options)` is those options as a run may store them (`PathConfig.config_dict`): an engine
+    whose keys can hold secrets (auth headers) replaces them there; None stores them as they are.
     """
 
     name: str
@@ -49,6 +51,7 @@ class EngineSpec:
     keys: frozenset[str]
     parse_options: Callable[[dict[str, Any], Fail], dict[str, Any]]
     capabilities: Capabilities = Capabilities()
+    stored_options: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     notes: tuple[LogNote, ...] = ()  # lines of the engine's own log to repeat to the user (see `logs`)
     source: str = ""  # set by the registry: "the distribution D (entry point N = V in group toolaudit.engines)"
 

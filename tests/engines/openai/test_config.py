@@ -34,3 +34,58 @@ def test_config_errors_name_the_path_and_key(monkeypatch, table, message):
     with pytest.raises(ConfigError) as err:
         make_engine(parse_path("p", {"engine": "openai", **table}))
     assert str(err.value).startswith(message)
+
+
+GATEWAY = {"engine": "openai", "base_url": "https://gw.example.com/v1", "model": "m"}
+
+
+def test_extra_headers_are_sent_but_stored_and_fingerprinted_by_name_only(monkeypatch):
+    monkeypatch.setenv("TOOLAUDIT_TEST_GW_KEY", "gw-secret-from-env")
+    path = parse_path("gw", GATEWAY | {"extra_headers": {"X-Api-Key": {"env": "TOOLAUDIT_TEST_GW_KEY"},
+                                                        "Authorization": "Bearer inline-secret-123"}})
+    engine = make_engine(path)  # no api_key_env needed: the gateway authenticates by header
+    assert engine._headers == {"X-Api-Key": "gw-secret-from-env", "Authorization": "Bearer inline-secret-123"}
+    assert path.config_dict()["options"]["extra_headers"] == {"X-Api-Key": {"env": "TOOLAUDIT_TEST_GW_KEY"},
+                                                             "Authorization": "<redacted>"}
+    assert path.options["extra_headers"]["Authorization"] == "Bearer inline-secret-123"  # only the copy redacts
+    components = engine.fingerprint_components()
+    assert components["extra_headers"] == ["Authorization", "X-Api-Key"]
+    assert "secret" not in repr(components) + repr(path.config_dict())
+    # the same path without headers keeps the fingerprint components it had before extra_headers existed
+    plain = make_engine(parse_path("p", GATEWAY | {"base_url": "http://127.0.0.1/v1"}))
+    assert "extra_headers" not in plain.fingerprint_components()
+
+
+def test_an_unset_header_variable_names_the_path_header_and_variable():
+    path = parse_path("gw", GATEWAY | {"extra_headers": {"X-Api-Key": {"env": "TOOLAUDIT_NOT_SET_ANYWHERE"}}})
+    with pytest.raises(ConfigError, match=r"^paths\.gw: extra_headers\.X-Api-Key names \$TOOLAUDIT_NOT_SET_ANYWHERE, "
+                                          r"which is not set"):
+        make_engine(path)
+
+
+def test_the_scrubber_replaces_each_form_of_a_secret():
+    import base64
+    from urllib.parse import quote
+
+    from toolaudit.engines.openai.engine import Scrubber
+
+    token = "tok/with+chars=="
+    scrub = Scrubber([f"Bearer {token}", "short"])
+    echoed = f"got Bearer {token} | {token} | {quote(token, safe='')} | {base64.b64encode(token.encode()).decode()}"
+    assert scrub(echoed) == "got *** | *** | *** | ***"
+    assert scrub("a short answer") == "a short answer"  # under MIN_SCRUBBED: not a key, left alone
+    assert not Scrubber([]) and Scrubber([])("x") == "x"
+
+
+def test_an_env_header_takes_a_prefix_and_a_placeholder_is_refused(monkeypatch):
+    monkeypatch.setenv("TOOLAUDIT_TEST_GW_KEY", "gw-secret-from-env")
+    path = parse_path("gw", GATEWAY | {"extra_headers": {
+        "Authorization": {"env": "TOOLAUDIT_TEST_GW_KEY", "prefix": "Token "}}})
+    assert make_engine(path)._headers == {"Authorization": "Token gw-secret-from-env"}
+    assert path.config_dict()["options"]["extra_headers"] == {
+        "Authorization": {"env": "TOOLAUDIT_TEST_GW_KEY", "prefix": "Token "}}
+    with pytest.raises(ConfigError, match=r"^paths\.gw: extra_headers\.Authorization holds a \$\{\.\.\.\} "
+                                          r"placeholder, which is not expanded"):
+        parse_path("gw", GATEWAY | {"extra_headers": {"Authorization": "Bearer ${GATEWAY_KEY}"}})
+    with pytest.raises(ConfigError, match=r"^paths\.gw: extra_headers\.X-Key must be a string or"):
+        parse_path("gw", GATEWAY | {"extra_headers": {"X-Key": {"env": "K", "suffix": "x"}}})

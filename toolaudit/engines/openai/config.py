@@ -4,6 +4,10 @@ checked) before any engine loads.
 `parse_options` checks a table's keys when paths.toml is read; `options_for` turns a path into `OpenAIOptions`
 when the engine is created, checking again because a path can also be built or changed in code. `ENGINE` is
 what the `toolaudit.engines` entry point `openai` names.
+
+Secrets: the key comes only from the variable `api_key_env` names; `extra_headers` values are secrets however
+given (inline, or `{ env = "NAME" }`), so `stored_options` keeps header names only, and `base_url` may not carry
+credentials or a query (rejected, never echoed in the error: a URL with `user:pass@` or `?api_key=` is a secret).
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ from ..base import Capabilities
 from ..paths import PathConfig
 from ..registry import EngineSpec
 
-OPTION_KEYS = ("base_url", "api_key_env", "extra_body", "tool_choice", "logprobs", "top_logprobs", "concurrency",
-               "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s")
+OPTION_KEYS = ("base_url", "api_key_env", "extra_headers", "extra_body", "tool_choice", "logprobs", "top_logprobs",
+               "concurrency", "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s")
 KEYS = frozenset(OPTION_KEYS)
 # PathConfig fields that only an embedded engine uses: on an HTTP path the server decides them.
 _TORCH_ONLY = ("dtype", "device", "speculative", "prompt", "prefix_caching")
 _Fail = Callable[[str, str], ConfigError]
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLACEHOLDER = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
+# Headers the HTTP client writes itself from the body and the URL: a path setting them would corrupt requests.
+_CLIENT_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding", "connection"})
+REDACTED = "<redacted>"  # what is stored in place of an inline header value
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,10 @@ class OpenAIOptions:
 
     base_url: str
     api_key_env: str | None = None
+    # header name -> the value inline, or {"env": NAME, "prefix": "Bearer "}: prefix + that variable's value,
+    # read when the engine is created (engine.header_values). Sent with every request (gateways' X-Api-Key,
+    # OpenAI-Organization, ...).
+    extra_headers: dict[str, str | dict[str, str]] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
     tool_choice: str | dict[str, Any] | None = None
     logprobs: bool = False
@@ -76,16 +90,27 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
         raise fail("base_url", "is required for engine openai (e.g. \"http://127.0.0.1:8000/v1\")")
     base_url = opts["base_url"]
     if not isinstance(base_url, str):
-        raise fail("base_url", f"must be a string (got {base_url!r})")
-    parts = urlsplit(base_url)
+        raise fail("base_url", "must be a string")
+    try:
+        parts = urlsplit(base_url)
+    except ValueError:  # e.g. a bad IPv6 literal: the URL is not echoed, it may hold a secret
+        raise fail("base_url", "is not a valid URL") from None
+    # "@" anywhere: userinfo, also where a "/" in the secret moved it out of the netloc. Not echoed: these parts
+    # are where URLs carry keys.
+    if "@" in base_url or parts.query or parts.fragment or "?" in base_url or "#" in base_url:
+        raise fail("base_url", "must not carry credentials, a query or a fragment (give the key with "
+                               "api_key_env or extra_headers; nothing in base_url is treated as a secret)")
+    try:
+        parts.port  # noqa: B018 -- raises for a bad port, e.g. "user:KEY" written without its "@host"
+    except ValueError:
+        raise fail("base_url", "is not a valid URL (its port is not a number)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise fail("base_url", f"must be an http(s) URL with a host (got {base_url!r})")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise fail("base_url", "must not carry credentials, a query or a fragment (give the key with api_key_env)")
     env = opts.get("api_key_env")
-    if env is not None and (not isinstance(env, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env)):
+    if env is not None and (not isinstance(env, str) or not _ENV_NAME.fullmatch(env)):
         raise fail("api_key_env", "must be the NAME of an environment variable (e.g. \"OPENAI_API_KEY\"), "
                                   "not the key itself")
+    extra_headers = _headers(opts.get("extra_headers", {}), fail)
     extra_body = opts.get("extra_body", {})
     if not isinstance(extra_body, dict):
         raise fail("extra_body", "must be a table of fields added to each request body")
@@ -111,14 +136,61 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and not value):
             raise fail(key, f"must be a number {'> 0' if positive else '>= 0'} (got {value!r})")
         numbers[key] = float(value)
-    return OpenAIOptions(base_url=base_url.rstrip("/"), api_key_env=env, extra_body=extra_body,
+    return OpenAIOptions(base_url=base_url.rstrip("/"), api_key_env=env, extra_headers=extra_headers,
+                         extra_body=extra_body,
                          tool_choice=tool_choice, logprobs=opts.get("logprobs", False), top_logprobs=top,
                          concurrency=concurrency, max_retries=retries, stream=opts.get("stream", False),
                          **numbers)
+
+
+def _headers(table: Any, fail: _Fail) -> dict[str, str | dict[str, str]]:
+    """`extra_headers`: name -> inline value or `{ env = "NAME" }` (optionally `prefix = "Bearer "`, sent before
+    the variable's value). Errors name the header, never its value."""
+    if not isinstance(table, dict):
+        raise fail("extra_headers", "must be a table of header name -> value (or { env = \"VARIABLE\" })")
+    seen: set[str] = set()
+    for name, value in table.items():
+        key = f"extra_headers.{name}"
+        if not _HEADER_NAME.fullmatch(name):
+            raise fail("extra_headers", f"{name!r} is not a valid header name")
+        if name.lower() in _CLIENT_HEADERS:
+            raise fail(key, "is set by the HTTP client itself")
+        if name.lower() in seen:
+            raise fail(key, "is given twice (header names are case-insensitive)")
+        seen.add(name.lower())
+        if isinstance(value, dict):
+            env, prefix = value.get("env"), value.get("prefix", "")
+            if not set(value) <= {"env", "prefix"} or not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
+                raise fail(key, "must be a string or { env = \"VARIABLE\" } naming an environment variable "
+                                "(optionally with prefix = \"Bearer \")")
+            if not isinstance(prefix, str) or not _printable(prefix):
+                raise fail(f"{key}.prefix", "must be printable ASCII, e.g. \"Bearer \"")
+        elif not isinstance(value, str) or not value:
+            raise fail(key, "must be a non-empty string or { env = \"VARIABLE\" }")
+        elif not _printable(value):  # httpx would echo it in its error
+            raise fail(key, "must be printable ASCII (no line breaks or control characters)")
+        elif _PLACEHOLDER.search(value):
+            raise fail(key, "holds a ${...} placeholder, which is not expanded: write { env = \"VARIABLE\" } "
+                            "(with prefix = \"Bearer \" for a scheme before it)")
+    return dict(table)
+
+
+def _printable(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
+def stored_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options as a run may store them (run options, config fingerprints): `extra_headers` keeps its names,
+    inline values become `REDACTED` and `{ env = NAME, prefix = ... }` stays (a variable's name is no secret)."""
+    headers = options.get("extra_headers")
+    if not isinstance(headers, dict) or not headers:
+        return options
+    return {**options, "extra_headers": {name: value if isinstance(value, dict) else REDACTED
+                                         for name, value in headers.items()}}
 
 
 # The server decides the model's numerics and tokenizer: margins come only from its logprobs (`logprobs = true`),
 # and token ids cannot be decoded here.
 CAPABILITIES = Capabilities(sees_logits=False, decodes_tokens=False, holds_together=True, in_process=False)
 ENGINE = EngineSpec(name="openai", factory="toolaudit.engines.openai.engine:OpenAIEngine", keys=KEYS,
-                    parse_options=parse_options, capabilities=CAPABILITIES)
+                    parse_options=parse_options, capabilities=CAPABILITIES, stored_options=stored_options)

@@ -12,13 +12,16 @@ answer counts only once `data: [DONE]` arrives (a cut stream can end the body cl
 that still fails becomes an error result with the status and message; `replay --resume` retries those calls.
 docs/reliability.md lists the faults this is tested against.
 
-The API key is read from the environment variable NAMED by `api_key_env`, held by the client only, and scrubbed
-from error messages: it never reaches the database, reports or logs. Loopback servers need no key.
+The API key is read from the environment variable NAMED by `api_key_env`; `extra_headers` values (inline or read
+from a variable) are sent with every request. Both are held by the client only and scrubbed (`Scrubber`) from
+error messages and answers, so a server that echoes them does not get them stored: they never reach the
+database, reports or logs. Loopback servers need no key, nor does a path that authenticates with extra_headers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import ipaddress
 import os
 import random
@@ -29,7 +32,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import orjson
 
@@ -42,6 +45,9 @@ from .shapes import StreamAggregate, openai_messages, openai_tools, result_from_
 
 _DUMMY_KEY = "EMPTY"  # what vLLM's docs use for servers without authentication
 _RETRY_STATUS = frozenset({408, 409, 429})
+# Secrets shorter than this are not scrubbed from answers: they cannot be keys, and replacing e.g. a tenant id
+# "7" in every answer would corrupt the outputs being compared.
+MIN_SCRUBBED = 8
 
 
 def is_loopback(url: str) -> bool:
@@ -62,10 +68,52 @@ def api_key(path: PathConfig, opts: OpenAIOptions) -> str:
             raise ConfigError(f"paths.{path.name}: api_key_env names ${opts.api_key_env}, which is not set "
                               f"(export it before running)")
         return key
-    if is_loopback(opts.base_url):
+    if is_loopback(opts.base_url) or opts.extra_headers:
         return _DUMMY_KEY
     raise ConfigError(f"paths.{path.name}: api_key_env is required for {urlsplit(opts.base_url).hostname} "
-                      f"(the NAME of the environment variable holding the key; only loopback servers need none)")
+                      f"(the NAME of the environment variable holding the key; only loopback servers and paths "
+                      f"that authenticate with extra_headers need none)")
+
+
+def header_values(path: PathConfig, opts: OpenAIOptions) -> dict[str, str]:
+    """`extra_headers` with each `{ env = NAME, prefix = P }` as P + the variable's value (an unset one is a
+    ConfigError)."""
+    values = {}
+    for name, value in opts.extra_headers.items():
+        if isinstance(value, dict):
+            secret = os.environ.get(value["env"])
+            if not secret:
+                raise ConfigError(f"paths.{path.name}: extra_headers.{name} names ${value['env']}, which is not "
+                                  f"set (export it before running)")
+            if not secret.isascii() or not secret.isprintable():  # httpx would echo it in its error
+                raise ConfigError(f"paths.{path.name}: extra_headers.{name}: ${value['env']} must hold printable "
+                                  f"ASCII (no line breaks or control characters)")
+            value = value.get("prefix", "") + secret
+        values[name] = value
+    return values
+
+
+class Scrubber:
+    """Replaces known secret values in text with `***`: each value, the credential after an auth scheme
+    ("Bearer KEY" -> KEY too), and their URL-encoded and base64 forms (how servers and proxies echo them)."""
+
+    def __init__(self, secrets: list[str]):
+        forms: set[str] = set()
+        for secret in secrets:
+            parts = secret.split(" ", 1)
+            for value in (secret, parts[1].strip() if len(parts) == 2 else ""):
+                if len(value) >= MIN_SCRUBBED:
+                    forms |= {value, quote(value, safe=""), base64.b64encode(value.encode()).decode()}
+        self.forms = sorted(forms, key=len, reverse=True)  # longest first: a value inside another goes with it
+
+    def __bool__(self) -> bool:
+        return bool(self.forms)
+
+    def __call__(self, text: str) -> str:
+        for form in self.forms:
+            if form in text:
+                text = text.replace(form, "***")
+        return text
 
 
 def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None,
@@ -191,7 +239,9 @@ class OpenAIEngine(Engine):
         super().__init__(path)
         self.options = options_for(path)
         self._key = api_key(path, self.options)
-        self._secret = self._key if self.options.api_key_env else None
+        self._headers = header_values(path, self.options)
+        sent = [f"Bearer {self._key}"] if self.options.api_key_env else []  # the Authorization header's value
+        self._scrub = Scrubber(sent + list(self._headers.values()))
         self._rng = rng or random.Random()
         self._loop: _LoopThread | None = None
         self._client = None
@@ -292,12 +342,9 @@ class OpenAIEngine(Engine):
             body["extra_body"] = opts.extra_body
         return body
 
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._secret, "***") if self._secret else text
-
     def _scrub_result(self, result: EngineResult) -> EngineResult:
         """A server that echoes the key into its answer must not get it stored: replace it in every string."""
-        if not self._secret or self._secret not in repr((result.text, result.message, result.tokens)):
+        if not self._scrub:
             return result
         result.text = self._scrub(result.text)
         result.message = _map_strings(result.message, self._scrub)
@@ -313,7 +360,7 @@ class OpenAIEngine(Engine):
         import openai
 
         return openai.AsyncOpenAI(api_key=self._key, base_url=self.options.base_url, max_retries=0,
-                                  timeout=self.options.timeout_s)
+                                  timeout=self.options.timeout_s, default_headers=self._headers or None)
 
     def _release(self) -> None:
         """Close the HTTP client and stop the event loop thread (the engine can still be used afterwards)."""
@@ -327,7 +374,8 @@ class OpenAIEngine(Engine):
 
     def path_components(self) -> dict[str, Any]:
         """Endpoint, model, request switches and sampling; the endpoint's system_fingerprint once known. Never the
-        key (nor the name of its variable: renaming it does not change the decode path)."""
+        key (nor the name of its variable: renaming it does not change the decode path), and of `extra_headers`
+        only the names (a routing header can change the path; its value is a secret)."""
         p, opts = self.path, self.options
         components: dict[str, Any] = {
             "base_url": opts.base_url,
@@ -340,6 +388,8 @@ class OpenAIEngine(Engine):
                          "top_logprobs": opts.top_logprobs if opts.logprobs else None},
             "stream": opts.stream,
         }
+        if opts.extra_headers:  # only when given: existing paths keep their fingerprints
+            components["extra_headers"] = sorted(opts.extra_headers)
         seen = list(self._fingerprints)
         if len(seen) == 1:
             components["system_fingerprint"] = seen[0]
