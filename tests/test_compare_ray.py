@@ -21,6 +21,7 @@ from format_records import otlp, span
 from test_otlp_inherit import _records
 from test_shards import TABLES, rows_of
 
+from toolaudit import ConfigError
 from toolaudit.cli import cli
 from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.compare.scan import scan_task
@@ -197,3 +198,27 @@ def test_ray_compare_options_are_checked(tmp_path):
     result = CliRunner().invoke(cli, ["compare", str(BASELINE), str(CANDIDATE), "--ray", "--workers", "2",
                                       "--db", db])
     assert result.exit_code == 2 and "with --ray, use --ray-workers" in result.output
+
+
+def failing_scan(task: tuple):
+    raise ConfigError(f"cannot scan range {task[1]}-{task[2]}")
+
+
+def test_a_worker_that_raises_stops_the_run_with_its_message(tmp_path, local_ray):
+    """Set-up or scan, what a worker raises reaches the driver as the library's error (the CLI prints it in one
+    line), and the compare run is left `interrupted`."""
+    from toolaudit.compare.ray_cluster import PickledWorker, RayOptions, ordered_map
+    from toolaudit.compare.ray_scan import RayScans
+
+    class Refusing(PickledWorker):
+        def __init__(self):
+            super().__init__()
+            raise ConfigError(f"refused on {self.node}")
+
+    with pytest.raises(ConfigError, match=r"^refused on "):
+        list(ordered_map(RayOptions(workers=1), [1, 2], Refusing, {}, 1, {"num_cpus": 1}))
+    with Store(tmp_path / "x.duckdb") as store:
+        with pytest.raises(ConfigError, match=r"^cannot scan range 0-"):
+            compare_logs(store, BASELINE, CANDIDATE, CompareOptions(schema_dir=None),
+                         scans=RayScans(RayOptions(workers=1), scan=failing_scan))
+        assert store.query("SELECT status FROM runs")[1] == [("interrupted",)]

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from toolaudit import ConfigError, StoreError
+from toolaudit import ConfigError, StoreError, ToolauditError
 
 INSTALL = "pip install 'toolaudit[ray]'"
 # Chunks sent to one worker at a time. One: a dead worker leaves one chunk to redo, and no chunk waits behind
@@ -74,6 +75,22 @@ def pool_size(options: RayOptions, resources: dict[str, float]) -> int:
     return max(1, int(have.get(kind, 0) // per))
 
 
+# the last line of a Ray error raised by toolaudit in a worker ("toolaudit.ConfigError: paths.x: ...")
+_RAISED = re.compile(r"^toolaudit(?:\.\w+)*\.(\w+Error): (.+)$", re.M)
+
+
+def worker_error(exc: Exception) -> ToolauditError:
+    """A pipeline's failure as the library's own error: what a worker raised on purpose (a `ConfigError` from its
+    set-up reaches the driver as Ray's `ActorDiedError`, with only the text of the original), else what Ray
+    said, in one line (the CLI prints library errors, not tracebacks)."""
+    raised = _RAISED.findall(str(exc))
+    if raised:
+        name, message = raised[-1]
+        return ConfigError(message) if name == "ConfigError" else StoreError(message)
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return StoreError(f"the Ray pipeline failed ({type(exc).__name__}: {first})")
+
+
 class PickledWorker:
     """A stateful worker of `ordered_map`: one Ray actor, set up once, then one item per call (`run`).
 
@@ -110,10 +127,13 @@ def ordered_map(options: RayOptions, items: list[Any], worker: type[PickledWorke
                                            max_tasks_in_flight_per_actor=IN_FLIGHT_PER_WORKER),
         **resources)
     got = 0
-    # one block per item, handed over as soon as it is there (no prefetch: it would wait for the next one)
-    for table in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
-        for blob in table.column("result").to_pylist():
-            got += 1
-            yield pickle.loads(blob)
+    try:
+        # one block per item, handed over as soon as it is there (no prefetch: it would wait for the next one)
+        for table in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0):
+            for blob in table.column("result").to_pylist():
+                got += 1
+                yield pickle.loads(blob)
+    except ray.exceptions.RayError as exc:
+        raise worker_error(exc) from exc
     if got != len(payload):
         raise StoreError(f"the Ray pipeline returned {got} chunks for {len(payload)}; {then}")
