@@ -126,7 +126,8 @@ class GatedFactory:
 
 
 def test_ray_replay_equals_in_process_when_a_worker_is_killed(tmp_path, local_ray, paths_file):
-    from toolaudit.replay.ray_pool import RayEnginePool, RayOptions
+    from toolaudit.compare.ray_cluster import RayOptions
+    from toolaudit.replay.ray_pool import RayEnginePool
 
     one, two = tmp_path / "one.duckdb", tmp_path / "ray.duckdb"
     with Store(one) as store:
@@ -155,7 +156,8 @@ def test_ray_replay_equals_in_process_when_a_worker_is_killed(tmp_path, local_ra
 
 def test_ray_remedy_matrix_path_major_equals_in_process(tmp_path, local_ray, paths_file):
     """Baseline once, then each candidate, one pipeline per pass; a resumed run skips what is stored."""
-    from toolaudit.replay.ray_pool import RayEnginePool, RayOptions
+    from toolaudit.compare.ray_cluster import RayOptions
+    from toolaudit.replay.ray_pool import RayEnginePool
 
     opts = options(paths_file, candidates=["tiny-spec", "tiny-b1"], path_major=True)
     one, two = tmp_path / "one.duckdb", tmp_path / "ray.duckdb"

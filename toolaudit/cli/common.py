@@ -178,6 +178,38 @@ def shard_option(func: Callable) -> Callable:
                         "combines them exactly.")(func)
 
 
+RAY_LOCAL = "local"  # `--ray` with no address: a local Ray
+
+
+def ray_options(what: str, workers: str) -> Callable[[Callable], Callable]:
+    """--ray [ADDRESS] and --ray-workers N; the command receives `ray_address` and `ray_workers` (see
+    `ray_settings`). `what`: what goes to the cluster; `workers`: what one worker is."""
+    def decorate(func: Callable) -> Callable:
+        func = click.option("--ray-workers", type=click.IntRange(1), metavar="N",
+                            help=f"With --ray: {workers} (default: as many as the cluster holds).")(func)
+        return click.option("--ray", "ray_address", is_flag=False, flag_value=RAY_LOCAL, metavar="[ADDRESS]",
+                            help=f"{what} on a Ray cluster (Ray Data); the rows are written here. ADDRESS: auto, "
+                                 "ray://HOST:10001 or HOST:6379; alone: a local Ray. Needs pip install "
+                                 "'toolaudit[ray]'. See docs/scaling.md.")(func)
+    return decorate
+
+
+def ray_settings(address: str | None, workers: int | None) -> Any:
+    """`--ray [ADDRESS]` as `ray_cluster.RayOptions` (None without --ray). A trace file right after a bare `--ray`
+    would be taken for its address: refuse that rather than try to connect to a file name."""
+    if address is None:
+        if workers is not None:
+            raise click.UsageError("--ray-workers needs --ray")
+        return None
+    if os.path.isfile(address):
+        raise click.UsageError(f"--ray took {address!r} as its cluster address; put --ray after the trace files, "
+                               f"or write --ray {RAY_LOCAL}")
+    from toolaudit.compare.ray_cluster import RayOptions, import_ray
+
+    import_ray()  # before any store opens: without Ray, say which extra to install
+    return RayOptions(None if address == RAY_LOCAL else address, workers)
+
+
 def verbose_option(func: Callable) -> Callable:
     """--verbose: engines' own output (vLLM, transformers, warnings) on the terminal instead of a log file."""
     return click.option("--verbose", "-v", is_flag=True, help="Show engines' own logs and warnings on the "

@@ -15,6 +15,8 @@ from toolaudit.cli.common import (
     friendly_errors,
     key_options,
     output_options,
+    ray_options,
+    ray_settings,
     schema_dir_or_none,
     shard_option,
 )
@@ -46,13 +48,16 @@ def _total_bytes(paths: list[str]) -> int:
 @click.option("--candidate-service", "candidate_services", multiple=True, metavar="NAME",
               help="With --collected: a candidate is the spans of this service; repeat it for a remedy matrix. "
                    "With --sample, every side keeps the sessions drawn from the baseline.")
+@ray_options("Scan the logs (parse, digest, validate)", "scan workers, one CPU each; the logs and --schemas must "
+             "be on a path every node shares")
 @output_options
 @friendly_errors
 def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name: str | None, trace_format: str,
             session_key: str, customer_key: str, schema_dir: str, baseline_name: str,
             candidate_names: tuple[str, ...], workers: int | None, shard, collected: str | None,
             since: str | None, sample: int | None, per_customer: bool, seed: str, baseline_service: str | None,
-            candidate_services: tuple[str, ...], fmt: str) -> None:
+            candidate_services: tuple[str, ...], ray_address: str | None, ray_workers: int | None,
+            fmt: str) -> None:
     """Compare two recorded logs of the same requests, call by call and argument by argument.
 
     Several candidate logs (`compare BASE A B C`) make a remedy matrix: each compared with the same baseline,
@@ -69,6 +74,9 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
     from toolaudit.ingest.gaps import gap_warnings
     from toolaudit.store import Store
 
+    ray = ray_settings(ray_address, ray_workers)
+    if ray is not None and workers is not None:
+        raise click.UsageError("--workers counts processes on this machine; with --ray, use --ray-workers")
     check_collected(collected, since, sample, per_customer, seed)
     if collected is not None:
         if baseline is not None or candidates:
@@ -95,6 +103,11 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
                              schema_dir=schema_dir_or_none(schema_dir), run_name=run_name,
                              baseline_name=baseline_name, candidate_name=(candidate_names or ("candidate",))[0],
                              workers=workers, format=None if trace_format == "auto" else trace_format, shard=shard)
+    scans = None
+    if ray is not None:  # the scans on a Ray cluster; the rows are written here as in process
+        from toolaudit.compare.ray_scan import RayScans
+
+        scans = RayScans(ray)
     with Store(db) as store:
         # readers open a snapshot meanwhile, taken after commits as the throttle allows
         store.publish_snapshots("compare", on_commit=True,
@@ -104,12 +117,12 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
         with Progress("comparing", total, unit=" bytes") as bar:
             if len(candidates) == 1:
                 run_id, counts = compare_logs(store, baseline, candidates[0], options,
-                                              progress=bar.update if total else None)
+                                              progress=bar.update if total else None, scans=scans)
                 runs = {options.candidate_name: counts}
             else:
                 names = list(candidate_names) if candidate_names else default_names(list(candidates))
                 run_id, per_candidate = compare_matrix(store, baseline, list(candidates), names, options,
-                                                       progress=bar.update if total else None)
+                                                       progress=bar.update if total else None, scans=scans)
                 runs = {name: counts for name, (_, counts) in per_candidate.items()}
         show_run(store, run_id, fmt, db)
     for name, counts in runs.items():

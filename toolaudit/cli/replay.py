@@ -15,6 +15,8 @@ from toolaudit.cli.common import (
     friendly_errors,
     key_options,
     output_options,
+    ray_options,
+    ray_settings,
     schema_dir_or_none,
     shard_option,
     verbose_option,
@@ -24,7 +26,6 @@ from toolaudit.report.output import to_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
-RAY_LOCAL = "local"  # `--ray` with no address: a local Ray
 
 
 def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, verbose: bool = False,
@@ -49,9 +50,8 @@ def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, r
 
     engines = None
     if ray is not None:  # engine calls on a Ray cluster; the rows are written here as in process
-        from toolaudit.replay.ray_pool import RayEnginePool, import_ray
+        from toolaudit.replay.ray_pool import RayEnginePool
 
-        import_ray()  # before the store opens: without Ray, say which extra to install
         engines = RayEnginePool(ray, logs=logs)
     with Store(db) as store:
         bar = _LazyBar(store.publish_snapshots("replay", on_error=_warn))  # readers follow the run meanwhile
@@ -127,12 +127,7 @@ class _LazyBar:
               help="Folder of <tool>.json schemas that override the request's.")
 @shard_option
 @collected_options
-@click.option("--ray", "ray_address", is_flag=False, flag_value=RAY_LOCAL, metavar="[ADDRESS]",
-              help="Run the engines on a Ray cluster (Ray Data, one engine worker per GPU or CPU slot); the rows are "
-                   "written here. ADDRESS: auto, ray://HOST:10001 or HOST:6379; alone: a local Ray. Needs "
-                   "pip install 'toolaudit[ray]'. See docs/scaling.md.")
-@click.option("--ray-workers", type=click.IntRange(1), metavar="N",
-              help="With --ray: engine workers per pass (default: as many as the cluster's GPUs or CPUs hold).")
+@ray_options("Run the engines", "engine workers per pass, one per GPU or CPU slot")
 @verbose_option
 @output_options
 @friendly_errors
@@ -148,7 +143,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     a sample of the traffic `toolaudit collect` kept (--collected DIR, --since, --sample, --per-customer)."""
     from toolaudit.replay.replayer import ReplayOptions
 
-    ray = _ray_options(ray_address, ray_workers)
+    ray = ray_settings(ray_address, ray_workers)
     check_collected(collected, since, sample, per_customer, seed)
     if resume is None and not traces and collected is None:
         raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
@@ -168,21 +163,6 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             trace_format=None if trace_format == "auto" else trace_format,
                             shard=shard.as_dict() if shard else None, numerics=numerics)
     _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
-
-
-def _ray_options(address: str | None, workers: int | None):
-    """`--ray [ADDRESS]` as `ray_pool.RayOptions` (None without --ray). A trace file right after a bare `--ray`
-    would be taken for its address: refuse that rather than try to connect to a file name."""
-    if address is None:
-        if workers is not None:
-            raise click.UsageError("--ray-workers needs --ray")
-        return None
-    if Path(address).is_file():
-        raise click.UsageError(f"--ray took {address!r} as its cluster address; put --ray after the trace files, "
-                               f"or write --ray {RAY_LOCAL}")
-    from toolaudit.replay.ray_pool import RayOptions
-
-    return RayOptions(None if address == RAY_LOCAL else address, workers)
 
 
 MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft")

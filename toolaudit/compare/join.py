@@ -71,7 +71,8 @@ class Join:
         self._take_issues()
         self.recorder.flush(self.stage, force=True)
         self.stage.write_agreeing(self.recorder.run_id, self.names, sources)
-        for kind, n in self.stage.fast_kinds().items():
+        # in a fixed order: a GROUP BY's is not, and the run's counts JSON must not depend on it
+        for kind, n in sorted(self.stage.fast_kinds().items()):
             self.counts.kind(kind, n)
         self.counts.matched += how.get(FAST, 0)
         self.counts.baseline_only += how.get(BASELINE_ONLY, 0)

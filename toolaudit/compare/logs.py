@@ -13,11 +13,8 @@ pairs' in SQL, the others from the buffer of `recorder`."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,8 @@ import pyarrow as pa
 from toolaudit.compare.join import Join
 from toolaudit.compare.pairs import Analyzer
 from toolaudit.compare.recorder import Recorder
-from toolaudit.compare.scan import ChunkResult, digest, hold, scan_task, settled, start_worker, tools_key
+from toolaudit.compare.scan import ChunkResult, digest, settled, tools_key
+from toolaudit.compare.scans import LocalScans, Scans
 from toolaudit.ingest.gaps import CallGaps
 from toolaudit.ingest.reading import check, open_source
 from toolaudit.ingest.records import (
@@ -91,16 +89,14 @@ class RunCounts:
         return out
 
 
-def default_workers(paths: list[Path]) -> int:
-    """Worker processes: one per core for big logs; in-process for small ones (no fork cost)."""
-    total = sum(p.stat().st_size for p in paths if p.exists())
-    return 1 if total < 64 * (1 << 20) else max(1, min(os.cpu_count() or 1, 8))
-
-
 def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | Path,
-                 options: CompareOptions | None = None, progress: Progress | None = None) -> tuple[int, RunCounts]:
-    """Run a full comparison into `store`; returns (run_id, counts). Bad lines become error rows."""
+                 options: CompareOptions | None = None, progress: Progress | None = None,
+                 scans: Scans | None = None) -> tuple[int, RunCounts]:
+    """Run a full comparison into `store`; returns (run_id, counts). Bad lines become error rows.
+    `scans`: where the logs' ranges are scanned (`ray_scan.RayScans` for `--ray`); default: on this machine,
+    with `options.workers` processes."""
     options = options or CompareOptions()
+    scans = scans or LocalScans(options.workers)
     paths = [Path(baseline_path), Path(candidate_path)]
     for path in paths:  # fail before a run row exists for a file that cannot be read at all
         open_trace(path).close()
@@ -117,7 +113,7 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
         run_id = store.create_run("compare", options.run_name, options.baseline_name, options.candidate_name,
                                   str(baseline_path), str(candidate_path), run_options)
         try:
-            _Comparison(store, run_id, sources, options, counts, progress, tmp).run()
+            _Comparison(store, run_id, sources, options, counts, progress, tmp, scans).run()
         except BaseException:
             store.set_status(run_id, "interrupted")
             raise
@@ -134,8 +130,9 @@ class _Comparison:
     repeated keys into error rows, then hands the stage to the join (`join.Join`), re-reading lines for it."""
 
     def __init__(self, store: Store, run_id: int, sources: list[TraceSource], options: CompareOptions,
-                 counts: RunCounts, progress: Progress | None, tmp: str):
+                 counts: RunCounts, progress: Progress | None, tmp: str, scans: Scans):
         self.store, self.run_id, self.sources, self.options = store, run_id, sources, options
+        self.scans = scans
         self.tmp = tmp  # the workers' Parquet files of outputs columns
         self.paths = [Path(src.source) for src in sources]
         self.counts, self.progress = counts, progress
@@ -147,7 +144,7 @@ class _Comparison:
         self.shown = [None if src.shown is None else pa.array(src.shown, pa.int64()) for src in sources]
 
     def run(self) -> None:
-        workers = self.options.workers or default_workers(self.paths)
+        workers = self.scans.workers(self.paths)
         tasks, sides = [], []
         for side, src in enumerate(self.sources):
             stats = self._stats(side)
@@ -167,7 +164,7 @@ class _Comparison:
         waiting: list[list[ChunkResult]] = [[], []]  # a settling source's chunks, until all of them are in
         with staging(self.store, self.options.memory_limit) as stage:
             with collector_paused():  # chunk results pile up here (a settling source's notes): see collector_paused
-                with _results(tasks, workers, self.sources) as results:
+                with self.scans.results(tasks, workers, self.sources) as results:
                     for side, task, chunk in zip(sides, tasks, results):
                         size = self.sources[side].unit_bytes(*task[1:3])
                         if self.sources[side].settles:
@@ -276,18 +273,3 @@ class _Comparison:
         return TraceCall(src.source, item.line, item.session_id, call_index, item.customer, item.request,
                          item.response, item.record)
 
-
-@contextmanager
-def _results(tasks: list[tuple], workers: int, sources: list[TraceSource]) -> Iterator[Iterator[ChunkResult]]:
-    """Chunk results in task order: from a process pool (each worker given the sources once, as it starts: a
-    forked worker inherits held records without copying them), or computed in-process for one worker."""
-    if workers <= 1 or len(tasks) <= 2:
-        hold(sources)
-        try:
-            yield (scan_task(t) for t in tasks)
-        finally:
-            hold([])
-        return
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers, initializer=start_worker, initargs=(sources,)) as pool:
-        yield pool.imap(scan_task, tasks)

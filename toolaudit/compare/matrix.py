@@ -10,13 +10,15 @@ from pathlib import Path
 
 from toolaudit import ConfigError
 from toolaudit.compare.logs import CompareOptions, Progress, RunCounts, compare_logs
+from toolaudit.compare.scans import Scans
 from toolaudit.store import Store
 
 
 def compare_matrix(store: Store, baseline: str | Path, candidates: list[str | Path], names: list[str],
-                   options: CompareOptions | None = None, progress: Progress | None = None
-                   ) -> tuple[int, dict[str, tuple[int, RunCounts]]]:
-    """Compare the baseline log with each candidate log; returns (matrix run id, {name: (run id, counts)})."""
+                   options: CompareOptions | None = None, progress: Progress | None = None,
+                   scans: Scans | None = None) -> tuple[int, dict[str, tuple[int, RunCounts]]]:
+    """Compare the baseline log with each candidate log; returns (matrix run id, {name: (run id, counts)}).
+    `scans`: where the logs are scanned, as `compare_logs` takes it."""
     options = options or CompareOptions()
     if len(names) != len(candidates):
         raise ConfigError(f"{len(candidates)} candidate logs but {len(names)} candidate names")
@@ -32,7 +34,7 @@ def compare_matrix(store: Store, baseline: str | Path, candidates: list[str | Pa
         for name, log in zip(names, candidates):
             label = f"{options.run_name or f'run-{matrix}'}/{name}"
             run_id, counts = compare_logs(store, baseline, log, replace(options, candidate_name=name,
-                                                                        run_name=label), progress)
+                                                                        run_name=label), progress, scans)
             store.join_matrix(run_id, matrix)
             done[name] = run_id, counts
     except BaseException:

@@ -20,66 +20,25 @@ GPU, as it decodes), and every worker checks that its engines have those same co
 GPU, CPU or library version is an error, not a silent mix). Divergence evidence decodes token ids with the
 text each worker sends with its results, so the driver loads no model and imports no torch.
 
-Ray is imported only here, and only when a pool starts: without it `--ray` says which extra to install.
+Connecting, the pipeline's shape and the missing-extra error are shared with `compare --ray`
+(`compare.ray_cluster`, the one module that imports Ray, lazily).
 """
 
 from __future__ import annotations
 
-import os
-import pickle
-import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolaudit import ConfigError, StoreError
+from toolaudit.compare.ray_cluster import PickledWorker, RayOptions, connect, ordered_map, pool_size
 from toolaudit.engines import Capabilities, Engine, EngineRequest, EngineResult, make_engine
 from toolaudit.engines.logs import EngineLogs
 from toolaudit.engines.paths import PathConfig
 from toolaudit.replay.engine_pool import EnginePool, Job, Outputs
 
-INSTALL = "pip install 'toolaudit[ray]'"
-# Chunks sent to one worker at a time. One: a dead worker leaves one chunk to redo, and no chunk waits behind
-# another on a worker while the driver, storing in chunk order, waits for it; the round trip between chunks
-# (milliseconds) is small beside decoding a chunk.
-IN_FLIGHT_PER_WORKER = 1
 TASK_RETRIES = 3  # of a path's description task
-
-
-@dataclass(frozen=True)
-class RayOptions:
-    """Where the engine calls go. `address`: None starts a local Ray for this process; otherwise what
-    `ray.init(address=...)` takes ("auto" for the cluster this node belongs to, "ray://HOST:10001", "HOST:6379").
-    `workers`: engine workers per pass; None: as many as the cluster's GPUs (GPU paths) or CPUs hold."""
-
-    address: str | None = None
-    workers: int | None = None
-
-
-def import_ray() -> Any:
-    """The `ray` module with Ray Data, or a `ConfigError` naming the extra to install."""
-    try:
-        import ray
-        import ray.data  # noqa: F401 -- the pipeline needs Ray Data, not only Ray Core
-    except ImportError as exc:
-        raise ConfigError(f"--ray needs Ray with Ray Data: {INSTALL} ({exc})") from None
-    return ray
-
-
-def connect(options: RayOptions) -> Any:
-    """Ray, initialised once per process: the cluster at `options.address`, or a local one."""
-    ray = import_ray()
-    if not ray.is_initialized():
-        try:
-            if options.address is None:
-                ray.init(include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(address=options.address, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = options.address or "a local Ray"
-            raise ConfigError(f"--ray {where}: cannot connect ({type(exc).__name__}: {exc})") from None
-    return ray
 
 
 def worker_resources(paths: list[PathConfig]) -> dict[str, float]:
@@ -119,14 +78,12 @@ class Decoded:
     pid: int = 0
 
 
-class EngineWorker:
-    """One Ray actor of the pipeline: the paths' engines, built and loaded once, then one chunk per call.
-
-    Jobs and results travel pickled (one bytes column), so engines' dataclasses cross unchanged."""
+class EngineWorker(PickledWorker):
+    """One Ray actor of the pipeline: the paths' engines, built and loaded once, then one chunk per call."""
 
     def __init__(self, paths: list[PathConfig], factory: Callable[[PathConfig], Engine],
                  expected: dict[str, dict[str, Any]]):
-        self.node, self.pid = socket.gethostname(), os.getpid()
+        super().__init__()
         self.engines: dict[str, Engine] = {}
         for path in paths:
             engine = factory(path)
@@ -139,20 +96,14 @@ class EngineWorker:
             engine.load()
             self.engines[path.name] = engine
 
-    def __call__(self, batch: Any) -> Any:
-        import pyarrow as pa
-
-        out = []
-        for blob in batch.column("job").to_pylist():
-            calls: list[tuple[str, list[EngineRequest]]] = pickle.loads(blob)
-            outputs: Outputs = []
-            for name, requests in calls:
-                engine = self.engines[name]
-                t0 = time.perf_counter()
-                results = engine.generate(requests)
-                outputs.append((results, time.perf_counter() - t0))
-            out.append(pickle.dumps(Decoded(outputs, self._vocab(calls, outputs), self.node, self.pid)))
-        return pa.table({"decoded": pa.array(out, pa.binary())})
+    def run(self, calls: list[tuple[str, list[EngineRequest]]]) -> Decoded:
+        outputs: Outputs = []
+        for name, requests in calls:
+            engine = self.engines[name]
+            t0 = time.perf_counter()
+            results = engine.generate(requests)
+            outputs.append((results, time.perf_counter() - t0))
+        return Decoded(outputs, self._vocab(calls, outputs), self.node, self.pid)
 
     def _vocab(self, calls: list[tuple[str, list[EngineRequest]]], outputs: Outputs) -> dict[str, dict[int, str]]:
         vocab: dict[str, dict[int, str]] = {}
@@ -205,48 +156,28 @@ class RayEnginePool(EnginePool):
 
     def workers(self, paths: list[PathConfig]) -> int:
         """The pool's size: `options.workers`, else what the cluster's GPUs or CPUs hold (at least 1)."""
-        if self.options.workers:
-            return self.options.workers
-        need = worker_resources(paths)
-        have = connect(self.options).cluster_resources()
-        kind, per = ("GPU", need["num_gpus"]) if "num_gpus" in need else ("CPU", need["num_cpus"])
-        return max(1, int(have.get(kind, 0) // per))
+        return pool_size(self.options, worker_resources(paths))
 
     def run_jobs(self, paths: list[PathConfig], jobs: Iterable[Job]) -> Iterator[Outputs]:
-        """One Ray Data pipeline over the jobs: one block per chunk, `workers` actors holding `paths`, outputs
-        in chunk order (a chunk is stored only after those before it, as in process)."""
+        """One Ray Data pipeline over the jobs (`ray_cluster.ordered_map`): one block per chunk, `workers`
+        actors holding `paths`, outputs in chunk order."""
         jobs = list(jobs)
-        payload = [{"job": pickle.dumps([(p.name, requests) for p, requests in job.calls])} for job in jobs]
-        if not payload:
+        if not jobs:
             return
-        ray = connect(self.options)
         expected = {p.name: self.fingerprint_components(p) for p in paths}
-        ds = ray.data.from_items(payload, override_num_blocks=len(payload))
-        ds.context.execution_options.preserve_order = True
-        ds.context.enable_progress_bars = False
-        ds = ds.map_batches(
-            EngineWorker, fn_constructor_kwargs={"paths": paths, "factory": self.factory, "expected": expected},
-            batch_size=1, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=min(self.workers(paths), len(payload)),
-                                               max_tasks_in_flight_per_actor=IN_FLIGHT_PER_WORKER),
-            **worker_resources(paths))
-        got = 0
-        # one block per chunk, handed over as soon as it is there (no prefetch: it would wait for the next one)
-        blobs = (blob for table in ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0)
-                 for blob in table.column("decoded").to_pylist())
-        for blob in blobs:
-            decoded: Decoded = pickle.loads(blob)
+        items = [[(p.name, requests) for p, requests in job.calls] for job in jobs]
+        decoded_chunks = ordered_map(self.options, items, EngineWorker,
+                                     {"paths": paths, "factory": self.factory, "expected": expected},
+                                     self.workers(paths), worker_resources(paths), then="resume the run")
+        for job, decoded in zip(jobs, decoded_chunks):
             for name, vocab in decoded.vocab.items():
                 self._vocab.setdefault(name, {}).update(vocab)
             self.workers_seen.append((decoded.node, decoded.pid))
-            for (path, requests), (results, _) in zip(jobs[got].calls, decoded.outputs):
+            for (path, requests), (results, _) in zip(job.calls, decoded.outputs):
                 if len(results) != len(requests):
                     raise StoreError(f"engine for path {path.name!r} returned {len(results)} results for "
                                      f"{len(requests)} requests")
-            got += 1
             yield decoded.outputs
-        if got != len(payload):
-            raise StoreError(f"the Ray pipeline returned {got} chunks for {len(payload)}; resume the run")
 
     def decoder(self, paths: list[PathConfig]) -> Callable[[list[int]], str] | None:
         """Token ids -> text from the workers' vocabulary, choosing the path as `EnginePool.decoder` does (the
