@@ -145,8 +145,19 @@ def record_lines(path: str, conv: "Conversion") -> Iterator[tuple[int, bytes]]:
             yield line_no, raw
 
 
+BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(raw: bytes) -> bytes:
+    """The line without a leading UTF-8 byte order mark: Windows editors and PowerShell's `Out-File` put one at
+    the start of a file, and orjson (rightly, for JSON text) refuses it. Stripped wherever a line is parsed, so a
+    line read again by its byte offset parses the same."""
+    return raw[3:] if raw[:3] == BOM else raw
+
+
 def load_line(raw: bytes) -> tuple[Any, str | None]:
     """(value, None) or (None, why it is not JSON). orjson only: deep nesting is an error, not a crash."""
+    raw = without_bom(raw)
     try:
         return orjson.loads(raw), None
     except orjson.JSONDecodeError as exc:

@@ -152,7 +152,8 @@ def _observation(obs: Any, trace_id: str | None, traces: dict, keys: Keys, line:
         raise Invalid("observations", f"an observation must be an object, got {type(obs).__name__}")
     obs_id = obs.get("id")
     if not isinstance(obs_id, str) or not obs_id:
-        raise Invalid("id", "missing: every observation needs an id")
+        raise Invalid("id", "missing: every observation needs an id" if obs_id in (None, "") else
+                      f"must be a non-empty string, got {type(obs_id).__name__} {str(obs_id)[:40]!r}")
     digest = hashlib.blake2b(canonical_bytes(obs), digest_size=16).digest()
     first = seen.get(obs_id)
     if first is not None:
