@@ -204,8 +204,10 @@ def _session(obs: dict, trace: dict, trace_id: str | None, keys: Keys) -> str:
 
 
 def _time(value: Any, field_name: str) -> datetime:
-    if not isinstance(value, str) or not value:
+    if value is None or value == "":
         raise Invalid(field_name, "missing: the call cannot be placed in its session's order")
+    if not isinstance(value, str):
+        raise Invalid(field_name, f"must be an ISO 8601 time string, got {type(value).__name__} {str(value)[:40]}")
     text = _FRACTION.sub(r"\1", value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     try:
         moment = datetime.fromisoformat(text)
