@@ -139,6 +139,12 @@ def phoenix_with(**fields) -> dict:
     return {**phoenix_span("bad1", session="x"), **fields}
 
 
+def langfuse_span_text(replace: str, by: str) -> bytes:
+    raw = json.dumps(langfuse_span("bad1", "x"))
+    assert replace in raw
+    return raw.replace(replace, by, 1).encode("utf-8", "surrogatepass")
+
+
 def phoenix_text(replace: str, by: str) -> bytes:
     raw = json.dumps(phoenix_span("bad1", session="x"))
     assert replace in raw
@@ -192,6 +198,9 @@ RECORD_CASES = [
     ("responses-call-id-number", "responses", {**responses_record(session="x"), "response": {
         "id": "r", "output": [{"type": "function_call", "call_id": 9, "name": "close_ticket",
                                "arguments": "{}"}]}}, ("read", 1)),
+    ("responses-arguments-number", "responses", responses_record(session="x", arguments=5), ("read", 1)),
+    ("responses-invalid-utf8", "responses", json.dumps(responses_record(session="x")).encode().replace(
+        b'"be brief"', b'"be \xc3\x28brief"'), ("error", None, "invalid UTF-8 at byte")),
     # -- OTel GenAI spans --------------------------------------------------------------------------------------
     ("otel-no-trace-id", "otel", otel_field(traceId=None), ("error", "traceId", "missing")),
     ("otel-trace-id-number", "otel", otel_field(traceId=42), ("error", "traceId", f"{NOT_ID}, got 42")),
@@ -236,6 +245,12 @@ RECORD_CASES = [
      ("error", None, "surrogate")),
     ("otel-call-index-huge", "otel", otlp(otel_span("bad1", session="x", **{
         "request.metadata.call_index": str(10**30)})), ("read", 1)),
+    ("otel-messages-object", "otel", otlp(otel_span("bad1", session="x", **{
+        "gen_ai.input.messages": json.dumps({"role": "user"})})), ("error", "gen_ai.input.messages",
+                                                                   "must be a JSON array of messages, got dict")),
+    ("otel-parts-number", "otel", otlp(otel_span("bad1", session="x", **{
+        "gen_ai.input.messages": json.dumps([{"role": "user", "parts": 5}])})),
+     ("error", "gen_ai.input.messages[0].parts", "must be a list of message parts")),
     # -- OpenInference spans -----------------------------------------------------------------------------------
     ("oi-content-number", "openinference", oi_with(**{"llm.input_messages.1.message.content": 5}), ("read", 1)),
     ("oi-arguments-kvlist", "openinference", oi_with(**{
@@ -247,6 +262,8 @@ RECORD_CASES = [
      ("error", "llm.invocation_parameters", "depth limit exceeded")),
     ("oi-no-trace-id", "openinference", otlp({k: v for k, v in oi_span("bad1", session="x").items()
                                               if k != "traceId"}), ("error", "traceId", "missing")),
+    ("oi-tool-schema-list", "openinference", oi_with(**{"llm.tools.0.tool.json_schema": json.dumps([1, 2])}),
+     ("error", "llm.tools.0.tool.json_schema[0]", "must be an object")),
     # -- Langfuse server export --------------------------------------------------------------------------------
     ("langfuse-observations-object", "langfuse", {**lf_trace("tr2", session="x"), "observations": {"a": 1}},
      ("error", None, "not a Langfuse trace")),
@@ -263,6 +280,8 @@ RECORD_CASES = [
     ("langfuse-input-deep-10k", "langfuse", json.dumps(lf_with()).replace('"content": "be brief"',
                                                                           f'"content": {deep_array()}').encode(),
      ("error", ANY, "not valid JSON")),
+    ("langfuse-raw-nul", "langfuse", json.dumps(lf_with()).encode().replace(b'"be brief"', b'"be\x00brief"'),
+     ("error", None, "unexpected control character in string")),
     # -- Langfuse SDK spans ------------------------------------------------------------------------------------
     ("langfuse-sdk-input-deep-10k", "langfuse-sdk", langfuse_span("bad1", "x", **{
         "langfuse.observation.input": deep_array()}), ("read", 1)),  # not JSON: the SDK's plain-string input
@@ -272,6 +291,8 @@ RECORD_CASES = [
     ("langfuse-sdk-no-trace-id", "langfuse-sdk", otlp({k: v for k, v in langfuse_span("bad1", "x")[
         "resourceSpans"][0]["scopeSpans"][0]["spans"][0].items() if k != "traceId"}),
      ("error", "traceId", "missing")),
+    ("langfuse-sdk-lone-surrogate", "langfuse-sdk", langfuse_span_text('"generation"', '"gen\\udfffration"'),
+     ("error", None, "invalid high surrogate in string")),
     # -- Phoenix spans -----------------------------------------------------------------------------------------
     ("phoenix-attributes-list", "phoenix", phoenix_with(attributes=[1, 2]),
      ("error", "attributes", "must be an object")),
@@ -286,6 +307,12 @@ RECORD_CASES = [
                                                                        "llm.input_messages.99999999999.message.role":
                                                                        "user"}),
      ("error", "llm.input_messages.2", "missing while llm.input_messages.99999999999 exists")),
+    ("phoenix-invalid-utf8", "phoenix", json.dumps(phoenix_span("bad1", "x")).encode().replace(
+        b'"llm"', b'"l\xfflm"', 1),
+     ("error", None, "invalid UTF-8 at byte")),
+    ("phoenix-messages-object", "phoenix", phoenix_with(attributes={**phoenix_span("bad1", "x")["attributes"],
+                                                                    "llm.output_messages": {"0": 5}}),
+     ("error", "llm.output_messages.0", "expected llm.output_messages.<index>.<attribute>")),
 ]
 
 
@@ -389,9 +416,8 @@ def test_a_gzip_or_binary_file_is_a_clear_file_error(tmp_path, deadline, kind):
     with Store(tmp_path / "audit.duckdb") as store, pytest.raises(TraceError) as info:
         compare_logs(store, b, c, CompareOptions(schema_dir=None))
     message = str(info.value)
-    assert str(c) in message and "no usable calls" in message and "invalid UTF-8" in message, message
-    if kind == "gzip":
-        assert "gzip" in message, message
+    assert message.startswith(f"{c}: no usable calls: every record failed") and "invalid UTF-8" in message, message
+    assert ("this is gzip-compressed data; decompress the file first" in message) == (kind == "gzip"), message
 
 
 def test_duplicate_span_ids_with_the_same_content_are_skipped_not_lost(tmp_path, deadline):

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit.ingest.formats.base import as_key, without_bom
+from toolaudit.ingest.formats.base import as_key, not_utf8, without_bom
 from toolaudit.ingest.records import (
     CALL_INDEX_KEY,
     KNOWN_ROLES,
@@ -43,7 +43,7 @@ def json_error(raw: bytes, refused: str = "") -> tuple[str | None, str]:
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, f"invalid UTF-8 at byte {exc.start}"
+        return None, not_utf8(raw, exc.start)
     try:
         json.loads(raw, parse_constant=_reject_constant)
     except RecursionError:
