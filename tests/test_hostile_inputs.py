@@ -546,3 +546,13 @@ def test_a_ref_cycle_is_a_schema_issue_shown_by_compare_and_the_call_is_still_di
     assert "hostile (request): invalid: schema cannot be applied: it recurses past Python's recursion limit (a " \
            "`$ref` cycle" in result.output, result.output
     assert "arguments_changed=1" in result.output
+
+
+def test_a_pretty_printed_export_with_a_bom_is_read(tmp_path, deadline):
+    """`json.dump(..., indent=2)` saved by a Windows editor: the BOM before the lone `{` loses nothing."""
+    c = tmp_path / "c.json"
+    c.write_bytes(b"\xef\xbb\xbf" + json.dumps(GOOD["otel"], indent=2).encode() + b"\r\n")
+    b = write_jsonl(tmp_path / "b.jsonl", [GOOD["otel"]])
+    store = Store(tmp_path / "audit.duckdb")
+    run_id, counts = compare_logs(store, b, c, CompareOptions(schema_dir=None))
+    assert counts.formats["candidate"] == "otel" and counts.matched == 1 and counts.candidate.errors == 0, counts
