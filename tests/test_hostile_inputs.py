@@ -486,6 +486,8 @@ UNJUDGED_CASES = [
     ("deep-allOf-300", _nested("allOf", 300), "recursion limit", "invalid"),
     ("redos-pattern-long", {"type": "object", "properties": {"x": {"type": "string", "pattern": "^(a+)+$"}}},
      "did not finish within the 0.5 s validation budget", "timeout"),
+    ("ten-thousand-properties-one-bad", {**WIDE, "properties": {**WIDE["properties"], "p7777": {"type": "integr"}}},
+     "properties.p7777.type: 'integr' is not valid", "invalid"),
     ("invalid-keyword-value", {"type": "object", "properties": {"x": {"type": "integer", "minimum": "zero"}}},
      "is not of type 'number'", "invalid"),
 ]

@@ -227,6 +227,35 @@ _CHECKED: OrderedDict[bytes, SchemaError | None] = OrderedDict()
 _CHECKED_MAX = 1024
 
 
+_DEDUPED_MAPS = ("properties", "$defs", "definitions")  # maps whose keys the meta-schema does not constrain
+
+
+def _distinct(schema: Any) -> Any:
+    """The schema with each `properties` / `$defs` map holding one name per distinct subschema: what the
+    meta-schema says of a map is what it says of each value alone, so the verdict is the same (an error names the
+    first property with the bad value), while 10,000 `{"type": "integer"}` properties are checked once, not
+    10,000 times (2.9 s). `patternProperties` is kept whole: its names are checked as regular expressions."""
+    if isinstance(schema, list):
+        return [_distinct(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in _DEDUPED_MAPS and isinstance(value, dict) and len(value) > 1:
+            seen: dict[bytes, str] = {}
+            for name, sub in value.items():
+                try:
+                    digest = orjson.dumps(sub, option=orjson.OPT_SORT_KEYS)
+                except (TypeError, orjson.JSONEncodeError):
+                    digest = name.encode("utf-8", "surrogatepass") + b"\0unique"
+                seen.setdefault(digest, name)
+            keep = set(seen.values())
+            out[key] = {name: _distinct(sub) for name, sub in value.items() if name in keep}
+        else:
+            out[key] = _distinct(value)
+    return out
+
+
 def _check_schema(cls, schema: Any, text: bytes | None) -> None:
     """`cls.check_schema(schema)`, remembered by the schema's canonical JSON `text` (the registry's key, else
     computed here): raises the same SchemaError for a schema seen before."""
@@ -242,7 +271,7 @@ def _check_schema(cls, schema: Any, text: bytes | None) -> None:
         error = _CHECKED[key]
     else:
         try:
-            cls.check_schema(schema)
+            cls.check_schema(_distinct(schema))
             error = None
         except SchemaError as exc:
             error = exc
