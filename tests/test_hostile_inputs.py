@@ -558,3 +558,17 @@ def test_a_pretty_printed_export_with_a_bom_is_read(tmp_path, deadline):
     store = Store(tmp_path / "audit.duckdb")
     run_id, counts = compare_logs(store, b, c, CompareOptions(schema_dir=None))
     assert counts.formats["candidate"] == "otel" and counts.matched == 1 and counts.candidate.errors == 0, counts
+
+
+def test_more_than_three_schema_issues_end_with_the_query_for_all(tmp_path, deadline):
+    tools = [{"type": "function", "function": {"name": f"loop{i}", "parameters": CYCLE}} for i in range(4)]
+    calls = [tool_call(f"loop{i}", {"x": 1}, f"call_{i}") for i in range(4)]
+    rec = line(session="s1", calls=calls, tools=tools)
+    b, c = write_jsonl(tmp_path / "b.jsonl", [rec]), write_jsonl(tmp_path / "c.jsonl", [rec])
+    db = tmp_path / "audit.duckdb"
+    result = CliRunner().invoke(cli, ["compare", str(b), str(c), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "schema issues         4" in result.output and "    loop2 (request): invalid:" in result.output
+    assert "loop3 (request)" not in result.output
+    assert ('... 1 more: toolaudit sql "SELECT tool_name, schema_source, severity, message FROM schema_issues '
+            f'WHERE run_id = 1 ORDER BY tool_name, severity" --db {db}') in result.output, result.output

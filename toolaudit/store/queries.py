@@ -94,6 +94,12 @@ def first_trace_errors(store: Store, run_id: int, limit: int = 5) -> list[dict[s
     return store.rows(f"{trace_errors_sql(run_id)} LIMIT ?", [limit])
 
 
+def schema_issues_sql(run_id: int) -> str:
+    """The query that lists all of a run's schema issues (printed for the user to run with `toolaudit sql`)."""
+    return (f"SELECT tool_name, schema_source, severity, message FROM schema_issues WHERE run_id = {int(run_id)} "
+            "ORDER BY tool_name, severity")
+
+
 def schema_problems(store: Store, run_id: int, limit: int = 3) -> tuple[int, list[dict[str, Any]]]:
     """(how many, the first) of a run's schema issues that left calls unjudged: an invalid schema, one that fails
     while applied (a `$ref` cycle), a pattern out of budget. Normalisation warnings (`dict` -> `object`) are
