@@ -125,6 +125,8 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "first_errors": q.first_trace_errors(store, rid),
         "errors_sql": q.trace_errors_sql(rid),
         "skipped": skipped_records(counts),
+        "schema_problems": {**dict(zip(("count", "first"), q.schema_problems(store, rid))),
+                            "sql": q.schema_issues_sql(rid)},
         "sessions": f.sessions,
         "sessions_with_drift": f.sessions_with_drift,
         "observed_session_drift": f.observed_session_drift or 0.0,

@@ -9,8 +9,8 @@ from toolaudit.report.output import format_table, pct, to_json
 
 
 def problem_lines(s: dict, db: str | None = None) -> list[str]:
-    """The first error rows as `FILE:LINE: field: message`, the total and how to see them all; then the
-    records skipped as not model calls, with their reasons."""
+    """The first error rows as `FILE:LINE: field: message`, the total and how to see them all; the schema issues
+    that left calls unjudged; then the records skipped as not model calls, with their reasons."""
     lines = []
     shown = s.get("first_errors") or []
     for e in shown:
@@ -20,6 +20,15 @@ def problem_lines(s: dict, db: str | None = None) -> list[str]:
     if shown:
         where = f" --db {db}" if db else ""
         lines.append(f"    all {s['error_rows']}: toolaudit sql \"{s['errors_sql']}\"{where}")
+    schema = s.get("schema_problems") or {}
+    if schema.get("count"):
+        lines.append(f"  schema issues         {schema['count']} (validity unknown for the calls they cover)")
+        for issue in schema["first"]:
+            lines.append(f"    {issue['tool_name']} ({issue['schema_source']}): {issue['severity']}: "
+                         f"{issue['message']}")
+        if schema["count"] > len(schema["first"]):
+            lines.append(f"    ... {schema['count'] - len(schema['first'])} more: toolaudit sql \"{schema['sql']}\""
+                         + (f" --db {db}" if db else ""))
     for side, info in (s.get("skipped") or {}).items():
         reasons = ", ".join(f"{n} {reason}" for reason, n in list(info["reasons"].items())[:4])
         label = f"skipped ({side})"

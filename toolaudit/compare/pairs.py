@@ -169,8 +169,8 @@ class Analyzer:
         if compiled is None or call.arguments_error is not None:
             return None
         errs = compiled.errors(call.arguments)
-        while compiled.notes:  # a pattern ran out of its validation budget: say so once per message
-            self._issue(compiled.tool_name, compiled.source, "timeout", compiled.notes.pop(0))
+        while compiled.notes:  # out of pattern budget, or failed while applied: say so once per message
+            self._issue(compiled.tool_name, compiled.source, *compiled.notes.pop(0))
         if errs:
             errors.append({"tool": call.name, "errors": errs})
         return None if errs is None else not errs

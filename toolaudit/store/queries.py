@@ -94,6 +94,23 @@ def first_trace_errors(store: Store, run_id: int, limit: int = 5) -> list[dict[s
     return store.rows(f"{trace_errors_sql(run_id)} LIMIT ?", [limit])
 
 
+def schema_issues_sql(run_id: int) -> str:
+    """The query that lists all of a run's schema issues (printed for the user to run with `toolaudit sql`)."""
+    return (f"SELECT tool_name, schema_source, severity, message FROM schema_issues WHERE run_id = {int(run_id)} "
+            "ORDER BY tool_name, severity")
+
+
+def schema_problems(store: Store, run_id: int, limit: int = 3) -> tuple[int, list[dict[str, Any]]]:
+    """(how many, the first) of a run's schema issues that left calls unjudged: an invalid schema, one that fails
+    while applied (a `$ref` cycle), a pattern out of budget. Normalisation warnings (`dict` -> `object`) are
+    not counted: the schema still judges."""
+    where = "FROM schema_issues WHERE run_id = ? AND severity <> 'warning'"
+    count = store.query(f"SELECT count(*) {where}", [run_id])[1][0][0]
+    rows = store.rows(f"SELECT tool_name, schema_source, severity, message {where} "
+                      "ORDER BY tool_name, severity, message LIMIT ?", [run_id, limit])
+    return count, rows
+
+
 def customer_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
     """Per customer, from `customer_drift`; `compounded_session_drift` is the deprecated name of the run-rates
     figure, kept in `summary --json` for one release."""

@@ -16,7 +16,7 @@ from typing import Any
 from jsonschema.exceptions import ValidationError
 from jsonschema.validators import extend
 
-from toolaudit.validate.patterns import search, shorten
+from toolaudit.validate.patterns import search, shorten, untimed_reason
 
 _EXCERPT = 120
 
@@ -76,7 +76,12 @@ def unsupported_reason(schema: Any) -> str | None:
         node = stack.pop()
         if isinstance(node, dict):
             seen_unevaluated |= "unevaluatedProperties" in node
-            seen_patterns |= isinstance(node.get("patternProperties"), dict) and bool(node["patternProperties"])
+            found = node.get("patternProperties")
+            seen_patterns |= isinstance(found, dict) and bool(found)
+            for pattern in [node.get("pattern"), *(found if isinstance(found, dict) else ())]:
+                reason = untimed_reason(pattern) if isinstance(pattern, str) else None
+                if reason:
+                    return f"{reason}; validity of this tool's calls is unknown"
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)

@@ -22,6 +22,7 @@ from typing import Any
 
 import regex
 
+MAX_LITERAL_RUN = 500  # longest run of plain characters a pattern may hold (see `untimed_reason`)
 DEFAULT_BUDGET_S = 0.5  # time one call's validation may spend in pattern matching
 _FALLBACK_S = 0.5  # a match outside any budget (e.g. a direct call) gets this much
 
@@ -57,6 +58,36 @@ def budget(seconds: float = DEFAULT_BUDGET_S) -> Iterator[None]:
         yield
     finally:
         _deadline.reset(token)
+
+
+def untimed_reason(pattern: str) -> str | None:
+    """Why matching `pattern` cannot be time-boxed, or None.
+
+    The `regex` module builds a search table for a literal run on its first match, outside the timeout's reach,
+    in time that grows with the cube of the run for repetitive text: 1,000 `a`s take 0.5 s, 2,000 take 5 s,
+    100,000 never end. Real patterns hold short literals (alternations of words), so a longer run is refused
+    before any match is tried."""
+    run = longest = 0
+    escaped = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+            run = run + 1 if not char.isalnum() else 0  # `\.` is a literal, `\d` a class
+        elif char == "\\":
+            escaped = True
+            continue
+        elif char in _META:
+            run = 0
+        else:
+            run += 1
+        longest = max(longest, run)
+    if longest > MAX_LITERAL_RUN:
+        return (f"pattern {shorten(pattern)!r} holds a literal run of {longest} characters (over "
+                f"{MAX_LITERAL_RUN}): its first match cannot be time-boxed, so it is not matched")
+    return None
+
+
+_META = frozenset(".^$*+?{}[]()|")
 
 
 def compile_pattern(pattern: str) -> Any:

@@ -25,7 +25,7 @@ from toolaudit import TraceError
 from toolaudit.ingest import deepjson
 from toolaudit.validate.fastpath import compile_fast
 from toolaudit.validate.keywords import safe_class, unsupported_reason
-from toolaudit.validate.patterns import DEFAULT_BUDGET_S, PatternTimeout, budget
+from toolaudit.validate.patterns import DEFAULT_BUDGET_S, PatternTimeout, budget, shorten
 
 # BFCL and Python-flavoured type names -> JSON Schema. Looked up after lower-casing ("String" -> "string").
 _TYPE_ALIASES = {
@@ -130,6 +130,15 @@ def _error_path(path: Any) -> str:
     return out
 
 
+def _failure(exc: Exception) -> str:
+    """Why applying a schema failed, in words (a RecursionError's message says nothing about the schema)."""
+    if isinstance(exc, RecursionError):
+        return ("it recurses past Python's recursion limit (a `$ref` cycle that never reaches a schema, or "
+                "nesting too deep)")
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return shorten(text, 300)
+
+
 _FAST_DIALECTS = (Draft202012Validator, Draft201909Validator, Draft7Validator, Draft6Validator)
 
 
@@ -147,8 +156,9 @@ class CompiledSchema:
     _fast: Any = field(default=None, repr=False, compare=False)  # schema_fastpath: True = valid, else jsonschema
     budget_s: float = field(default=DEFAULT_BUDGET_S, repr=False, compare=False)
     timeouts: int = field(default=0, repr=False, compare=False)
-    # messages for the caller to record as schema issues (a pattern that ran out of its validation budget)
-    notes: list[str] = field(default_factory=list, repr=False, compare=False)
+    # (severity, message) for the caller to record as schema issues: "timeout" (a pattern that ran out of its
+    # validation budget), "invalid" (the schema failed while applied: a `$ref` cycle, an unresolvable `$ref`)
+    notes: list[tuple[str, str]] = field(default_factory=list, repr=False, compare=False)
 
     def errors(self, arguments: Any) -> list[str] | None:
         """None when validity cannot be judged (invalid schema, a pattern out of budget), [] when the arguments
@@ -157,7 +167,9 @@ class CompiledSchema:
         Baseline and candidate usually send identical arguments, so results are memoised by canonical JSON.
         orjson writes NaN as null, so arguments holding NaN are not memoised (NaN and null validate apart).
         Pattern matching of one call shares `budget_s` seconds (see `patterns`); a schema that runs out
-        `_MAX_TIMEOUTS` times is not used again, so hostile input costs a run seconds, not hours.
+        `_MAX_TIMEOUTS` times is not used again, so hostile input costs a run seconds, not hours. A schema that
+        fails while applied (a `$ref` cycle recurses without end, a `$ref` to a URL is never fetched) is the
+        schema's fault, not the arguments': it becomes invalid, with a note, and is not used again.
         """
         if self._validator is None or self.timeouts >= _MAX_TIMEOUTS:
             return None
@@ -178,9 +190,12 @@ class CompiledSchema:
                 note = f"{exc}; validity of this call is unknown"
                 if self.timeouts >= _MAX_TIMEOUTS:
                     note += f" (out of budget {self.timeouts} times: this schema is not used again in the run)"
-                self.notes.append(note)
+                self.notes.append(("timeout", note))
                 result = None
-            except Exception:  # noqa: BLE001 -- e.g. an unresolvable $ref: the schema is at fault, not the arguments
+            except Exception as exc:  # noqa: BLE001 -- e.g. an unresolvable $ref: the schema is at fault
+                self.invalid_reason = f"schema cannot be applied: {_failure(exc)}; validity is unknown"
+                self._validator = self._fast = None
+                self.notes.append(("invalid", self.invalid_reason))
                 return None
         if key is not None:
             if len(self._memo) >= _MEMO_SIZE:
@@ -212,6 +227,35 @@ _CHECKED: OrderedDict[bytes, SchemaError | None] = OrderedDict()
 _CHECKED_MAX = 1024
 
 
+_DEDUPED_MAPS = ("properties", "$defs", "definitions")  # maps whose keys the meta-schema does not constrain
+
+
+def _distinct(schema: Any) -> Any:
+    """The schema with each `properties` / `$defs` map holding one name per distinct subschema: what the
+    meta-schema says of a map is what it says of each value alone, so the verdict is the same (an error names the
+    first property with the bad value), while 10,000 `{"type": "integer"}` properties are checked once, not
+    10,000 times (2.9 s). `patternProperties` is kept whole: its names are checked as regular expressions."""
+    if isinstance(schema, list):
+        return [_distinct(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in _DEDUPED_MAPS and isinstance(value, dict) and len(value) > 1:
+            seen: dict[bytes, str] = {}
+            for name, sub in value.items():
+                try:
+                    digest = orjson.dumps(sub, option=orjson.OPT_SORT_KEYS)
+                except (TypeError, orjson.JSONEncodeError):
+                    digest = name.encode("utf-8", "surrogatepass") + b"\0unique"
+                seen.setdefault(digest, name)
+            keep = set(seen.values())
+            out[key] = {name: _distinct(sub) for name, sub in value.items() if name in keep}
+        else:
+            out[key] = _distinct(value)
+    return out
+
+
 def _check_schema(cls, schema: Any, text: bytes | None) -> None:
     """`cls.check_schema(schema)`, remembered by the schema's canonical JSON `text` (the registry's key, else
     computed here): raises the same SchemaError for a schema seen before."""
@@ -227,7 +271,7 @@ def _check_schema(cls, schema: Any, text: bytes | None) -> None:
         error = _CHECKED[key]
     else:
         try:
-            cls.check_schema(schema)
+            cls.check_schema(_distinct(schema))
             error = None
         except SchemaError as exc:
             error = exc
@@ -264,7 +308,7 @@ def compile_schema(tool_name: str, schema: Any, source: str, text: bytes | None 
         where = _error_path(exc.absolute_path)
         compiled.invalid_reason = f"{where}: {exc.message}" if where else exc.message
     except Exception as exc:  # noqa: BLE001 -- e.g. a non-string $schema; report, do not stop the run
-        compiled.invalid_reason = f"schema cannot be compiled: {exc}"
+        compiled.invalid_reason = f"schema cannot be compiled: {_failure(exc)}"
     return compiled
 
 

@@ -145,15 +145,36 @@ def record_lines(path: str, conv: "Conversion") -> Iterator[tuple[int, bytes]]:
             yield line_no, raw
 
 
+BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(raw: bytes) -> bytes:
+    """The line without a leading UTF-8 byte order mark: Windows editors and PowerShell's `Out-File` put one at
+    the start of a file, and orjson (rightly, for JSON text) refuses it. Stripped wherever a line is parsed, so a
+    line read again by its byte offset parses the same."""
+    return raw[3:] if raw[:3] == BOM else raw
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def not_utf8(raw: bytes, at: int) -> str:
+    """Why a line is not text: a gzip stream said as such (an export saved compressed), else the first bad byte."""
+    if raw[:2] == GZIP_MAGIC:
+        return f"invalid UTF-8 at byte {at}: this is gzip-compressed data; decompress the file first (gunzip)"
+    return f"invalid UTF-8 at byte {at}"
+
+
 def load_line(raw: bytes) -> tuple[Any, str | None]:
     """(value, None) or (None, why it is not JSON). orjson only: deep nesting is an error, not a crash."""
+    raw = without_bom(raw)
     try:
         return orjson.loads(raw), None
     except orjson.JSONDecodeError as exc:
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError as uexc:
-            return None, f"invalid UTF-8 at byte {uexc.start}"
+            return None, not_utf8(raw, uexc.start)
         return None, f"not valid JSON: {exc}"
 
 

@@ -152,7 +152,8 @@ def _observation(obs: Any, trace_id: str | None, traces: dict, keys: Keys, line:
         raise Invalid("observations", f"an observation must be an object, got {type(obs).__name__}")
     obs_id = obs.get("id")
     if not isinstance(obs_id, str) or not obs_id:
-        raise Invalid("id", "missing: every observation needs an id")
+        raise Invalid("id", "missing: every observation needs an id" if obs_id in (None, "") else
+                      f"must be a non-empty string, got {type(obs_id).__name__} {str(obs_id)[:40]!r}")
     digest = hashlib.blake2b(canonical_bytes(obs), digest_size=16).digest()
     first = seen.get(obs_id)
     if first is not None:
@@ -203,8 +204,10 @@ def _session(obs: dict, trace: dict, trace_id: str | None, keys: Keys) -> str:
 
 
 def _time(value: Any, field_name: str) -> datetime:
-    if not isinstance(value, str) or not value:
+    if value is None or value == "":
         raise Invalid(field_name, "missing: the call cannot be placed in its session's order")
+    if not isinstance(value, str):
+        raise Invalid(field_name, f"must be an ISO 8601 time string, got {type(value).__name__} {str(value)[:40]}")
     text = _FRACTION.sub(r"\1", value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     try:
         moment = datetime.fromisoformat(text)

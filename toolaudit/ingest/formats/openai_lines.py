@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit.ingest.formats.base import as_key
+from toolaudit.ingest.formats.base import as_key, not_utf8, without_bom
 from toolaudit.ingest.records import (
     CALL_INDEX_KEY,
     KNOWN_ROLES,
@@ -38,12 +38,12 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def json_error(raw: bytes) -> tuple[str | None, str]:
-    """Explain why orjson refused a line, in the words a user can act on."""
+def json_error(raw: bytes, refused: str = "") -> tuple[str | None, str]:
+    """Explain why orjson refused a line (`refused`: its message), in the words a user can act on."""
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, f"invalid UTF-8 at byte {exc.start}"
+        return None, not_utf8(raw, exc.start)
     try:
         json.loads(raw, parse_constant=_reject_constant)
     except RecursionError:
@@ -52,7 +52,8 @@ def json_error(raw: bytes) -> tuple[str | None, str]:
         if "is not valid JSON" in str(exc):
             return None, f"{exc} (NaN/Infinity are not allowed)"
         return None, f"not valid JSON: {exc}"
-    return None, "not valid JSON"
+    # Python's parser takes what orjson refuses: a lone surrogate escape, a number past a double (1e400)
+    return None, f"not valid JSON: {refused}" if refused else "not valid JSON"
 
 
 def check_request(request: Any) -> tuple[str, str] | None:
@@ -99,10 +100,11 @@ def _hint(record: Any) -> str:
 def parse_line(raw: bytes, source: str, line_no: int, session_key: str, customer_key: str,
                require_response: bool, key: int = 0) -> RawCall | TraceLineError:
     """Everything about one line that does not depend on other lines. `key`: the line's byte offset."""
+    raw = without_bom(raw)
     try:
         record = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return line_error(raw, source, line_no, *json_error(raw))
+    except orjson.JSONDecodeError as exc:
+        return line_error(raw, source, line_no, *json_error(raw, str(exc)))
     if not isinstance(record, dict):
         return line_error(raw, source, line_no, None, f"line must be a JSON object, got {type(record).__name__}")
     if "request" not in record:

@@ -105,6 +105,8 @@ def any_value(value: Any, where: str) -> Any:
         raise Invalid(where, f"must be an OTLP AnyValue object, got {type(value).__name__}")
     if not value:
         return None
+    if len(value) > 1:  # a protobuf oneof: which of two kinds was meant is a guess, so it is not made
+        raise Invalid(where, f"an AnyValue holds one kind, got {len(value)}: {sorted(value)[:3]}")
     if "stringValue" in value:
         if not isinstance(value["stringValue"], str):
             raise Invalid(where, "stringValue must be a string")
@@ -197,12 +199,21 @@ def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
+def _bad_id(raw: Any, what: str) -> str:
+    """Why an id was refused: absent, or there but not an id (a number, a word) - said apart, so a user looks for
+    the right fault."""
+    if raw is None or raw == "":
+        return f"missing: every span needs {what}"
+    shown = repr(raw)[:40] if isinstance(raw, (str, int, float, bool)) else type(raw).__name__
+    return f"must be a string (hex or base64), got {shown}"
+
+
 def decode_span(raw: dict, resource: dict[str, Any], line: int, position: int) -> Span:
     span_id, trace_id = otlp_id(raw.get("spanId"), 8), otlp_id(raw.get("traceId"), 16)
     if span_id is None:
-        raise Invalid("spanId", "missing: every span needs an id")
+        raise Invalid("spanId", _bad_id(raw.get("spanId"), "an id"))
     if trace_id is None:
-        raise Invalid("traceId", "missing: every span needs a trace id")
+        raise Invalid("traceId", _bad_id(raw.get("traceId"), "a trace id"))
     attributes = key_values(raw.get("attributes"), "attributes")
     events = []
     raw_events = raw.get("events") or []

@@ -15,6 +15,13 @@ from pathlib import Path
 from toolaudit.ingest.records import TraceStats
 
 _DECODER = json.JSONDecoder()
+_BOM = b"\xef\xbb\xbf"
+
+
+def _text(data: bytes) -> str:
+    """The file as text, a leading byte order mark read as a space: offsets (in characters) stay the same."""
+    text = data.decode("utf-8")
+    return " " + text[1:] if text[:1] == "\ufeff" else text
 _PEEK = 1 << 16
 
 
@@ -24,7 +31,7 @@ def is_pretty(path: str | Path) -> bool:
     with open(path, "rb") as handle:
         for raw in handle:
             if raw.strip():
-                return raw.strip() == b"{"
+                return raw.strip().removeprefix(_BOM).strip() == b"{"
     return False
 
 
@@ -33,7 +40,7 @@ def first_document(path: str | Path, limit: int) -> object | None:
     with open(path, "rb") as handle:
         data = handle.read(limit)
     try:
-        text = data.decode("utf-8")
+        text = _text(data)
         start = len(text) - len(text.lstrip())
         return _DECODER.raw_decode(text, start)[0]
     except (UnicodeDecodeError, ValueError):
@@ -55,7 +62,7 @@ class Documents:
         self.stats.lines += len(lines)
         self.stats.blank += sum(1 for line in lines if not line.strip())
         try:
-            text = data.decode("utf-8")
+            text = _text(data)
         except UnicodeDecodeError as exc:
             yield 1, 0, data[:_PEEK], None, f"invalid UTF-8 at byte {exc.start}"
             return
@@ -77,5 +84,4 @@ class Documents:
 
 def document_at(path: str, offset: int) -> object:
     """The pretty-printed document that starts at character `offset` (found again for an error row)."""
-    text = Path(path).read_bytes().decode("utf-8")
-    return _DECODER.raw_decode(text, offset)[0]
+    return _DECODER.raw_decode(_text(Path(path).read_bytes()), offset)[0]
