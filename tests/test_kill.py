@@ -1,0 +1,282 @@
+"""kill -9 anywhere: `compare`, `replay` (torch engine), `merge` and `batch import`, each SIGKILLed at 20 seeded
+points of its progress (`killpoints.py`: just before its N-th SQL statement, N drawn from 1..the statements of
+an uninterrupted run), then recovered as a user would: `replay --resume RUN` (or the command again, when the
+kill came before the run row), the same `compare`, `merge` or `batch import` again.
+
+Promise checked, at every point:
+- right after the kill: no call row lacks its outputs rows, nothing is stored twice, and a run that says
+  `complete` is whole (its tables equal the uninterrupted run's);
+- after the recovery: the run's tables, views and `summary --json` figures equal the uninterrupted run's (run
+  ids, names, times and wall-clock figures aside), no run is left `running`, and a compare run that did not
+  finish holds no rows (rolled back by the next compare: `toolaudit.store.recovery`).
+
+Each test prints a table: kill points, where the kills left the run, how it was recovered, and what was equal.
+The vLLM engine's kills are in tests/engines/vllm/test_replay.py (vLLM starts in tens of seconds: 2 points).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import REPO, line, tool_call, write_jsonl
+from helpers import build_tiny_model, torch_path_toml
+from killpoints import PRELOAD, Launcher, points
+from test_batch import batch_output
+from test_shards import rows_of
+
+from toolaudit.analysis.figures import run_summary
+from toolaudit.store import Store
+
+POINTS = 20
+SEED = 2025
+DEMO = REPO / "traces" / "demo.jsonl"
+# wall-clock columns and figures, left out of every comparison
+TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "speedup", "wall_share_s", "created_at", "finished_at")
+TABLES = ["calls", "outputs", "arg_diffs", "sessions", "trace_errors", "schema_issues", "staged_results",
+          "call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift"]
+# a resumed replay's work per invocation: its first invocation's chunks count there too
+PER_INVOCATION = ("replay_chunks", "replay_batches", "path_performance")
+
+
+@dataclass
+class Scenario:
+    """One command under kills: its argv for a database, the database it starts from (None: a new one), how
+    a user recovers after a kill, and which run holds the result."""
+
+    name: str
+    argv: Callable[[Path], list[str]]
+    template: Path | None
+    recover: Callable[[Launcher, Path], str]  # runs the recovery; returns how ("resumed", "re-run")
+    tables: list[str] = field(default_factory=lambda: list(TABLES))
+
+
+@pytest.fixture(scope="module")
+def launcher(tmp_path_factory) -> Launcher:
+    return Launcher(tmp_path_factory.mktemp("kill-logs"),
+                    [*PRELOAD, "torch", "transformers", "toolaudit.engines.torch.engine"])
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """Two small logs with every kind of row: agreeing and drifting pairs, a call in one log only, a bad line
+    and a repeated key (few distinct schemas, so a compare takes a fraction of a second)."""
+    root = tmp_path_factory.mktemp("kill-inputs")
+    base, cand = [], []
+    for s in range(12):
+        for i in range(2):
+            args = {"query": f"tickets {s}.{i}", "limit": 5}
+            other = {**args, "limit": 6} if (s + i) % 5 == 1 else args
+            content = "same" if s % 3 else None
+            base.append(line(f"s{s}", f"c{s % 3}", [tool_call("search_tickets", args)], content, i))
+            cand.append(line(f"s{s}", f"c{s % 3}", [tool_call("search_tickets", other)],
+                             "changed" if s == 4 else content, i))
+    base.append(line("only-base", "c0", [tool_call("close_ticket", {"ticket_id": 3})], call_index=0))
+    cand.append(line("only-cand", "c1", [tool_call("close_ticket", {"ticket_id": "x"})], call_index=0))
+    cand.append("{not json")
+    cand.append(line("s0", "c0", [tool_call("search_tickets", {"query": "again"})], call_index=0))
+    write_jsonl(root / "base.jsonl", base)
+    write_jsonl(root / "cand.jsonl", cand)
+    Store(root / "empty.duckdb").close()  # migrated once: the kills fall in the command's own work
+    return root
+
+
+def fresh(template: Path | None, db: Path) -> Path:
+    for leftover in (db, Path(f"{db}.wal"), Path(f"{db}.snapshot")):
+        leftover.unlink(missing_ok=True)
+    if template is not None:
+        shutil.copyfile(template, db)
+    return db
+
+
+def latest_run(db: Path, kind: str | None = None) -> int | None:
+    with Store(db, read_only=True) as store:
+        rows = store.query("SELECT max(run_id) FROM runs WHERE matrix_id IS NULL AND (? IS NULL OR kind = ?)",
+                           [kind, kind])[1]
+    return rows[0][0]
+
+
+def _strip(value):
+    """`summary --json` without run ids, names and times."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items()
+                if k not in ("run_id", "run_name", "errors_sql", *TIMING) and not k.endswith("_s")}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def tables_of(db: Path, run_id: int, tables: list[str]) -> dict:
+    """Every table and view of the run, its status and kind, and the figures of `summary --json` (the same
+    `run_summary`), comparable across runs."""
+    with Store(db, read_only=True) as store:
+        got = {t: rows_of(store, t, run_id, TIMING) for t in tables}
+        run = store.run_row(run_id)
+        got["summary"] = _strip(json.loads(json.dumps(run_summary(store, run_id), default=str)))
+    got["run"] = (run["kind"], run["status"], run["baseline_name"], run["candidate_name"])
+    return got
+
+
+def check_invariants(db: Path) -> tuple[dict[int, str], int, int]:
+    """No call lacks its outputs rows, nothing twice, no outputs of a finished run without its call. Returns
+    (run id -> status, calls lacking outputs, duplicated rows) for the table."""
+    if not db.exists():
+        return {}, 0, 0
+    with Store(db, read_only=True) as store:
+        statuses = {r[0]: r[1] for r in store.query("SELECT run_id, status FROM runs")[1]}
+        lacking = store.query("""
+            SELECT count(*) FROM calls c WHERE
+              (c.match_status <> 'candidate_only' AND NOT EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = c.run_id
+               AND o.session_id = c.session_id AND o.call_index = c.call_index AND o.side = 'baseline'))
+              OR (c.match_status <> 'baseline_only' AND NOT EXISTS (SELECT 1 FROM outputs o
+               WHERE o.run_id = c.run_id AND o.session_id = c.session_id AND o.call_index = c.call_index
+               AND o.side = 'candidate'))""")[1][0][0]
+        orphans = store.query("""
+            SELECT count(*) FROM outputs o JOIN runs r USING (run_id) WHERE (r.status = 'complete' OR
+              r.kind <> 'compare') AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.run_id = o.run_id
+              AND c.session_id = o.session_id AND c.call_index = o.call_index)""")[1][0][0]
+        duplicated = sum(store.query(f"SELECT count(*) - count(DISTINCT ({key})) FROM {table}")[1][0][0]
+                         for table, key in (("calls", "run_id, session_id, call_index"),
+                                            ("outputs", "run_id, session_id, call_index, side")))
+    assert lacking == 0 and duplicated == 0 and orphans == 0, (lacking, duplicated, orphans)
+    return statuses, lacking, duplicated
+
+
+def run_kills(launcher: Launcher, scenario: Scenario, work: Path, capsys) -> None:
+    started = time.monotonic()
+    reference = fresh(scenario.template, work / "reference.duckdb")
+    clean = launcher.run(scenario.argv(reference))
+    assert clean.exit_code == 0 and not clean.killed, clean.output
+    ref_run = latest_run(reference)
+    want = tables_of(reference, ref_run, scenario.tables)
+    assert want["calls"] and want["outputs"]  # not vacuous
+    template_runs = set(check_invariants(scenario.template)[0]) if scenario.template else set()
+    chosen = points(SEED + sum(map(ord, scenario.name)), clean.statements, POINTS)
+    after_kill, recovered_by, equal = Counter(), Counter(), 0
+    for n in chosen:
+        db = fresh(scenario.template, work / f"kill{n}.duckdb")
+        outcome = launcher.run(scenario.argv(db), kill_at=n)
+        assert outcome.killed or outcome.exit_code == 0, outcome.output
+        statuses, _, _ = check_invariants(db)
+        mine = {rid: s for rid, s in statuses.items() if rid not in template_runs or scenario.name == "batch import"}
+        after_kill["no run row" if not mine else "/".join(sorted(set(mine.values())))] += 1
+        for rid, status in mine.items():  # a run that says complete is whole already
+            if status == "complete":
+                assert tables_of(db, rid, scenario.tables) == want, (n, "complete but not whole")
+        recovered_by[scenario.recover(launcher, db)] += 1
+        statuses, _, _ = check_invariants(db)
+        assert "running" not in statuses.values(), (n, statuses)
+        result_run = 1 if scenario.name == "batch import" else latest_run(db)
+        got = tables_of(db, result_run, scenario.tables)
+        assert got == want, (n, [k for k in want if got[k] != want[k]])
+        equal += 1
+        with Store(db, read_only=True) as store:
+            leftover = store.query("""SELECT count(*) FROM calls JOIN runs USING (run_id)
+                                      WHERE runs.status <> 'complete'""")[1][0][0]
+        assert leftover == 0, (n, "an unfinished run kept rows")
+        if scenario.name == "merge":  # merged once, however often it ran
+            assert len([s for s in statuses.values()]) == 1, statuses
+    elapsed = time.monotonic() - started
+    killed_at = ", ".join(map(str, chosen))
+    table = [f"kill -9: {scenario.name} ({clean.statements} statements uninterrupted; killed before statement "
+             f"{killed_at})",
+             f"  {'left by the kill':<34}{'points':>7}",
+             *[f"  {state:<34}{k:>7}" for state, k in sorted(after_kill.items())],
+             f"  recovered by: {', '.join(f'{how} {k}' for how, k in sorted(recovered_by.items()))}; "
+             f"equal to the uninterrupted run {equal}/{len(chosen)}; calls lacking outputs 0, duplicated 0; "
+             f"{elapsed:.1f} s"]
+    with capsys.disabled():
+        print("\n" + "\n".join(table))
+
+
+def _compare_argv(inputs: Path) -> Callable[[Path], list[str]]:
+    return lambda db: ["compare", str(inputs / "base.jsonl"), str(inputs / "cand.jsonl"), "--db", str(db),
+                       "--schemas", str(REPO / "schemas"), "--json"]
+
+
+def _again(argv: Callable[[Path], list[str]]) -> Callable[[Launcher, Path], str]:
+    def recover(launcher: Launcher, db: Path) -> str:
+        outcome = launcher.run(argv(db))
+        assert outcome.exit_code == 0, outcome.output
+        return "re-run"
+    return recover
+
+
+def test_kill_compare_anywhere_then_compare_again(tmp_path, launcher, inputs, capsys):
+    argv = _compare_argv(inputs)
+    run_kills(launcher, Scenario("compare", argv, inputs / "empty.duckdb", _again(argv)), tmp_path, capsys)
+
+
+@pytest.fixture(scope="module")
+def tiny_paths(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("kill-tiny")
+    model = build_tiny_model(root / "tiny")
+    path = root / "paths.toml"
+    path.write_text(torch_path_toml("tiny", model, batch_size=2, max_tokens=4)
+                    + torch_path_toml("tiny-spec", model, batch_size=2, max_tokens=4, speculative=True))
+    return path
+
+
+def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny_paths, capsys):
+    def argv(db: Path) -> list[str]:
+        return ["replay", str(DEMO), "--paths", str(tiny_paths), "--baseline", "tiny", "--candidate", "tiny-spec",
+                "--limit", "8", "--chunk", "2", "--db", str(db), "--schemas", str(REPO / "schemas"), "--json"]
+
+    def recover(launcher: Launcher, db: Path) -> str:
+        run_id = latest_run(db, "replay")
+        if run_id is None:  # killed before its run row: nothing to resume
+            return _again(argv)(launcher, db)
+        outcome = launcher.run(["replay", "--resume", str(run_id), "--db", str(db), "--json"])
+        assert outcome.exit_code == 0, outcome.output
+        return "resumed"
+
+    tables = [t for t in TABLES if t not in PER_INVOCATION]
+    run_kills(launcher, Scenario("replay (torch)", argv, inputs / "empty.duckdb", recover, tables), tmp_path,
+              capsys)
+
+
+def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, capsys):
+    shards = []
+    for k in (1, 2):
+        shards.append(fresh(inputs / "empty.duckdb", tmp_path / f"shard{k}.duckdb"))
+        done = launcher.run([*_compare_argv(inputs)(shards[-1]), "--shard", f"{k}/2"])
+        assert done.exit_code == 0, done.output
+
+    def argv(db: Path) -> list[str]:
+        return ["merge", str(shards[1]), str(shards[0]), "--db", str(db), "--json"]
+
+    run_kills(launcher, Scenario("merge", argv, inputs / "empty.duckdb", _again(argv)), tmp_path, capsys)
+
+
+def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs, tiny_paths, capsys):
+    from test_batch import recorded
+
+    requests, results = {}, {}
+    for side, path, log in (("baseline", "tiny", "base.jsonl"), ("candidate", "tiny-spec", "cand.jsonl")):
+        requests[side] = tmp_path / f"req-{side}.jsonl"
+        done = launcher.run(["batch", "export", str(inputs / "base.jsonl"), "--path", path, "--paths",
+                             str(tiny_paths), "-o", str(requests[side])])
+        assert done.exit_code == 0, done.output
+        lines = [json.loads(x) for x in requests[side].read_text().splitlines()]
+        answers = {k: c.response for k, c in recorded(inputs / log).items()}
+        results[side] = tmp_path / f"res-{side}.jsonl"
+        first = sorted(answers)[0]
+        batch_output(lines, answers, results[side], errors={first: {"message": "boom"}} if side == "candidate"
+                     else {})
+    template = fresh(inputs / "empty.duckdb", tmp_path / "baseline-imported.duckdb")
+    done = launcher.run(["batch", "import", str(requests["baseline"]), str(results["baseline"]), "--side",
+                         "baseline", "--path", "tiny", "--paths", str(tiny_paths), "--db", str(template)])
+    assert done.exit_code == 0, done.output
+
+    def argv(db: Path) -> list[str]:
+        return ["batch", "import", str(requests["candidate"]), str(results["candidate"]), "--side", "candidate",
+                "--path", "tiny-spec", "--paths", str(tiny_paths), "--run", "1", "--db", str(db),
+                "--schemas", str(REPO / "schemas"), "--json"]
+
+    run_kills(launcher, Scenario("batch import", argv, template, _again(argv)), tmp_path, capsys)
