@@ -13,6 +13,7 @@ run starts in milliseconds instead of paying the imports (a kill suite runs ~200
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import random
@@ -121,12 +122,11 @@ class Launcher:
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(preload)
         self.logs = logs
-        self.runs = 0
+        self.runs = itertools.count(1)  # names each run's log; runs may be started from several threads
 
     def run(self, argv: list[str], kill_at: int | None = None) -> Outcome:
         """Run `toolaudit ARGV`; with `kill_at`, SIGKILL it just before its `kill_at`-th statement."""
-        self.runs += 1
-        log = self.logs / f"run{self.runs}.log"
+        log = self.logs / f"run{next(self.runs)}.log"
         here, there = self.ctx.Pipe()
         child = self.ctx.Process(target=_child, args=(argv, kill_at, there, str(log)), daemon=True)
         child.start()

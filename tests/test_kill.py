@@ -21,6 +21,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,10 @@ class Scenario:
     template: Path | None
     recover: Callable[[Launcher, Path], str]  # runs the recovery; returns how ("resumed", "re-run")
     tables: list[str] = field(default_factory=lambda: list(TABLES))
+    run: int | None = None  # the run that holds the result (None: the command's new run)
+    once: bool = False  # the command makes one run however often it runs
+    # summary figures that say what each invocation did (a recovery did less: e.g. "already paired")
+    per_invocation: tuple[str, ...] = ()
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +102,8 @@ def fresh(template: Path | None, db: Path) -> Path:
 
 def latest_run(db: Path, kind: str | None = None) -> int | None:
     with Store(db, read_only=True) as store:
-        rows = store.query("SELECT max(run_id) FROM runs WHERE matrix_id IS NULL AND (? IS NULL OR kind = ?)",
-                           [kind, kind])[1]
-    return rows[0][0]
+        return store.query("SELECT max(run_id) FROM runs WHERE matrix_id IS NULL AND (? IS NULL OR kind = ?)",
+                           [kind, kind])[1][0][0]
 
 
 def _strip(value):
@@ -112,85 +116,96 @@ def _strip(value):
     return value
 
 
-def tables_of(db: Path, run_id: int, tables: list[str]) -> dict:
+def tables_of(store: Store, run_id: int, scenario: Scenario) -> dict:
     """Every table and view of the run, its status and kind, and the figures of `summary --json` (the same
     `run_summary`), comparable across runs."""
-    with Store(db, read_only=True) as store:
-        got = {t: rows_of(store, t, run_id, TIMING) for t in tables}
-        run = store.run_row(run_id)
-        got["summary"] = _strip(json.loads(json.dumps(run_summary(store, run_id), default=str)))
+    got = {t: rows_of(store, t, run_id, TIMING) for t in scenario.tables}
+    run = store.run_row(run_id)
+    summary = _strip(json.loads(json.dumps(run_summary(store, run_id), default=str)))
+    got["summary"] = {k: v for k, v in summary.items() if k not in scenario.per_invocation}
     got["run"] = (run["kind"], run["status"], run["baseline_name"], run["candidate_name"])
     return got
 
 
-def check_invariants(db: Path) -> tuple[dict[int, str], int, int]:
-    """No call lacks its outputs rows, nothing twice, no outputs of a finished run without its call. Returns
-    (run id -> status, calls lacking outputs, duplicated rows) for the table."""
-    if not db.exists():
-        return {}, 0, 0
+def check_invariants(store: Store) -> dict[int, str]:
+    """No call lacks its outputs rows, nothing twice, no outputs of a finished run (or of a replay or batch
+    run, written call by call) without its call. Returns run id -> status."""
+    lacking = store.query("""
+        SELECT count(*) FROM calls c WHERE
+          (c.match_status <> 'candidate_only' AND NOT EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = c.run_id
+           AND o.session_id = c.session_id AND o.call_index = c.call_index AND o.side = 'baseline'))
+          OR (c.match_status <> 'baseline_only' AND NOT EXISTS (SELECT 1 FROM outputs o
+           WHERE o.run_id = c.run_id AND o.session_id = c.session_id AND o.call_index = c.call_index
+           AND o.side = 'candidate'))""")[1][0][0]
+    orphans = store.query("""
+        SELECT count(*) FROM outputs o JOIN runs r USING (run_id) WHERE (r.status = 'complete' OR
+          r.kind <> 'compare') AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.run_id = o.run_id
+          AND c.session_id = o.session_id AND c.call_index = o.call_index)""")[1][0][0]
+    duplicated = sum(store.query(f"SELECT count(*) - count(DISTINCT ({key})) FROM {table}")[1][0][0]
+                     for table, key in (("calls", "run_id, session_id, call_index"),
+                                        ("outputs", "run_id, session_id, call_index, side")))
+    assert (lacking, duplicated, orphans) == (0, 0, 0), "calls lacking outputs, duplicated rows, orphan outputs"
+    return {r[0]: r[1] for r in store.query("SELECT run_id, status FROM runs")[1]}
+
+
+def kill_and_recover(launcher: Launcher, scenario: Scenario, db: Path, n: int, want: dict,
+                     template_runs: set[int]) -> tuple[str, str]:
+    """One point: kill before statement `n`, check the file, recover, check the result. Returns (what the kill
+    left, how it was recovered)."""
+    outcome = launcher.run(scenario.argv(db), kill_at=n)
+    assert outcome.killed or outcome.exit_code == 0, outcome.output
+    left = "no database"
+    if db.exists():
+        with Store(db, read_only=True) as store:
+            statuses = check_invariants(store)
+            mine = {rid: s for rid, s in statuses.items() if rid not in template_runs or rid == scenario.run}
+            left = "/".join(sorted(set(mine.values()))) or "no run row"
+            for rid, status in mine.items():  # a run that says complete is whole already
+                if status == "complete":
+                    assert tables_of(store, rid, scenario) == want, (n, "complete but not whole")
+    how = scenario.recover(launcher, db)
     with Store(db, read_only=True) as store:
-        statuses = {r[0]: r[1] for r in store.query("SELECT run_id, status FROM runs")[1]}
-        lacking = store.query("""
-            SELECT count(*) FROM calls c WHERE
-              (c.match_status <> 'candidate_only' AND NOT EXISTS (SELECT 1 FROM outputs o WHERE o.run_id = c.run_id
-               AND o.session_id = c.session_id AND o.call_index = c.call_index AND o.side = 'baseline'))
-              OR (c.match_status <> 'baseline_only' AND NOT EXISTS (SELECT 1 FROM outputs o
-               WHERE o.run_id = c.run_id AND o.session_id = c.session_id AND o.call_index = c.call_index
-               AND o.side = 'candidate'))""")[1][0][0]
-        orphans = store.query("""
-            SELECT count(*) FROM outputs o JOIN runs r USING (run_id) WHERE (r.status = 'complete' OR
-              r.kind <> 'compare') AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.run_id = o.run_id
-              AND c.session_id = o.session_id AND c.call_index = o.call_index)""")[1][0][0]
-        duplicated = sum(store.query(f"SELECT count(*) - count(DISTINCT ({key})) FROM {table}")[1][0][0]
-                         for table, key in (("calls", "run_id, session_id, call_index"),
-                                            ("outputs", "run_id, session_id, call_index, side")))
-    assert lacking == 0 and duplicated == 0 and orphans == 0, (lacking, duplicated, orphans)
-    return statuses, lacking, duplicated
+        statuses = check_invariants(store)
+        assert "running" not in statuses.values(), (n, statuses)
+        result_run = scenario.run or max(rid for rid in statuses if rid not in template_runs)
+        got = tables_of(store, result_run, scenario)
+        assert got == want, (n, {k: (got[k], want[k]) for k in want if k != "summary" and got[k] != want[k]},
+                             {k: (v, want["summary"].get(k)) for k, v in got["summary"].items()
+                              if v != want["summary"].get(k)})
+        unfinished = store.query("SELECT count(*) FROM calls JOIN runs USING (run_id) "
+                                 "WHERE runs.status <> 'complete'")[1][0][0]
+        assert unfinished == 0, (n, "an unfinished run kept rows")
+        if scenario.once:  # made once, however often the command ran
+            assert len(set(statuses) - template_runs) == 1, (n, statuses)
+    return left, how
 
 
 def run_kills(launcher: Launcher, scenario: Scenario, work: Path, capsys) -> None:
+    """The uninterrupted run, then every kill point (two at a time: each runs in its own file)."""
     started = time.monotonic()
     reference = fresh(scenario.template, work / "reference.duckdb")
     clean = launcher.run(scenario.argv(reference))
     assert clean.exit_code == 0 and not clean.killed, clean.output
-    ref_run = latest_run(reference)
-    want = tables_of(reference, ref_run, scenario.tables)
+    template_runs = set()
+    if scenario.template is not None:
+        with Store(scenario.template, read_only=True) as store:
+            template_runs = set(check_invariants(store))
+    with Store(reference, read_only=True) as store:
+        want = tables_of(store, scenario.run or latest_run(reference), scenario)
     assert want["calls"] and want["outputs"]  # not vacuous
-    template_runs = set(check_invariants(scenario.template)[0]) if scenario.template else set()
     chosen = points(SEED + sum(map(ord, scenario.name)), clean.statements, POINTS)
-    after_kill, recovered_by, equal = Counter(), Counter(), 0
-    for n in chosen:
-        db = fresh(scenario.template, work / f"kill{n}.duckdb")
-        outcome = launcher.run(scenario.argv(db), kill_at=n)
-        assert outcome.killed or outcome.exit_code == 0, outcome.output
-        statuses, _, _ = check_invariants(db)
-        mine = {rid: s for rid, s in statuses.items() if rid not in template_runs or scenario.name == "batch import"}
-        after_kill["no run row" if not mine else "/".join(sorted(set(mine.values())))] += 1
-        for rid, status in mine.items():  # a run that says complete is whole already
-            if status == "complete":
-                assert tables_of(db, rid, scenario.tables) == want, (n, "complete but not whole")
-        recovered_by[scenario.recover(launcher, db)] += 1
-        statuses, _, _ = check_invariants(db)
-        assert "running" not in statuses.values(), (n, statuses)
-        result_run = 1 if scenario.name == "batch import" else latest_run(db)
-        got = tables_of(db, result_run, scenario.tables)
-        assert got == want, (n, [k for k in want if got[k] != want[k]])
-        equal += 1
-        with Store(db, read_only=True) as store:
-            leftover = store.query("""SELECT count(*) FROM calls JOIN runs USING (run_id)
-                                      WHERE runs.status <> 'complete'""")[1][0][0]
-        assert leftover == 0, (n, "an unfinished run kept rows")
-        if scenario.name == "merge":  # merged once, however often it ran
-            assert len([s for s in statuses.values()]) == 1, statuses
-    elapsed = time.monotonic() - started
-    killed_at = ", ".join(map(str, chosen))
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda n: kill_and_recover(launcher, scenario, fresh(scenario.template,
+                                                                                   work / f"kill{n}.duckdb"),
+                                                        n, want, template_runs), chosen))
+    after_kill, recovered_by = Counter(left for left, _ in done), Counter(how for _, how in done)
     table = [f"kill -9: {scenario.name} ({clean.statements} statements uninterrupted; killed before statement "
-             f"{killed_at})",
+             f"{', '.join(map(str, chosen))})",
              f"  {'left by the kill':<34}{'points':>7}",
              *[f"  {state:<34}{k:>7}" for state, k in sorted(after_kill.items())],
              f"  recovered by: {', '.join(f'{how} {k}' for how, k in sorted(recovered_by.items()))}; "
-             f"equal to the uninterrupted run {equal}/{len(chosen)}; calls lacking outputs 0, duplicated 0; "
-             f"{elapsed:.1f} s"]
+             f"equal to the uninterrupted run {len(done)}/{len(chosen)}; calls lacking outputs 0, duplicated 0; "
+             f"{time.monotonic() - started:.1f} s"]
     with capsys.disabled():
         print("\n" + "\n".join(table))
 
@@ -237,7 +252,8 @@ def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny
         return "resumed"
 
     tables = [t for t in TABLES if t not in PER_INVOCATION]
-    run_kills(launcher, Scenario("replay (torch)", argv, inputs / "empty.duckdb", recover, tables), tmp_path,
+    run_kills(launcher, Scenario("replay (torch)", argv, inputs / "empty.duckdb", recover, tables,
+                                      per_invocation=("counts",)), tmp_path,
               capsys)
 
 
@@ -251,7 +267,7 @@ def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, capsys
     def argv(db: Path) -> list[str]:
         return ["merge", str(shards[1]), str(shards[0]), "--db", str(db), "--json"]
 
-    run_kills(launcher, Scenario("merge", argv, inputs / "empty.duckdb", _again(argv)), tmp_path, capsys)
+    run_kills(launcher, Scenario("merge", argv, inputs / "empty.duckdb", _again(argv), once=True), tmp_path, capsys)
 
 
 def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs, tiny_paths, capsys):
@@ -279,4 +295,4 @@ def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs
                 "--path", "tiny-spec", "--paths", str(tiny_paths), "--run", "1", "--db", str(db),
                 "--schemas", str(REPO / "schemas"), "--json"]
 
-    run_kills(launcher, Scenario("batch import", argv, template, _again(argv)), tmp_path, capsys)
+    run_kills(launcher, Scenario("batch import", argv, template, _again(argv), run=1, per_invocation=("counts",)), tmp_path, capsys)
