@@ -17,6 +17,7 @@ The vLLM engine's kills are in tests/engines/vllm/test_replay.py (vLLM starts in
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections import Counter
@@ -63,9 +64,23 @@ class Scenario:
 
 
 @pytest.fixture(scope="module")
-def launcher(tmp_path_factory) -> Launcher:
-    return Launcher(tmp_path_factory.mktemp("kill-logs"),
-                    [*PRELOAD, "torch", "transformers", "toolaudit.engines.torch.engine"])
+def tiny_model(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("kill-tiny") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def launcher(tmp_path_factory, tiny_model) -> Launcher:
+    """Children of one fork server that imported toolaudit and torch and loaded the tiny model (`killwarm`)."""
+    before = os.environ.get("TOOLAUDIT_KILL_WARM")
+    os.environ["TOOLAUDIT_KILL_WARM"] = str(tiny_model)  # read as the fork server starts (its first child)
+    launcher = Launcher(tmp_path_factory.mktemp("kill-logs"),
+                        [*PRELOAD, "torch", "transformers", "toolaudit.engines.torch.engine", "killwarm"])
+    launcher.run(["--version"])
+    if before is None:
+        del os.environ["TOOLAUDIT_KILL_WARM"]
+    else:
+        os.environ["TOOLAUDIT_KILL_WARM"] = before
+    return launcher
 
 
 @pytest.fixture(scope="module")
@@ -229,12 +244,12 @@ def test_kill_compare_anywhere_then_compare_again(tmp_path, launcher, inputs, ca
 
 
 @pytest.fixture(scope="module")
-def tiny_paths(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("kill-tiny")
-    model = build_tiny_model(root / "tiny")
-    path = root / "paths.toml"
-    path.write_text(torch_path_toml("tiny", model, batch_size=2, max_tokens=4)
-                    + torch_path_toml("tiny-spec", model, batch_size=2, max_tokens=4, speculative=True))
+def tiny_paths(tiny_model) -> Path:
+    path = tiny_model.parent / "paths.toml"
+    # one thread each: two replays run side by side on 2 cores, and no 0.2 s measurement of the free cores
+    path.write_text(torch_path_toml("tiny", tiny_model, batch_size=2, max_tokens=4) + "threads = 1\n"
+                    + torch_path_toml("tiny-spec", tiny_model, batch_size=2, max_tokens=4, speculative=True)
+                    + "threads = 1\n")
     return path
 
 
