@@ -310,4 +310,58 @@ def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs
                 "--path", "tiny-spec", "--paths", str(tiny_paths), "--run", "1", "--db", str(db),
                 "--schemas", str(REPO / "schemas"), "--json"]
 
-    run_kills(launcher, Scenario("batch import", argv, template, _again(argv), run=1, per_invocation=("counts",)), tmp_path, capsys)
+    run_kills(launcher, Scenario("batch import", argv, template, _again(argv), run=1, per_invocation=("counts",)),
+              tmp_path, capsys)
+
+
+def test_next_writer_rolls_back_a_compare_run_left_unfinished(tmp_path, inputs, monkeypatch):
+    """In process: a compare interrupted after its first write keeps its rows until the next writer opens the
+    file, which deletes them and says so in the run's counts; a compare this process is still writing (another
+    Store on the same file) is left alone."""
+    from toolaudit.compare.logs import CompareOptions, compare_logs
+    from toolaudit.store.staging import Staging
+
+    db = tmp_path / "c.duckdb"
+    original = Staging.write_agreeing
+
+    def interrupted(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Staging, "write_agreeing", interrupted)
+    with Store(db) as store, pytest.raises(KeyboardInterrupt):
+        compare_logs(store, inputs / "base.jsonl", inputs / "cand.jsonl", CompareOptions(schema_dir=None))
+    monkeypatch.undo()
+    with Store(db, read_only=True) as store:  # a reader sees what was written, marked interrupted
+        assert store.run_row(1)["status"] == "interrupted"
+        assert store.query("SELECT count(*) FROM calls WHERE run_id = 1")[1][0][0] > 0
+    with Store(db) as store:
+        run = store.run_row(1)
+        assert (run["status"], json.loads(run["counts"])) == ("interrupted", {"rolled_back": True})
+        for table in ("calls", "outputs", "arg_diffs", "trace_errors", "schema_issues", "sessions"):
+            assert store.query(f"SELECT count(*) FROM {table}")[1][0][0] == 0, table
+        live = store.create_run("compare", None, "b", "c", "b.jsonl", "c.jsonl", {})
+        with Store(db) as second:  # the same process: its run is not a dead writer's
+            assert second.run_row(live)["status"] == "running"
+
+
+def test_merging_the_same_runs_again_adds_no_run(tmp_path, inputs):
+    from click.testing import CliRunner
+
+    from toolaudit.cli import cli
+
+    shards = []
+    for k in (1, 2):
+        shards.append(tmp_path / f"s{k}.duckdb")
+        result = CliRunner().invoke(cli, ["compare", str(inputs / "base.jsonl"), str(inputs / "cand.jsonl"),
+                                          "--db", str(shards[-1]), "--shard", f"{k}/2", "--schemas", ""])
+        assert result.exit_code == 0, result.output
+    merged = tmp_path / "m.duckdb"
+    first = CliRunner().invoke(cli, ["merge", *map(str, shards), "--db", str(merged)])
+    again = CliRunner().invoke(cli, ["merge", *map(str, shards), "--db", str(merged)])
+    assert first.exit_code == again.exit_code == 0, again.output
+    assert "shards 1, 2 of 2 merged into run 1" in first.stderr
+    assert "shards 1, 2 of 2 were merged before into run 1" in again.stderr
+    with Store(merged, read_only=True) as store:
+        assert store.query("SELECT count(*) FROM runs")[1][0][0] == 1
+        assert store.query("SELECT count(*) FROM calls")[1][0][0] == 26

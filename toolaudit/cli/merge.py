@@ -20,8 +20,8 @@ def merge(inputs: tuple[str, ...], db: str, run_name: str | None, fmt: str) -> N
     Each input is a DuckDB file (its latest run) or FILE@RUN. The runs must agree on decode paths, sources,
     fingerprints and options (the shard aside) and be distinct shards of the same N; the merged run's views,
     `summary`, `report` and `check` equal those of one unsharded run. Merging the same runs into the same --db
-    again adds nothing: it shows the run merged before (so a merge that was killed can simply be run again). Shards missing from 1..N give a run with
-    status `partial` and a warning."""
+    again adds nothing: it shows the run merged before (so a merge that was killed can simply be run again).
+    Shards missing from 1..N give a run with status `partial` and a warning."""
     from toolaudit.analysis.figures import run_summary
     from toolaudit.store import Store
     from toolaudit.store.combine import merge_runs

@@ -4,8 +4,9 @@ The runs must be of the same comparison: same kind, decode-path names, sources, 
 version and options (the shard and the run name aside), each complete, and their shards distinct shards of the
 same N (a run without a shard is shard 1/1). A shard given twice, or two runs holding the same call, is refused:
 nothing is counted twice. Merging the same runs into the same file again (e.g. after the first merge was killed,
-not knowing whether it got to its commit) finds the run it made and adds none. Shards that do not cover 1..N are merged anyway into a run with status `partial`
-(its options name the missing shards), with a warning: its figures describe the merged sessions only.
+not knowing whether it got to its commit) finds the run it made and adds none. Shards that do not cover 1..N
+are merged anyway into a run with status `partial` (its options name the missing shards), with a warning: its
+figures describe the merged sessions only.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ _RUN_TABLES = ("arg_diffs", "outputs", "calls", "sessions", "trace_errors", "sch
 ROLLED_BACK = '{"rolled_back": true}'
 
 
-def key(path: str, run_id: int) -> tuple[str, int]:
+def live_key(path: str, run_id: int) -> tuple[str, int]:
     return os.path.realpath(path), run_id
 
 
@@ -34,7 +34,7 @@ def roll_back_dead_compares(con: duckdb.DuckDBPyConnection, path: str) -> list[i
     their ids."""
     found = con.execute("SELECT run_id FROM runs WHERE kind = 'compare' AND (status = 'running' OR "
                         "(status = 'interrupted' AND counts IS NULL)) ORDER BY run_id").fetchall()
-    dead = [run_id for (run_id,) in found if key(path, run_id) not in LIVE]
+    dead = [run_id for (run_id,) in found if live_key(path, run_id) not in LIVE]
     if not dead:
         return []
     marks = ", ".join("?" * len(dead))
