@@ -254,9 +254,12 @@ def tiny_paths(tiny_model) -> Path:
 
 
 def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny_paths, capsys):
+    demo = tmp_path / "demo6.jsonl"  # 6 calls: 3 chunks of 2
+    demo.write_text("".join(DEMO.read_text().splitlines(keepends=True)[:6]))
+
     def argv(db: Path) -> list[str]:
-        return ["replay", str(DEMO), "--paths", str(tiny_paths), "--baseline", "tiny", "--candidate", "tiny-spec",
-                "--limit", "8", "--chunk", "2", "--db", str(db), "--schemas", str(REPO / "schemas"), "--json"]
+        return ["replay", str(demo), "--paths", str(tiny_paths), "--baseline", "tiny", "--candidate", "tiny-spec",
+                "--chunk", "2", "--db", str(db), "--schemas", str(REPO / "schemas"), "--json"]
 
     def recover(launcher: Launcher, db: Path) -> str:
         run_id = latest_run(db, "replay")
