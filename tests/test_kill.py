@@ -317,11 +317,12 @@ def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs
               tmp_path, capsys)
 
 
-def test_next_writer_rolls_back_a_compare_run_left_unfinished(tmp_path, inputs, monkeypatch):
+def test_next_writer_settles_the_runs_a_dead_process_left(tmp_path, inputs, monkeypatch):
     """In process: a compare interrupted after its first write keeps its rows until the next writer opens the
-    file, which deletes them and says so in the run's counts; a compare this process is still writing (another
-    Store on the same file) is left alone."""
+    file, which deletes them and says so in the run's counts; a replay left running is marked interrupted; the
+    runs this process is still writing (another Store on the same file) are left alone."""
     from toolaudit.compare.logs import CompareOptions, compare_logs
+    from toolaudit.store.recovery import LIVE, live_key
     from toolaudit.store.staging import Staging
 
     db = tmp_path / "c.duckdb"
@@ -344,8 +345,13 @@ def test_next_writer_rolls_back_a_compare_run_left_unfinished(tmp_path, inputs, 
         for table in ("calls", "outputs", "arg_diffs", "trace_errors", "schema_issues", "sessions"):
             assert store.query(f"SELECT count(*) FROM {table}")[1][0][0] == 0, table
         live = store.create_run("compare", None, "b", "c", "b.jsonl", "c.jsonl", {})
-        with Store(db) as second:  # the same process: its run is not a dead writer's
-            assert second.run_row(live)["status"] == "running"
+        replay = store.create_run("replay", None, "b", "c", "b", "c", {})
+        with Store(db) as second:  # the same process: its runs are not a dead writer's
+            assert second.run_row(live)["status"] == second.run_row(replay)["status"] == "running"
+        LIVE.discard(live_key(str(db), replay))  # as if its process had died
+    with Store(db) as store:  # a replay left running is interrupted (resumable), a compare rolled back
+        assert store.run_row(replay)["status"] == "interrupted" and store.run_row(replay)["counts"] is None
+        assert store.run_row(live)["status"] == "running"  # still this process's
 
 
 def test_merging_the_same_runs_again_adds_no_run(tmp_path, inputs):

@@ -9,7 +9,7 @@ It owns every SQL statement and every transaction, except the user's own `toolau
 - `staging`: `compare`'s staging tables (digests joined in SQL) and the one writer of a compare run's rows;
 - `batch`: the staging of `toolaudit batch import`; `merge` and `combine`: `toolaudit merge`; `export`:
   `toolaudit export`; `snapshot`: the copy a replay or compare publishes for readers while it holds the file;
-  `recovery`: a writer opening the file rolls back the compare runs a dead process left unfinished.
+  `recovery`: a writer opening the file settles the runs a dead process left `running`.
 A layout test fails on SQL text outside this package.
 """
 
