@@ -86,7 +86,18 @@ class _Counted:
         self._con.close()
 
 
-def _child(argv: list[str], kill_at: int | None, conn, log: str) -> None:
+def path_major() -> None:
+    """Replays run path-major (one path over every call, then the other, the first side's results staged in
+    the database) as they do with vLLM, whose engines cannot be held together, here with the torch engine."""
+    from toolaudit.replay.engine_pool import EnginePool
+
+    EnginePool.holds_together = lambda self, paths: False
+
+
+SETUPS = {"path-major": path_major}  # run in the child before the command
+
+
+def _child(argv: list[str], kill_at: int | None, conn, log: str, setup: str | None) -> None:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -100,6 +111,8 @@ def _child(argv: list[str], kill_at: int | None, conn, log: str) -> None:
         return con if kwargs.get("read_only") else _Counted(con, counter)
 
     duckdb.connect = connect
+    if setup is not None:
+        SETUPS[setup]()
     from toolaudit.cli import cli
 
     code = 0
@@ -124,11 +137,12 @@ class Launcher:
         self.logs = logs
         self.runs = itertools.count(1)  # names each run's log; runs may be started from several threads
 
-    def run(self, argv: list[str], kill_at: int | None = None) -> Outcome:
-        """Run `toolaudit ARGV`; with `kill_at`, SIGKILL it just before its `kill_at`-th statement."""
+    def run(self, argv: list[str], kill_at: int | None = None, setup: str | None = None) -> Outcome:
+        """Run `toolaudit ARGV`; with `kill_at`, SIGKILL it just before its `kill_at`-th statement; `setup`
+        names a function of SETUPS to run in the child first."""
         log = self.logs / f"run{next(self.runs)}.log"
         here, there = self.ctx.Pipe()
-        child = self.ctx.Process(target=_child, args=(argv, kill_at, there, str(log)), daemon=True)
+        child = self.ctx.Process(target=_child, args=(argv, kill_at, there, str(log), setup), daemon=True)
         child.start()
         there.close()
         try:

@@ -55,12 +55,13 @@ class Scenario:
     name: str
     argv: Callable[[Path], list[str]]
     template: Path | None
-    recover: Callable[[Launcher, Path], str]  # runs the recovery; returns how ("resumed", "re-run")
+    recover: Callable[[Launcher, Path, str | None], str]  # runs the recovery (setup); returns how
     tables: list[str] = field(default_factory=lambda: list(TABLES))
     run: int | None = None  # the run that holds the result (None: the command's new run)
     once: bool = False  # the command makes one run however often it runs
     # summary figures that say what each invocation did (a recovery did less: e.g. "already paired")
     per_invocation: tuple[str, ...] = ()
+    setup: str | None = None  # killpoints.SETUPS: run in each child first
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +168,7 @@ def kill_and_recover(launcher: Launcher, scenario: Scenario, db: Path, n: int, w
                      template_runs: set[int]) -> tuple[str, str]:
     """One point: kill before statement `n`, check the file, recover, check the result. Returns (what the kill
     left, how it was recovered)."""
-    outcome = launcher.run(scenario.argv(db), kill_at=n)
+    outcome = launcher.run(scenario.argv(db), kill_at=n, setup=scenario.setup)
     assert outcome.killed or outcome.exit_code == 0, outcome.output
     left = "no database"
     if db.exists():
@@ -178,7 +179,7 @@ def kill_and_recover(launcher: Launcher, scenario: Scenario, db: Path, n: int, w
             for rid, status in mine.items():  # a run that says complete is whole already
                 if status == "complete":
                     assert tables_of(store, rid, scenario) == want, (n, "complete but not whole")
-    how = scenario.recover(launcher, db)
+    how = scenario.recover(launcher, db, scenario.setup)
     with Store(db, read_only=True) as store:
         statuses = check_invariants(store)
         assert "running" not in statuses.values(), (n, statuses)
@@ -199,7 +200,7 @@ def run_kills(launcher: Launcher, scenario: Scenario, work: Path, capsys) -> Non
     """The uninterrupted run, then every kill point (two at a time: each runs in its own file)."""
     started = time.monotonic()
     reference = fresh(scenario.template, work / "reference.duckdb")
-    clean = launcher.run(scenario.argv(reference))
+    clean = launcher.run(scenario.argv(reference), setup=scenario.setup)
     assert clean.exit_code == 0 and not clean.killed, clean.output
     template_runs = set()
     if scenario.template is not None:
@@ -230,9 +231,9 @@ def _compare_argv(inputs: Path) -> Callable[[Path], list[str]]:
                        "--schemas", str(REPO / "schemas"), "--json"]
 
 
-def _again(argv: Callable[[Path], list[str]]) -> Callable[[Launcher, Path], str]:
-    def recover(launcher: Launcher, db: Path) -> str:
-        outcome = launcher.run(argv(db))
+def _again(argv: Callable[[Path], list[str]]) -> Callable[[Launcher, Path, str | None], str]:
+    def recover(launcher: Launcher, db: Path, setup: str | None) -> str:
+        outcome = launcher.run(argv(db), setup=setup)
         assert outcome.exit_code == 0, outcome.output
         return "re-run"
     return recover
@@ -253,7 +254,11 @@ def tiny_paths(tiny_model) -> Path:
     return path
 
 
-def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny_paths, capsys):
+@pytest.mark.parametrize("schedule", [None, "path-major"])
+def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny_paths, capsys, schedule):
+    """Call-major (both paths per chunk: torch) and path-major (one path over every call, its results staged,
+    then the other: how vLLM replays run, its engines not being held together; vLLM itself takes ~30 s per
+    start, so its kills are in tests/engines/vllm)."""
     demo = tmp_path / "demo6.jsonl"  # 6 calls: 3 chunks of 2
     demo.write_text("".join(DEMO.read_text().splitlines(keepends=True)[:6]))
 
@@ -261,18 +266,18 @@ def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny
         return ["replay", str(demo), "--paths", str(tiny_paths), "--baseline", "tiny", "--candidate", "tiny-spec",
                 "--chunk", "2", "--db", str(db), "--schemas", str(REPO / "schemas"), "--json"]
 
-    def recover(launcher: Launcher, db: Path) -> str:
+    def recover(launcher: Launcher, db: Path, setup: str | None) -> str:
         run_id = latest_run(db, "replay")
         if run_id is None:  # killed before its run row: nothing to resume
-            return _again(argv)(launcher, db)
-        outcome = launcher.run(["replay", "--resume", str(run_id), "--db", str(db), "--json"])
+            return _again(argv)(launcher, db, setup)
+        outcome = launcher.run(["replay", "--resume", str(run_id), "--db", str(db), "--json"], setup=setup)
         assert outcome.exit_code == 0, outcome.output
         return "resumed"
 
     tables = [t for t in TABLES if t not in PER_INVOCATION]
-    run_kills(launcher, Scenario("replay (torch)", argv, inputs / "empty.duckdb", recover, tables,
-                                      per_invocation=("counts",)), tmp_path,
-              capsys)
+    name = "replay (torch" + (", path-major)" if schedule else ")")
+    run_kills(launcher, Scenario(name, argv, inputs / "empty.duckdb", recover, tables, per_invocation=("counts",),
+                                 setup=schedule), tmp_path, capsys)
 
 
 def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, capsys):
