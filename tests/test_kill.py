@@ -1,7 +1,8 @@
-"""kill -9 anywhere: `compare`, `replay` (torch engine, call-major and path-major), `merge` and `batch import`,
-each SIGKILLed at 20 seeded points of its progress (`killpoints.py`: just before its N-th SQL statement, N drawn
-from 1..the statements of an uninterrupted run), then recovered as a user would: `replay --resume RUN` (or the
-command again, when the kill came before the run row), the same `compare`, `merge` or `batch import` again.
+"""kill -9 anywhere: `compare`, `replay` (torch engine: 10 points call-major, 10 path-major), `merge` and
+`batch import`, each SIGKILLed at 20 seeded points of its progress (`killpoints.py`: just before its N-th SQL
+statement, N drawn from 1..the statements of an uninterrupted run), then recovered as a user would: `replay
+--resume RUN` (or the command again, when the kill came before the run row), the same `compare`, `merge` or
+`batch import` again.
 
 Promise checked, at every point:
 - right after the kill: no call row lacks its outputs rows, nothing is stored twice, and a run that says
@@ -63,6 +64,7 @@ class Scenario:
     # summary figures that say what each invocation did (a recovery did less: e.g. "already paired")
     per_invocation: tuple[str, ...] = ()
     setup: str | None = None  # killpoints.SETUPS: run in each child first
+    points: int = POINTS
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +212,7 @@ def run_kills(launcher: Launcher, scenario: Scenario, work: Path, capsys) -> Non
     with Store(reference, read_only=True) as store:
         want = tables_of(store, scenario.run or latest_run(reference), scenario)
     assert want["calls"] and want["outputs"]  # not vacuous
-    chosen = points(SEED + sum(map(ord, scenario.name)), clean.statements, POINTS)
+    chosen = points(SEED + sum(map(ord, scenario.name)), clean.statements, scenario.points)
     with ThreadPoolExecutor(2) as pool:
         done = list(pool.map(lambda n: kill_and_recover(launcher, scenario, fresh(scenario.template,
                                                                                    work / f"kill{n}.duckdb"),
@@ -257,9 +259,9 @@ def tiny_paths(tiny_model) -> Path:
 
 @pytest.mark.parametrize("schedule", [None, "path-major"])
 def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny_paths, capsys, schedule):
-    """Call-major (both paths per chunk: torch) and path-major (one path over every call, its results staged,
-    then the other: how vLLM replays run, its engines not being held together; vLLM itself takes ~30 s per
-    start, so its kills are in tests/engines/vllm)."""
+    """20 points in all, 10 per schedule: call-major (both paths per chunk, as torch runs) and path-major (one
+    path over every call, its results staged, then the other: how vLLM replays run, its engines not being held
+    together). Half each keeps the suite in its time budget; the replay's statements are the same per chunk."""
     demo = tmp_path / "demo6.jsonl"  # 6 calls: 3 chunks of 2
     demo.write_text("".join(DEMO.read_text().splitlines(keepends=True)[:6]))
 
@@ -278,7 +280,7 @@ def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny
     tables = [t for t in TABLES if t not in PER_INVOCATION]
     name = "replay (torch" + (", path-major)" if schedule else ")")
     run_kills(launcher, Scenario(name, argv, inputs / "empty.duckdb", recover, tables, per_invocation=("counts",),
-                                 setup=schedule), tmp_path, capsys)
+                                 setup=schedule, points=POINTS // 2), tmp_path, capsys)
 
 
 def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, capsys):
