@@ -41,12 +41,17 @@ from toolaudit.store import Store
 POINTS = 20
 SEED = 2025
 DEMO = REPO / "traces" / "demo.jsonl"
-# wall-clock columns and figures, left out of every comparison
-TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "speedup", "wall_share_s", "created_at", "finished_at")
+# wall-clock columns and figures, and run ids (`frontier` names a run's own id as its matrix), left out of every
+# comparison (`rows_of` leaves out run_id and run_name)
+TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "speedup", "wall_share_s", "created_at", "finished_at",
+          "baseline_tokens_per_s", "candidate_tokens_per_s", "matrix_id")
+# every table and view keyed by run
 TABLES = ["calls", "outputs", "arg_diffs", "sessions", "trace_errors", "schema_issues", "staged_results",
-          "call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift"]
-# a resumed replay's work per invocation: its first invocation's chunks count there too
-PER_INVOCATION = ("replay_chunks", "replay_batches", "path_performance")
+          "replay_chunks", "call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift",
+          "path_performance", "frontier", "customer_frontier"]
+# a resumed replay's work per invocation (its first invocation's chunks count there too), and the views whose
+# decoding figures (acceptance, tokens per forward pass) are summed from it
+PER_INVOCATION = ("replay_chunks", "path_performance", "frontier", "customer_frontier")
 
 
 @dataclass
