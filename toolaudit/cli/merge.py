@@ -19,8 +19,9 @@ def merge(inputs: tuple[str, ...], db: str, run_name: str | None, fmt: str) -> N
 
     Each input is a DuckDB file (its latest run) or FILE@RUN. The runs must agree on decode paths, sources,
     fingerprints and options (the shard aside) and be distinct shards of the same N; the merged run's views,
-    `summary`, `report` and `check` equal those of one unsharded run. Shards missing from 1..N give a run with
-    status `partial` and a warning."""
+    `summary`, `report` and `check` equal those of one unsharded run. Merging the same runs into the same --db
+    again adds nothing: it shows the run merged before (so a merge that was killed can simply be run again).
+    Shards missing from 1..N give a run with status `partial` and a warning."""
     from toolaudit.analysis.figures import run_summary
     from toolaudit.store import Store
     from toolaudit.store.combine import merge_runs
@@ -28,7 +29,8 @@ def merge(inputs: tuple[str, ...], db: str, run_name: str | None, fmt: str) -> N
     with Store(db) as store:
         result = merge_runs(store, list(inputs), run_name)
         shards = ", ".join(map(str, result.merged))
-        click.echo(f"merged shards {shards} of {result.count} into run {result.run_id} ({result.calls} calls)",
+        done = "were merged before" if result.already else "merged"
+        click.echo(f"shards {shards} of {result.count} {done} into run {result.run_id} ({result.calls} calls)",
                    err=True)
         if result.missing:
             click.echo(f"warning: shards {', '.join(map(str, result.missing))} of {result.count} are missing: "

@@ -8,7 +8,8 @@ It owns every SQL statement and every transaction, except the user's own `toolau
   customer's report (each filtered to that customer's calls);
 - `staging`: `compare`'s staging tables (digests joined in SQL) and the one writer of a compare run's rows;
 - `batch`: the staging of `toolaudit batch import`; `merge` and `combine`: `toolaudit merge`; `export`:
-  `toolaudit export`; `snapshot`: the copy a replay or compare publishes for readers while it holds the file.
+  `toolaudit export`; `snapshot`: the copy a replay or compare publishes for readers while it holds the file;
+  `recovery`: a writer opening the file settles the runs a dead process left `running`.
 A layout test fails on SQL text outside this package.
 """
 

@@ -3,8 +3,10 @@
 The runs must be of the same comparison: same kind, decode-path names, sources, fingerprints, toolaudit
 version and options (the shard and the run name aside), each complete, and their shards distinct shards of the
 same N (a run without a shard is shard 1/1). A shard given twice, or two runs holding the same call, is refused:
-nothing is counted twice. Shards that do not cover 1..N are merged anyway into a run with status `partial`
-(its options name the missing shards), with a warning: its figures describe the merged sessions only.
+nothing is counted twice. Merging the same runs into the same file again (e.g. after the first merge was killed,
+not knowing whether it got to its commit) finds the run it made and adds none. Shards that do not cover 1..N
+are merged anyway into a run with status `partial` (its options name the missing shards), with a warning: its
+figures describe the merged sessions only.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import orjson
 from toolaudit import StoreError
 from toolaudit.ingest.shards import Shard, merge_counts, shard_from_options
 from toolaudit.store import Store
-from toolaudit.store.merge import merge_into, source_runs
+from toolaudit.store.merge import merge_into, merged_before, source_runs
 from toolaudit.store.queries import call_count
 
 # Options that may differ between the shards of one comparison.
@@ -36,6 +38,7 @@ class MergeResult:
     merged: list[int] = field(default_factory=list)  # shard indices merged
     missing: list[int] = field(default_factory=list)
     calls: int = 0
+    already: bool = False  # these runs were merged into this file before: the run is that merge's
 
 
 def parse_input(text: str) -> tuple[str, int | None]:
@@ -135,5 +138,8 @@ def merge_runs(store: Store, inputs: list[str], run_name: str | None = None) -> 
     run = dict(runs[0]) | {"name": run_name, "options": options,
                            "created_at": min(r["created_at"] for r in runs),
                            "finished_at": max(r["finished_at"] for r in runs if r["finished_at"] is not None)}
+    run_id = merged_before(store, run)
+    if run_id is not None:
+        return MergeResult(run_id, status, count, merged, missing, call_count(store, run_id), already=True)
     run_id = merge_into(store, [(path, r["run_id"]) for (path, _), r in zip(picked, runs)], run, counts, status)
     return MergeResult(run_id, status, count, merged, missing, call_count(store, run_id))

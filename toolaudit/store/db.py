@@ -16,6 +16,7 @@ import pyarrow as pa
 from toolaudit import StoreError, __version__
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store.migrations import MIGRATIONS
+from toolaudit.store.recovery import LIVE, live_key, settle_dead_runs
 from toolaudit.store.rows import RowBuffer, json_text
 from toolaudit.store.snapshot import SnapshotNote, SnapshotPublisher, open_snapshot
 
@@ -87,6 +88,7 @@ class Store:
             return
         if not read_only:
             self.migrate()
+            settle_dead_runs(self.con, self.path)
         elif 0 < self._check_version() < MIGRATIONS[-1][0]:
             self._upgrade()
 
@@ -191,6 +193,7 @@ class Store:
         run_id = self.con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0]
         if matrix_id is None:
             self.active_run = run_id
+        LIVE.add(live_key(self.path, run_id))  # see recovery.py: not a dead writer's run
         if matrix_id is not None and name is None:  # candidates are told apart by name inside a matrix
             name = f"run-{matrix_id}/{candidate_name}"
         self.con.execute(
@@ -217,9 +220,14 @@ class Store:
             con.execute(SESSIONS_SQL, [run_id, run_id])
             con.execute("UPDATE runs SET status = ?, finished_at = ?, counts = ? WHERE run_id = ?",
                         [status, _now(), json_text(counts), run_id])
+        LIVE.discard(live_key(self.path, run_id))
 
     def set_status(self, run_id: int, status: str) -> None:
         self.con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
+        if status == "running":  # a resumed run is this process's again
+            LIVE.add(live_key(self.path, run_id))
+        else:
+            LIVE.discard(live_key(self.path, run_id))
 
     def run_row(self, run_id: int | None) -> dict:
         """The given run, or the latest one (a matrix rather than its last candidate)."""

@@ -28,6 +28,15 @@ def source_runs(path: str) -> list[dict]:
         return src.rows("SELECT * FROM runs ORDER BY run_id")
 
 
+def merged_before(store: Store, run: dict) -> int | None:
+    """A run of `store` already merged from the same source runs (same options, `merged_from` included, and
+    the same first start and last finish), or None."""
+    rows = store.con.execute("SELECT run_id FROM runs WHERE options = ? AND created_at = ? AND finished_at = ? "
+                             "AND status IN ('complete', 'partial') ORDER BY run_id LIMIT 1",
+                             [json_text(run["options"]), run["created_at"], run["finished_at"]]).fetchall()
+    return rows[0][0] if rows else None
+
+
 def merge_into(store: Store, sources: list[tuple[str, int]], run: dict, counts: dict, status: str) -> int:
     """Copy each (file, run id) into one new run of `store` described by `run` (name, kind, names, sources,
     fingerprints, options, created_at, finished_at); returns the new run id. All or nothing."""

@@ -221,14 +221,13 @@ class Staging:
 
     def write_agreeing(self, run_id: int, names: tuple[str, str], sources: tuple[str, str]) -> None:
         """Insert the calls and outputs rows of every agreeing or unmatched pair, at most ROWS_PER_COMMIT rows
-        per transaction (so memory does not grow with the logs): calls by ranges of pairs, outputs by groups of
-        consecutive chunk files (each group's Parquet files are read once)."""
-        params: dict[str, Any] = {"run_id": run_id}
+        per transaction (so memory does not grow with the logs): outputs by groups of consecutive chunk files
+        (each group's Parquet files are read once), then calls by ranges of pairs. Outputs first: a process
+        killed between two of these transactions leaves outputs rows waiting for their calls, never a call
+        without its outputs (and the next writer rolls the run back: `recovery.py`)."""
+        params: dict[str, Any] = {"run_id": run_id, "b_name": names[0], "c_name": names[1],
+                                  "b_source": sources[0], "c_source": sources[1]}
         self.con.execute(_OUT)
-        total = self.con.execute(f"SELECT count(*) FROM {PAIRS}").fetchall()[0][0]
-        for lo in range(0, total, ROWS_PER_COMMIT):
-            self._commit(_FAST_CALLS, {**params, "lo": lo, "hi": lo + ROWS_PER_COMMIT})
-        params.update(b_name=names[0], c_name=names[1], b_source=sources[0], c_source=sources[1])
         for group in self._groups():
             files = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f, *_ in group) + "]"
             ranges = []
@@ -237,6 +236,9 @@ class Staging:
                 ranges.append(f"(o.side = {side} AND o.line >= {mine[0][2] + 1} "
                               f"AND o.line < {mine[-1][2] + mine[-1][3] + 1})")
             self._commit(_FAST_OUTPUTS.format(files=files, lines=" OR ".join(ranges)), params)
+        total = self.con.execute(f"SELECT count(*) FROM {PAIRS}").fetchall()[0][0]
+        for lo in range(0, total, ROWS_PER_COMMIT):
+            self._commit(_FAST_CALLS, {"run_id": run_id, "lo": lo, "hi": lo + ROWS_PER_COMMIT})
 
     def _groups(self) -> Iterator[list[tuple[str, int, int, int]]]:
         """Consecutive chunks (in line order, baseline first) holding at most ROWS_PER_COMMIT lines together

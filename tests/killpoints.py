@@ -1,0 +1,173 @@
+"""Kill a toolaudit command with SIGKILL at a chosen point of its progress, from outside.
+
+A point is "just before the N-th SQL statement the command runs on a writable DuckDB connection": the child's
+`duckdb.connect` is wrapped so that a read-write connection counts its statements (execute, executemany, sql,
+query, append). That covers points inside a transaction, between two, in bookkeeping, in snapshot publishing,
+and after the last commit (the summary's queries), without the code under test knowing. At the N-th statement
+the child tells the parent over a pipe and blocks on the pipe; the parent SIGKILLs it. No sleeps: only
+deadlines, so a hang fails the test instead of stalling it.
+
+Commands run in children of a forkserver that imported toolaudit, DuckDB and torch once (`preload`), so each
+run starts in milliseconds instead of paying the imports (a kill suite runs ~200 commands).
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+DEADLINE_S = 120.0  # one command, killed or not: a safety net only
+PRELOAD = ["toolaudit.cli", "toolaudit.cli.compare", "toolaudit.cli.replay", "toolaudit.cli.merge",
+           "toolaudit.cli.batch", "toolaudit.compare.logs", "toolaudit.replay.replayer", "toolaudit.replay.batch",
+           "toolaudit.store.combine", "toolaudit.analysis.figures", "duckdb", "pyarrow", "killpoints"]
+_COUNTED = ("execute", "executemany", "sql", "query", "append")
+
+
+@dataclass
+class Outcome:
+    """What became of one command: killed before statement `statements`, or ran to the end (`statements`
+    counted, exit code, its stdout and stderr)."""
+
+    killed: bool
+    statements: int
+    exit_code: int | None = None
+    output: str = ""
+
+
+class _Counter:
+    """Counts statements across the child's writable connections; the `kill_at`-th one (and any after it, on
+    another thread) reports to the parent and blocks until the parent's SIGKILL."""
+
+    def __init__(self, kill_at: int | None, conn):
+        self.kill_at, self.conn, self.n = kill_at, conn, 0
+        self.lock = threading.Lock()
+
+    def tick(self) -> None:
+        with self.lock:
+            self.n += 1
+            reached = self.kill_at is not None and self.n >= self.kill_at
+            if reached and self.n == self.kill_at:
+                self.conn.send(("at", self.n))
+        if reached:
+            self.conn.recv()  # never answered: the parent kills this process
+
+
+class _Counted:
+    """A DuckDB connection whose statements tick the counter; everything else is the connection's."""
+
+    def __init__(self, con, counter: _Counter):
+        object.__setattr__(self, "_con", con)
+        object.__setattr__(self, "_counter", counter)
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._con, name)
+        if name not in _COUNTED:
+            return attr
+
+        def counted(*args, **kwargs):
+            self._counter.tick()
+            result = attr(*args, **kwargs)
+            return self if result is self._con else result  # execute() returns the connection: keep counting
+
+        return counted
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._con.close()
+
+
+def path_major() -> None:
+    """Replays run path-major (one path over every call, then the other, the first side's results staged in
+    the database) as they do with vLLM, whose engines cannot be held together, here with the torch engine."""
+    from toolaudit.replay.engine_pool import EnginePool
+
+    EnginePool.holds_together = lambda self, paths: False
+
+
+SETUPS = {"path-major": path_major}  # run in the child before the command
+
+
+def _child(argv: list[str], kill_at: int | None, conn, log: str, setup: str | None) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    import duckdb
+
+    counter = _Counter(kill_at, conn)
+    real_connect = duckdb.connect
+
+    def connect(*args, **kwargs):
+        con = real_connect(*args, **kwargs)
+        return con if kwargs.get("read_only") else _Counted(con, counter)
+
+    duckdb.connect = connect
+    if setup is not None:
+        SETUPS[setup]()
+    from toolaudit.cli import cli
+
+    code = 0
+    try:
+        cli.main(args=argv, prog_name="toolaudit", standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    conn.send(("done", counter.n, code))
+
+
+class Launcher:
+    """Runs toolaudit commands in forkserver children, killing them at a statement when asked."""
+
+    def __init__(self, logs: Path, preload: list[str] = PRELOAD):
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(preload)
+        self.logs = logs
+        self.runs = itertools.count(1)  # names each run's log; runs may be started from several threads
+
+    def run(self, argv: list[str], kill_at: int | None = None, setup: str | None = None) -> Outcome:
+        """Run `toolaudit ARGV`; with `kill_at`, SIGKILL it just before its `kill_at`-th statement; `setup`
+        names a function of SETUPS to run in the child first."""
+        log = self.logs / f"run{next(self.runs)}.log"
+        here, there = self.ctx.Pipe()
+        child = self.ctx.Process(target=_child, args=(argv, kill_at, there, str(log), setup), daemon=True)
+        child.start()
+        there.close()
+        try:
+            if not here.poll(DEADLINE_S):
+                raise AssertionError(f"toolaudit {' '.join(argv)}: no answer within {DEADLINE_S:g} s")
+            try:
+                message = here.recv()
+            except EOFError:
+                child.join(DEADLINE_S)
+                raise AssertionError(f"toolaudit {' '.join(argv)} died (exit {child.exitcode}):\n"
+                                     f"{log.read_text() if log.exists() else ''}") from None
+            if message[0] == "at":
+                os.kill(child.pid, signal.SIGKILL)
+                child.join(DEADLINE_S)
+                assert child.exitcode == -signal.SIGKILL, child.exitcode
+                return Outcome(True, message[1], None, log.read_text())
+            child.join(DEADLINE_S)
+            return Outcome(False, message[1], message[2], log.read_text())
+        finally:
+            if child.is_alive():
+                child.kill()
+                child.join(DEADLINE_S)
+            here.close()
+
+
+def points(seed: int, total: int, n: int = 20) -> list[int]:
+    """`n` seeded kill points in 1..total (every point when there are fewer)."""
+    return sorted(random.Random(seed).sample(range(1, total + 1), min(n, total)))
