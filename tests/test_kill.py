@@ -1,4 +1,4 @@
-"""kill -9 anywhere: `compare`, `replay` (torch engine: 10 points call-major, 10 path-major), `merge` and
+"""kill -9 anywhere: `compare`, `replay` (torch engine: 20 points call-major, 20 path-major), `merge` and
 `batch import`, each SIGKILLed at 20 seeded points of its progress (`killpoints.py`: just before its N-th SQL
 statement, N drawn from 1..the statements of an uninterrupted run), then recovered as a user would: `replay
 --resume RUN` (or the command again, when the kill came before the run row), the same `compare`, `merge` or
@@ -204,7 +204,7 @@ def kill_and_recover(launcher: Launcher, scenario: Scenario, db: Path, n: int, w
     return left, how
 
 
-def run_kills(launcher: Launcher, scenario: Scenario, work: Path, capsys) -> None:
+def run_kills(launcher: Launcher, scenario: Scenario, work: Path, show_table) -> None:
     """The uninterrupted run, then every kill point (two at a time: each runs in its own file)."""
     started = time.monotonic()
     reference = fresh(scenario.template, work / "reference.duckdb")
@@ -230,8 +230,7 @@ def run_kills(launcher: Launcher, scenario: Scenario, work: Path, capsys) -> Non
              f"  recovered by: {', '.join(f'{how} {k}' for how, k in sorted(recovered_by.items()))}; "
              f"equal to the uninterrupted run {len(done)}/{len(chosen)}; calls lacking outputs 0, duplicated 0; "
              f"{time.monotonic() - started:.1f} s"]
-    with capsys.disabled():
-        print("\n" + "\n".join(table))
+    show_table("\n".join(table))
 
 
 def _compare_argv(inputs: Path) -> Callable[[Path], list[str]]:
@@ -247,9 +246,9 @@ def _again(argv: Callable[[Path], list[str]]) -> Callable[[Launcher, Path, str |
     return recover
 
 
-def test_kill_compare_anywhere_then_compare_again(tmp_path, launcher, inputs, capsys):
+def test_kill_compare_anywhere_then_compare_again(tmp_path, launcher, inputs, show_table):
     argv = _compare_argv(inputs)
-    run_kills(launcher, Scenario("compare", argv, inputs / "empty.duckdb", _again(argv)), tmp_path, capsys)
+    run_kills(launcher, Scenario("compare", argv, inputs / "empty.duckdb", _again(argv)), tmp_path, show_table)
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +262,7 @@ def tiny_paths(tiny_model) -> Path:
 
 
 @pytest.mark.parametrize("schedule", [None, "path-major"])
-def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny_paths, capsys, schedule):
+def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny_paths, show_table, schedule):
     """20 points in all, 10 per schedule: call-major (both paths per chunk, as torch runs) and path-major (one
     path over every call, its results staged, then the other: how vLLM replays run, its engines not being held
     together). Half each keeps the suite in its time budget; the replay's statements are the same per chunk."""
@@ -285,10 +284,10 @@ def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny
     tables = [t for t in TABLES if t not in PER_INVOCATION]
     name = "replay (torch" + (", path-major)" if schedule else ")")
     run_kills(launcher, Scenario(name, argv, inputs / "empty.duckdb", recover, tables, per_invocation=("counts",),
-                                 setup=schedule, points=POINTS // 2), tmp_path, capsys)
+                                 setup=schedule, points=POINTS), tmp_path, show_table)
 
 
-def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, capsys):
+def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, show_table):
     shards = []
     for k in (1, 2):
         shards.append(fresh(inputs / "empty.duckdb", tmp_path / f"shard{k}.duckdb"))
@@ -298,10 +297,10 @@ def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, capsys
     def argv(db: Path) -> list[str]:
         return ["merge", str(shards[1]), str(shards[0]), "--db", str(db), "--json"]
 
-    run_kills(launcher, Scenario("merge", argv, inputs / "empty.duckdb", _again(argv), once=True), tmp_path, capsys)
+    run_kills(launcher, Scenario("merge", argv, inputs / "empty.duckdb", _again(argv), once=True), tmp_path, show_table)
 
 
-def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs, tiny_paths, capsys):
+def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs, tiny_paths, show_table):
     from test_batch import recorded
 
     requests, results = {}, {}
@@ -327,7 +326,7 @@ def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs
                 "--schemas", str(REPO / "schemas"), "--json"]
 
     run_kills(launcher, Scenario("batch import", argv, template, _again(argv), run=1, per_invocation=("counts",)),
-              tmp_path, capsys)
+              tmp_path, show_table)
 
 
 def test_next_writer_settles_the_runs_a_dead_process_left(tmp_path, inputs, monkeypatch):

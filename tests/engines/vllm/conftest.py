@@ -3,7 +3,10 @@
 Two `toolaudit replay` runs through the real CLI into one DuckDB file, each a vLLM pair on SmolLM2-135M (target
 vs the same plus n-gram speculation, k=5, lookup 1..4), path-major because vLLM paths cannot be held together:
 - float32, the first 8 demo calls, 64 max tokens;
-- bfloat16, the first 4 demo calls, 40 max tokens (emulated, and slow, where the CPU has no bf16 matmul).
+- bfloat16, the first 4 demo calls, 40 max tokens (emulated, and slow, where the CPU has no bf16 matmul), only
+  with TOOLAUDIT_TEST_VLLM_BF16=1: two more model loads (~120 s on 2-core AVX2) to check what the float32 pair
+  checks already, save the dtype in the fingerprint and margins at divergences (the embedded engine's bf16
+  tests and the GPU suite cover bf16 drift).
 
 While they run, each `VLLMEngine.generate` result and each close of a loaded engine is recorded as it happens
 (the real engine's own `EngineResult`s, the ones the replay stores; nothing is replaced). So the engine-level
@@ -20,6 +23,7 @@ Nothing here imports vLLM at collection: test_config.py and test_results.py run 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -40,8 +44,9 @@ class Pair:
     max_tokens: int
 
 
+BF16 = os.environ.get("TOOLAUDIT_TEST_VLLM_BF16") == "1"
 PAIRS = (Pair("float32", "vllm-fp32", "vllm-fp32-ngram", calls=8, max_tokens=64),
-         Pair("bfloat16", "vllm-bf16", "vllm-bf16-ngram", calls=4, max_tokens=40))
+         *([Pair("bfloat16", "vllm-bf16", "vllm-bf16-ngram", calls=4, max_tokens=40)] if BF16 else []))
 
 
 def paths_toml() -> str:
