@@ -134,7 +134,7 @@ def _strip(value):
     """`summary --json` without run ids, names and times."""
     if isinstance(value, dict):
         return {k: _strip(v) for k, v in value.items()
-                if k not in ("run_id", "run_name", "errors_sql", *TIMING) and not k.endswith("_s")}
+                if k not in ("run_id", "run_name", "errors_sql", "schema_issues_sql", *TIMING) and not k.endswith("_s")}
     if isinstance(value, list):
         return [_strip(v) for v in value]
     return value

@@ -40,7 +40,7 @@ def invoke(*args: str) -> str:
 
 def summary_json(db, run_id: int) -> dict:
     out = json.loads(invoke("summary", "--db", str(db), "--run", str(run_id), "--json"))
-    for key in ("run_id", "run_name", "errors_sql"):
+    for key in ("run_id", "run_name", "errors_sql", "schema_issues_sql"):
         out.pop(key)
     return out
 

