@@ -28,7 +28,8 @@ def problem_lines(s: dict, db: str | None = None) -> list[str]:
                          f"{issue['message']}")
         if schema["count"] > len(schema["first"]):
             more = schema["count"] - len(schema["first"])
-            lines.append(f"    ... {more} more: toolaudit sql \"{s['schema_issues_sql']}\"" + (f" --db {db}" if db else ""))
+            where = f" --db {db}" if db else ""
+            lines.append(f"    ... {more} more: toolaudit sql \"{s['schema_issues_sql']}\"{where}")
     for side, info in (s.get("skipped") or {}).items():
         reasons = ", ".join(f"{n} {reason}" for reason, n in list(info["reasons"].items())[:4])
         label = f"skipped ({side})"
