@@ -44,6 +44,7 @@ class Pair:
     max_tokens: int
 
 
+CHUNK = 4  # calls per chunk (and the paths' batch_size): test_kill.py kills a replay between chunks
 BF16 = os.environ.get("TOOLAUDIT_TEST_VLLM_BF16") == "1"
 PAIRS = (Pair("float32", "vllm-fp32", "vllm-fp32-ngram", calls=8, max_tokens=64),
          *([Pair("bfloat16", "vllm-bf16", "vllm-bf16-ngram", calls=4, max_tokens=40)] if BF16 else []))
@@ -54,7 +55,7 @@ def paths_toml() -> str:
     for pair in PAIRS:
         for name, speculative in ((pair.baseline, None), (pair.candidate, NGRAM)):
             text += (f'\n[paths.{name}]\nengine = "vllm"\nmodel = "smollm2-135m"\ndtype = "{pair.dtype}"\n'
-                     f"max_tokens = {pair.max_tokens}\n")
+                     f"max_tokens = {pair.max_tokens}\nbatch_size = {CHUNK}\n")
             if speculative:
                 text += f"speculative = {speculative}\n"
     return text
@@ -138,7 +139,8 @@ def vllm_replays(tmp_path_factory) -> dict:
             result = CliRunner().invoke(cli, [
                 "replay", str(DEMO), "--paths", str(paths), "--baseline", pair.baseline,
                 "--candidate", pair.candidate, "--db", str(db), "--limit", str(pair.calls),
-                "--schemas", str(REPO / "schemas"), "--run-name", f"vllm-{pair.dtype}", "--json"])
+                "--schemas", str(REPO / "schemas"), "--run-name", f"vllm-{pair.dtype}", "--chunk", str(CHUNK),
+                "--json"])
             wall = time.perf_counter() - t0
         assert result.exit_code == 0, (result.output, result.exception)
         out[pair.dtype] = {"pair": pair, "wall_s": round(wall, 1),
