@@ -18,6 +18,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO, write_jsonl
 from format_records import otlp, span
+from ray_support import local_ray as start_local_ray
+from ray_support import open_gate_actor
 from test_otlp_inherit import _records
 from test_shards import TABLES, rows_of
 
@@ -37,15 +39,7 @@ RUNS = "SELECT run_id, name, kind, status, baseline_name, candidate_name, baseli
 
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the gated scan below, on the workers
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path_factory.mktemp("ray")),
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
-    yield ray
-    ray.shutdown()
+    yield from start_local_ray(tmp_path_factory, __name__)
 
 
 def invoke(*args: str) -> str:
@@ -107,27 +101,6 @@ def test_ray_compare_of_an_otlp_export_settles_its_ranges_in_the_driver(tmp_path
         _, counts = compare_logs(store, path, path, CompareOptions(schema_dir=None), scans=scans)
     assert counts.matched == 4 and len(scans.workers_seen) == 16  # 8 ranges per side
     assert_same_tables(one, two)
-
-
-def open_gate_actor():
-    """A Ray actor whose `wait()` returns once `open()` was called: the gate the workers' scans wait on."""
-    import asyncio
-
-    import ray
-
-    @ray.remote(num_cpus=0)
-    class Gate:
-        def __init__(self):
-            self.opened = asyncio.Event()
-
-        async def wait(self) -> bool:
-            await self.opened.wait()
-            return True
-
-        async def open(self) -> None:
-            self.opened.set()
-
-    return Gate.remote()
 
 
 @dataclass

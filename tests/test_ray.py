@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from helpers import build_tiny_model
+from ray_support import local_ray as start_local_ray
+from ray_support import open_gate_actor
 from test_shards import TABLES, rows_of, summary_json
 
 from toolaudit.engines import make_engine
@@ -29,15 +31,7 @@ TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "speedup")
 
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the gated factory below, on the workers
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path_factory.mktemp("ray")),
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}})
-    yield ray
-    ray.shutdown()
+    yield from start_local_ray(tmp_path_factory, __name__, env={"OMP_NUM_THREADS": "1"})
 
 
 @pytest.fixture(scope="module")
@@ -79,27 +73,6 @@ def _untimed(value):
     if isinstance(value, list):
         return [_untimed(v) for v in value]
     return value
-
-
-def open_gate_actor():
-    """A Ray actor whose `wait()` returns once `open()` was called: the gate the workers' engine calls wait on."""
-    import asyncio
-
-    import ray
-
-    @ray.remote(num_cpus=0)
-    class Gate:
-        def __init__(self):
-            self.opened = asyncio.Event()
-
-        async def wait(self) -> bool:
-            await self.opened.wait()
-            return True
-
-        async def open(self) -> None:
-            self.opened.set()
-
-    return Gate.remote()
 
 
 @dataclass

@@ -1,0 +1,45 @@
+"""A local Ray for a test module, and the gate actor the killed-worker tests hold later work on (no timing)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from conftest import REPO
+
+
+def local_ray(tmp_path_factory, module: str, env: dict[str, str] | None = None) -> Iterator:
+    """Ray on 2 CPUs for the module's tests. The module (its gated scans or factories) and this one (the gate)
+    travel to the workers by value: the workers import toolaudit from the checkout, not the tests."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[module])
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path_factory.mktemp("ray")),
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), **(env or {})}})
+    yield ray
+    ray.shutdown()
+
+
+def open_gate_actor():
+    """A Ray actor whose `wait()` returns once `open()` was called: the gate the workers' calls wait on."""
+    import asyncio
+
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Gate:
+        def __init__(self):
+            self.opened = asyncio.Event()
+
+        async def wait(self) -> bool:
+            await self.opened.wait()
+            return True
+
+        async def open(self) -> None:
+            self.opened.set()
+
+    return Gate.remote()
