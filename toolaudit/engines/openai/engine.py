@@ -109,6 +109,17 @@ class Scrubber:
     def __bool__(self) -> bool:
         return bool(self.forms)
 
+    def finds(self, value: Any) -> bool:
+        """Whether any string inside `value` (nested dicts and lists) holds a secret: most answers hold none,
+        and are then kept as they are rather than rebuilt."""
+        if isinstance(value, str):
+            return any(form in value for form in self.forms)
+        if isinstance(value, dict):
+            return any(self.finds(v) for v in value.values())
+        if isinstance(value, list):
+            return any(self.finds(v) for v in value)
+        return False
+
     def __call__(self, text: str) -> str:
         for form in self.forms:
             if form in text:
@@ -344,7 +355,7 @@ class OpenAIEngine(Engine):
 
     def _scrub_result(self, result: EngineResult) -> EngineResult:
         """A server that echoes the key into its answer must not get it stored: replace it in every string."""
-        if not self._scrub:
+        if not self._scrub or not self._scrub.finds([result.text, result.message, result.tokens]):
             return result
         result.text = self._scrub(result.text)
         result.message = _map_strings(result.message, self._scrub)
