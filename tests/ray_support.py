@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Iterator
 
@@ -43,3 +45,20 @@ def open_gate_actor():
             self.opened.set()
 
     return Gate.remote()
+
+
+class KillFirstWorker:
+    """A progress callback: once the first chunk (or range) is stored, while the gate holds every later one in
+    flight, SIGKILL the worker that did it and open the gate. `runner.workers_seen` lists (index, pid) pairs."""
+
+    def __init__(self, runner, gate):
+        self.runner, self.gate = runner, gate
+        self.killed: list[int] = []
+
+    def __call__(self, n: int) -> None:
+        import ray
+
+        if not self.killed:
+            self.killed.append(self.runner.workers_seen[0][1])
+            os.kill(self.killed[0], signal.SIGKILL)
+            ray.get(self.gate.open.remote())

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO, write_jsonl
 from format_records import otlp, span
+from ray_support import KillFirstWorker, open_gate_actor
 from ray_support import local_ray as start_local_ray
-from ray_support import open_gate_actor
 from test_otlp_inherit import _records
 from test_shards import TABLES, rows_of
 
@@ -129,13 +128,8 @@ def test_ray_compare_equals_in_process_when_a_worker_is_killed(tmp_path, local_r
         _, local_counts = compare_logs(store, BASELINE, CANDIDATE, options)
     gate = open_gate_actor()
     scans = RayScans(RayOptions(workers=2), scan=GatedScan((0, 0), gate))
-    killed: list[int] = []
-
-    def kill_first_worker(n: int) -> None:  # after the first range is stored, with every other range in flight
-        if not killed:
-            killed.append(scans.workers_seen[0][1])
-            os.kill(killed[0], signal.SIGKILL)
-            local_ray.get(gate.open.remote())
+    kill_first_worker = KillFirstWorker(scans, gate)
+    killed = kill_first_worker.killed
 
     with Store(two) as store:
         _, counts = compare_logs(store, BASELINE, CANDIDATE, options, progress=kill_first_worker, scans=scans)

@@ -6,7 +6,6 @@ One local Ray per module (starting one costs seconds), two CPUs, the tiny float3
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -15,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from helpers import build_tiny_model
+from ray_support import KillFirstWorker, open_gate_actor
 from ray_support import local_ray as start_local_ray
-from ray_support import open_gate_actor
 from test_shards import TABLES, rows_of, summary_json
 
 from toolaudit.engines import make_engine
@@ -109,13 +108,8 @@ def test_ray_replay_equals_in_process_when_a_worker_is_killed(tmp_path, local_ra
     gate = open_gate_actor()
     pool = RayEnginePool(RayOptions(workers=2), factory=GatedFactory(
         frozenset(f"{c.session_id}\x1f{c.call_index}" for c in calls[:2]), gate))
-    killed: list[int] = []
-
-    def kill_first_worker(n: int) -> None:  # after the first chunk is stored, with every other chunk in flight
-        if not killed:
-            killed.append(pool.workers_seen[0][1])
-            os.kill(killed[0], signal.SIGKILL)
-            local_ray.get(gate.open.remote())
+    kill_first_worker = KillFirstWorker(pool, gate)
+    killed = kill_first_worker.killed
 
     with Store(two) as store:
         run_id, counts = replay_traces(store, options(paths_file), engines=pool, progress=kill_first_worker)

@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -73,6 +72,7 @@ class Gateway:
         self.slow_after: int | None = None
         self.hold_after: int | None = None
         self.release = threading.Event()
+        self.holding = threading.Event()  # a request waits for `release`: the run's earlier chunks are stored
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -86,9 +86,8 @@ class Gateway:
             # publishes a snapshot with rows before the third chunk, which is held
             await asyncio.sleep(SNAPSHOT_INTERVAL_S)
         if self.hold_after is not None and self.requests > self.hold_after:
-            deadline = time.monotonic() + 60
-            while not self.release.is_set() and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            self.holding.set()
+            await asyncio.get_running_loop().run_in_executor(None, self.release.wait, 60)
         body = await request.json()
         h, who = request.headers, request.match_info["who"]
         if who == "h":
@@ -109,26 +108,22 @@ class Gateway:
             "usage": {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59}})
 
 
-def hold_a_snapshot_with_rows(db: Path, held: Path, proc: subprocess.Popen) -> list[str]:
-    """Copy `<db>.*` (the snapshot, the WAL) into `held` once the snapshot holds stored outputs (the gateway holds
-    the run's third chunk, so that happens before it ends). Returns the names copied."""
+def hold_a_snapshot_with_rows(db: Path, held: Path, gateway: Gateway) -> list[str]:
+    """Copy `<db>.*` (the snapshot, the WAL) into `held` while the gateway holds the run's third chunk: the
+    writer asks for a chunk only after storing the one before and publishing its snapshot, and it writes nothing
+    while it waits, so the files are still. Returns the names copied."""
     import duckdb
 
-    snapshot, deadline = Path(f"{db}.snapshot"), time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        copied = []
-        for f in db.parent.glob(f"{db.name}.*"):
-            try:
-                shutil.copy(f, held / f.name)
-                copied.append(f.name)
-            except FileNotFoundError:  # replaced meanwhile (a snapshot is written, then renamed over)
-                pass
-        if snapshot.name in copied:
-            with duckdb.connect(str(held / snapshot.name), read_only=True) as con:
-                if con.execute("SELECT count(*) FROM outputs").fetchone()[0]:
-                    return copied
-        time.sleep(0.2)
-    raise AssertionError(f"no snapshot with outputs while the run was held (exit code {proc.poll()})")
+    assert gateway.holding.wait(60), "the run never reached its held chunk"
+    copied = []
+    for f in db.parent.glob(f"{db.name}.*"):
+        shutil.copy(f, held / f.name)
+        copied.append(f.name)
+    snapshot = held / Path(f"{db}.snapshot").name
+    assert snapshot.exists(), copied
+    with duckdb.connect(str(snapshot), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM outputs").fetchone()[0], "the snapshot holds no outputs"
+    return copied
 
 
 @pytest.fixture
@@ -180,7 +175,7 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
                        *common], env, out, "replay")
         held = out / "held"
         held.mkdir()
-        copied = hold_a_snapshot_with_rows(db, held, proc)
+        copied = hold_a_snapshot_with_rows(db, held, gateway)
         gateway.release.set()
         assert proc.wait(timeout=120) == 0, (out / "replay.stderr").read_text()
         assert "audit.duckdb.snapshot" in copied and "audit.duckdb.wal" in copied, copied
