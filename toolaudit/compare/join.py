@@ -16,6 +16,7 @@ from typing import Any
 from toolaudit.compare.pairs import Analyzer, SideOutput, message_raw_text
 from toolaudit.compare.recorder import Recorder
 from toolaudit.compare.vocabulary import DriftKind
+from toolaudit.ingest.records import system_fingerprint
 from toolaudit.ingest.traces import TraceCall
 from toolaudit.store.staging import BASELINE_ONLY, CANDIDATE_ONLY, FAST, Staging
 from toolaudit.validate.toolcalls import parse_message
@@ -31,7 +32,7 @@ def side_output(call: TraceCall, path_name: str) -> SideOutput:
     message = call.response_message
     return SideOutput(parsed=parse_message(message), raw=message_raw_text(message), path_name=path_name,
                       source=call.source, line=call.line,
-                      system_fingerprint=(call.response or {}).get("system_fingerprint"))
+                      system_fingerprint=system_fingerprint(call.response))
 
 
 @dataclass

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from toolaudit.compare.diff import call_signature
 from toolaudit.compare.pairs import Analyzer, message_raw_text, tool_calls_json
 from toolaudit.ingest.gaps import has_content
-from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats, first_message
+from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats, first_message, system_fingerprint
 from toolaudit.ingest.shards import Shard
 from toolaudit.ingest.sources import Scanned, TraceSource
 from toolaudit.validate.records import ToolCall
@@ -161,7 +161,7 @@ def digest(item: RawCall, offset: int, analyzer: Analyzer | SchemaCache, validat
     return Digest(item.line, offset, item.session_id, item.explicit_index, item.customer, signature_hash(calls),
                   simple, parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
                   tool_calls_json(calls), valid, schema_errors, calls[0].name if calls else None,
-                  response.get("system_fingerprint"), key, has_content(item.request))
+                  system_fingerprint(response), key, has_content(item.request))
 
 
 def tools_key(tools: list) -> bytes:

@@ -49,6 +49,12 @@ class TraceCall:
         return first_message(self.response)
 
 
+def system_fingerprint(response: dict | None) -> str | None:
+    """A ChatCompletion's system fingerprint: a string, or None (a recorded number or object is not one)."""
+    value = (response or {}).get("system_fingerprint")
+    return value if isinstance(value, str) else None
+
+
 def first_message(response: dict | None) -> dict | None:
     """A ChatCompletion's first choice's message, or None when it has none."""
     choices = (response or {}).get("choices")
