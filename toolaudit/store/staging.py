@@ -31,7 +31,7 @@ SCAN, INDEX, PAIRS, CVAL, CHUNKS, OUT = "_ta_scan", "_ta_index", "_ta_pairs", "_
 _SAME_TEXT = (f"CASE WHEN b.text_hash = c.text_hash THEN '{DriftKind.IDENTICAL.value}' "
               f"ELSE '{DriftKind.TEXT_ONLY.value}' END")
 # rows per transaction of the final inserts: DuckDB keeps a transaction's new primary-key entries in memory
-ROWS_PER_COMMIT = 2_000_000
+ROWS_PER_COMMIT = 500_000
 # how a (session, call index) key is resolved
 FAST, BASELINE_ONLY, CANDIDATE_ONLY, DIFFER = 0, 1, 2, 3
 SIDES = ("baseline", "candidate")
