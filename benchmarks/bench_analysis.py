@@ -2,6 +2,7 @@
 
     python benchmarks/bench_analysis.py                 # N = 1,000,000 pairs, naive loop on 20,000
     python benchmarks/bench_analysis.py -n 100000 --naive-n 5000
+    python benchmarks/bench_analysis.py -n 1000000 --flat 3000000 --naive-n 0 --keep DIR   # RSS from 1M to 3M
 
 Synthetic pairs: 1% drifted (value, type, missing, added, tool name), realistic argument sizes (nested
 filters, lists, free-text fields of 40-400 characters), a few tools with JSON Schemas, multi-turn context.
@@ -16,6 +17,7 @@ import json
 import os
 import random
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -180,41 +182,73 @@ def run_naive(b: Path, c: Path, db: Path, limit: int) -> tuple[float, int]:
     return time.perf_counter() - start, drifted
 
 
+def end_to_end(n: int, work: Path) -> dict:
+    """One compare + store of n generated pairs in this process: time, rate, drift and this process's peak RSS."""
+    t0 = time.perf_counter()
+    b, c = _generated(n, work / f"n{n}")
+    gen_s = time.perf_counter() - t0
+    load = os.getloadavg()[0]
+    elapsed, counts = run_fast(b, c, work / "big.duckdb")
+    return {"n": n, "seconds": elapsed, "pairs_per_s": n / elapsed, "drifted": counts["drifted"],
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+            "jsonl_mb": (b.stat().st_size + c.stat().st_size) / 1e6, "generated_s": gen_s,
+            "db_mb": (work / "big.duckdb").stat().st_size / 1e6, "load_before": load, "load_after": os.getloadavg()[0]}
+
+
+def _print_run(run: dict) -> None:
+    n = run["n"]
+    print(f"\nend to end on {n:,} pairs ({run['jsonl_mb']:,.0f} MB of JSONL, generated in {run['generated_s']:.0f} s):")
+    print(f"  compare + store: {run['seconds']:.1f} s = {run['pairs_per_s']:,.0f} pairs/s; "
+          f"{run['drifted']:,} drifted ({run['drifted'] / n:.2%}); peak RSS {run['rss_mb']:,.0f} MB "
+          f"(largest worker {run['worker_mb']:,.0f} MB); db {run['db_mb']:,.0f} MB")
+    print(f"  cores {os.cpu_count()} ({_cpu()}); load average {run['load_before']:.2f} before, "
+          f"{run['load_after']:.2f} after")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=1_000_000, help="call pairs for the end-to-end run")
-    parser.add_argument("--naive-n", type=int, default=20_000, help="call pairs for the side-by-side comparison")
+    parser.add_argument("--naive-n", type=int, default=20_000,
+                        help="call pairs for the side-by-side comparison (0: skip it)")
     parser.add_argument("--keep", type=Path, help="keep generated files in this folder (and reuse them)")
+    parser.add_argument("--flat", type=int, metavar="N2",
+                        help="also run N2 pairs; each size runs in a fresh process so its peak RSS is its own, and "
+                             "the RSS growth from -n to N2 is printed (issue 24: flat from 1M to 3M)")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child of --flat: one run, as JSON
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="toolaudit-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.one:
+        print(json.dumps(end_to_end(args.one, work)))
+        return
 
-    small = work / "small"
-    small.mkdir(exist_ok=True)
-    sb, sc = _generated(args.naive_n, small)
-    naive_s, naive_drifted = run_naive(sb, sc, small / "naive.duckdb", args.naive_n)
-    fast_s, fast_counts = run_fast(sb, sc, small / "fast.duckdb")
-    print(f"side by side on {args.naive_n:,} pairs:")
-    print(f"  naive loop (json + jsonschema.validate + DeepDiff + INSERT per call): {naive_s:8.2f} s "
-          f"{args.naive_n / naive_s:10,.0f} pairs/s  ({naive_drifted} differ)")
-    print(f"  toolaudit compare + store:                                           {fast_s:8.2f} s "
-          f"{args.naive_n / fast_s:10,.0f} pairs/s  ({fast_counts['drifted']} drifted)")
-    print(f"  speedup: {naive_s / fast_s:.1f}x")
+    if args.naive_n:
+        small = work / "small"
+        small.mkdir(exist_ok=True)
+        sb, sc = _generated(args.naive_n, small)
+        naive_s, naive_drifted = run_naive(sb, sc, small / "naive.duckdb", args.naive_n)
+        fast_s, fast_counts = run_fast(sb, sc, small / "fast.duckdb")
+        print(f"side by side on {args.naive_n:,} pairs:")
+        print(f"  naive loop (json + jsonschema.validate + DeepDiff + INSERT per call): {naive_s:8.2f} s "
+              f"{args.naive_n / naive_s:10,.0f} pairs/s  ({naive_drifted} differ)")
+        print(f"  toolaudit compare + store:                                           {fast_s:8.2f} s "
+              f"{args.naive_n / fast_s:10,.0f} pairs/s  ({fast_counts['drifted']} drifted)")
+        print(f"  speedup: {naive_s / fast_s:.1f}x")
 
-    t0 = time.perf_counter()
-    b, c = _generated(args.n, work / f"n{args.n}")
-    gen_s = time.perf_counter() - t0
-    size_mb = (b.stat().st_size + c.stat().st_size) / 1e6
-    load = os.getloadavg()[0]
-    elapsed, counts = run_fast(b, c, work / "big.duckdb")
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"\nend to end on {args.n:,} pairs ({size_mb:,.0f} MB of JSONL, generated in {gen_s:.0f} s):")
-    print(f"  compare + store: {elapsed:.1f} s = {args.n / elapsed:,.0f} pairs/s; "
-          f"{counts['drifted']:,} drifted ({counts['drifted'] / args.n:.2%}); peak RSS {rss_mb:,.0f} MB "
-          f"(largest worker {child_mb:,.0f} MB); db {(work / 'big.duckdb').stat().st_size / 1e6:,.0f} MB")
-    print(f"  cores {os.cpu_count()} ({_cpu()}); load average {load:.2f} before, "
-          f"{os.getloadavg()[0]:.2f} after")
+    if not args.flat:
+        _print_run(end_to_end(args.n, work))
+        return
+    runs = []
+    for n in (args.n, args.flat):
+        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--keep", str(work)], check=True,
+                             capture_output=True, text=True).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+        _print_run(runs[-1])
+    a, b = runs
+    print(f"\nfrom {a['n']:,} to {b['n']:,} pairs: peak RSS {a['rss_mb']:,.0f} -> {b['rss_mb']:,.0f} MB "
+          f"({b['rss_mb'] / a['rss_mb']:.2f}x for {b['n'] / a['n']:.0f}x the pairs); "
+          f"pairs/s {a['pairs_per_s']:,.0f} -> {b['pairs_per_s']:,.0f}")
 
 
 def _cpu() -> str:

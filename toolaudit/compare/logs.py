@@ -58,7 +58,7 @@ class CompareOptions:
     workers: int | None = None  # None: one per core for big logs, in-process for small ones
     format: str | None = None  # a registered trace format for both files (toolaudit.ingest.registry); None: detect
     shard: Shard | None = None  # only this shard's sessions (see toolaudit.ingest.shards)
-    memory_limit: str | None = "512MB"  # DuckDB's, while the digests are staged and joined (it spills past it)
+    memory_limit: str | None = "384MB"  # DuckDB's, while the digests are staged and joined (it spills past it)
 
 
 @dataclass
