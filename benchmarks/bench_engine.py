@@ -65,8 +65,8 @@ sys.path.insert(0, str(ROOT))
 
 CONFIGS = ("hf-greedy", "hf-lookup", "target-b1", "spec-ngram-b1", "target-b8", "spec-ngram-b8", "replay-b16",
            "vllm-target-b8", "vllm-spec-ngram-b8")
-GPU_CONFIGS = ("hf-greedy", "hf-static", "target-b1", "spec-ngram-b1", "target-b64", "spec-ngram-b64",
-               "demo-replay", "vllm-target-b8")
+GPU_CONFIGS = ("hf-greedy", "hf-static", "target-b1", "target-b1-eager", "target-b1-compiled", "spec-ngram-b1",
+               "spec-ngram-b1-compiled", "target-b64", "spec-ngram-b64", "demo-replay", "vllm-target-b8")
 # (row, reference row, ratio of tok/s): the goals, by device
 GOALS = [("target-b1", "hf-greedy", 1.2), ("spec-ngram-b1", "hf-lookup", 1.5), ("target-b8", "hf-greedy", 4.0),
          ("target-b8", "vllm-target-b8", 1.0)]
@@ -133,6 +133,7 @@ class Bench:
         self.prompts = [self.tokenizer(render(self.tokenizer, r.messages, r.tools, prompt).text,
                                        add_special_tokens=False)["input_ids"] for r in self.requests]
         self.eos = self.tokenizer.eos_token_id
+        self._engines: dict[str, list] = {}  # configuration -> its engines, kept between rounds (`_make_engines`)
 
     def warm_up(self) -> None:
         """First calls pay one-time costs (kernel selection, allocator growth): pay them before timing."""
@@ -176,7 +177,10 @@ class Bench:
 
         torch_engine._prefix_caches[self.model] = PrefixCache(max_bytes=4 << 30)
         requests = load_requests(10 ** 6, "sessions")
-        engines = [torch_engine.TorchEngine(self.paths[p]) for p in ("target", "spec-ngram")]
+        engines = self._engines.get("demo-replay")
+        if engines is None:
+            engines = self._engines["demo-replay"] = [torch_engine.TorchEngine(self.paths[p])
+                                                      for p in ("target", "spec-ngram")]
         self._sync()
         start = time.perf_counter()
         target, spec = (e.generate(requests) for e in engines)
@@ -209,6 +213,14 @@ class Bench:
         if static:  # transformers compiles the forward pass of a static cache on CUDA ("reduce-overhead")
             extra = {"cache_implementation": "static"}
         device = self.device
+        if static and not getattr(self, "_static_sized", False):
+            # transformers keeps the largest static cache length it has seen (`_prepare_static_cache`): size it on
+            # the longest prompt first, so every prompt decodes into one cache shape and compiles once.
+            longest = max(self.prompts, key=len)
+            with torch.inference_mode():
+                self.hf.generate(torch.tensor([longest], device=device), max_new_tokens=self.max_tokens,
+                                 do_sample=False, pad_token_id=self.eos, cache_implementation="static")
+            self._static_sized = True
         with torch.inference_mode():
             for ids in self.prompts:
                 start = len(ids)
@@ -226,23 +238,37 @@ class Bench:
 
         cache = torch_engine._prefix_caches[self.model] = PrefixCache(max_bytes=4 << 30)  # cold per configuration
         self.last_cache = cache
-        if name == "replay-b16":
-            engines = [torch_engine.TorchEngine(replace(self.paths[p], batch_size=16))
-                       for p in ("target", "spec-ngram")]
-            results = [r for e in engines for r in e.generate(self.requests)]
-        else:
-            layout = {}
-            if name.endswith("-static"):  # the static-shape KV cache (the GPU layout; exact shapes on CPU)
-                name, layout = name.removesuffix("-static"), {"kv_cache": "static"}
-            path, batch = name.rsplit("-b", 1)
-            base = self.paths[path]
-            engine = torch_engine.TorchEngine(replace(base, batch_size=int(batch), options={**base.options, **layout}))
-            results = engine.generate(self.requests)
+        engines = self._engines.get(name)
+        if engines is None:
+            engines = self._engines[name] = self._make_engines(name)
+        results = [r for e in engines for r in e.generate(self.requests)]
         errors = [r.error for r in results if r.error]
         if errors:
             raise RuntimeError(f"{name}: {errors[0]}")
         return ([r.token_ids for r in results], sum(r.drafted_tokens for r in results),
                 sum(r.accepted_tokens for r in results))
+
+    def _make_engines(self, name: str) -> list:
+        """The engines of one configuration, made once and kept: on CUDA their captured graphs (and compiled
+        steps) are what a warm engine reuses, so the untimed warm round pays capture and compilation.
+
+        `PATH-bN[-static|-eager|-compiled]`: N rows decoding together. On CUDA that is `max_batch` (the rows in
+        flight there; `batch_size` is ignored) so b1 really decodes one request at a time. -static: the static KV
+        on CPU; -eager: CUDA graphs off; -compiled: the step compiled (`compile = true`)."""
+        from toolaudit.engines.torch import engine as torch_engine
+
+        if name == "replay-b16":
+            return [torch_engine.TorchEngine(replace(self.paths[p], batch_size=16)) for p in ("target", "spec-ngram")]
+        layout = {}
+        for suffix, option in (("-static", {"kv_cache": "static"}), ("-eager", {"cuda_graphs": False}),
+                               ("-compiled", {"compile": True})):
+            if name.endswith(suffix):
+                name, layout = name.removesuffix(suffix), {**layout, **option}
+        path, batch = name.rsplit("-b", 1)
+        base = self.paths[path]
+        if self.device.startswith("cuda"):
+            layout["max_batch"] = int(batch)
+        return [torch_engine.TorchEngine(replace(base, batch_size=int(batch), options={**base.options, **layout}))]
 
     def _vllm(self, name: str) -> dict:
         """One vLLM configuration: load (untimed), warm up on two prompts, clear the prefix cache, time all."""
@@ -411,6 +437,23 @@ def run_setup(setup: str, names: list[str], args) -> tuple[list[dict], Bench]:
     bench = Bench(args.prompts, dtype, args.max_tokens, args.sample, numerics, args.device)
     bench.warm_up()
     best: dict[str, dict] = {}
+    failed: dict[str, str] = {}
+    if args.device.startswith("cuda"):
+        # One untimed run of every configuration on the same prompts: CUDA graph capture (every bucket and width
+        # the timed run visits), torch.compile and cuBLAS autotuning happen here, not in the timed region.
+        for name in names:
+            if name in ("hf-greedy", "hf-lookup") or name.endswith("-eager"):
+                continue  # nothing captured or compiled: warm_up() paid their one-time costs
+            start = time.perf_counter()
+            try:
+                bench.run(name)
+            except Exception as exc:  # noqa: BLE001 (one broken configuration must not hide the others)
+                failed[name] = f"{type(exc).__name__}: {exc}"[:300]
+                print(f"  {setup} warm: {name} FAILED {failed[name]}", file=sys.stderr)
+                continue
+            print(f"  {setup} warm: {name:14s} {time.perf_counter() - start:7.1f} s (capture, compile)",
+                  file=sys.stderr)
+    names = [n for n in names if n not in failed]
     for round_ in range(args.rounds):
         order = names[round_ % len(names):] + names[: round_ % len(names)]
         for name in order:
@@ -440,7 +483,14 @@ def run_setup(setup: str, names: list[str], args) -> tuple[list[dict], Bench]:
             "differ_vs_target_b1": None if ours_target is None else sum(a != b for a, b in zip(outputs, ours_target)),
             "peak_mem_mib": None if name not in memory else round(memory[name], 1),
             "prompt_reuse": None if r["prompt_reuse"] is None else round(r["prompt_reuse"], 2),
+            **({"drifted": r["drifted"], "calls": r["calls"]} if "drifted" in r else {}),
+            **({"graphs": r["graphs"]} if r.get("graphs") else {}),
         })
+    for name, why in failed.items():
+        print(f"  {setup}: {name} failed: {why}")
+        rows.append({"config": name, "failed": why, **{k: None for k in (
+            "seconds", "tokens", "tok_per_s", "s_per_call", "speedup", "goal", "acceptance", "differ_vs_hf_greedy",
+            "differ_vs_target_b1", "peak_mem_mib", "prompt_reuse")}})
     return rows, bench
 
 

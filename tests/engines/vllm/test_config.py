@@ -54,3 +54,17 @@ def test_package_import_does_not_import_vllm():
             "print('vllm' in sys.modules, 'torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False", "False"]
+
+
+@pytest.mark.parametrize("free_gib, total_gib, wanted, expected", [
+    (79.0, 80.0, 0.9, 0.9),  # an empty GPU: vLLM's own default
+    (60.0, 80.0, 0.9, 0.73),  # torch paths still hold 20 GiB: what is free, less headroom
+    (60.0, 80.0, 0.5, 0.5),  # a smaller share asked for stays
+    (3.0, 80.0, 0.9, None),  # too little free to start: the engine says so (ConfigError)
+])
+def test_default_gpu_memory_share_fits_what_is_free(free_gib, total_gib, wanted, expected):
+    """vLLM refuses to start when less than its share is free; a replay with torch paths on the same GPU must
+    not trip that with the 0.9 default."""
+    from toolaudit.engines.vllm.engine import memory_share
+
+    assert memory_share(int(free_gib * 2**30), int(total_gib * 2**30), wanted) == expected

@@ -6,8 +6,9 @@ prompt and prefix caching are common keys (`toolaudit.engines.paths`). Its own k
   float32 speed on CPUs without native bf16/fp16 matmul); "auto" (default) picks native where the device has it.
 - `threads`: torch threads while this path runs (default: $OMP_NUM_THREADS, else the cores the process may use
   that other processes leave free, `engines.threads`).
-- `kv_cache = "static" | "dynamic"`, `cuda_graphs = true | false`, `max_batch` (rows decoding together): the
-  decoding layout, defaults by device (`layout.py`: static, graphs and wide batches on CUDA).
+- `kv_cache = "static" | "dynamic"`, `cuda_graphs = true | false`, `max_batch` (rows decoding together),
+  `compile = true | false` (the fixed-shape step through `torch.compile`: fused kernels): the decoding layout,
+  defaults by device (`layout.py`: static, graphs and wide batches on CUDA).
 
 Also its own: which speculative methods it runs. No heavy imports: paths.toml is read before any engine loads.
 Only the keys a table sets land in the options; the engine applies the defaults. `ENGINE` is what the
@@ -24,7 +25,7 @@ from toolaudit import ConfigError
 from ..base import Capabilities
 from ..registry import EngineSpec
 
-KEYS: frozenset[str] = frozenset({"numerics", "threads", "kv_cache", "cuda_graphs", "max_batch"})
+KEYS: frozenset[str] = frozenset({"numerics", "threads", "kv_cache", "cuda_graphs", "max_batch", "compile"})
 KV_CACHES = ("static", "dynamic")
 SPEC_METHODS = ("ngram", "draft_model")
 NUMERICS = ("auto", "native", "emulated")
@@ -62,10 +63,11 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
         if table["kv_cache"] not in KV_CACHES:
             raise fail("kv_cache", f"must be one of {', '.join(KV_CACHES)} (got {table['kv_cache']!r})")
         options["kv_cache"] = table["kv_cache"]
-    if "cuda_graphs" in table:
-        if not isinstance(table["cuda_graphs"], bool):
-            raise fail("cuda_graphs", f"must be true or false (got {table['cuda_graphs']!r})")
-        options["cuda_graphs"] = table["cuda_graphs"]
+    for key in ("cuda_graphs", "compile"):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise fail(key, f"must be true or false (got {table[key]!r})")
+            options[key] = table[key]
     return options
 
 

@@ -167,7 +167,7 @@ class TorchEngine(LocalEngine):
             if kv is None:
                 graphs = StepGraphs() if layout.cuda_graphs else None
                 kv = self._static[id(model)] = StaticKV(model, layout.rows, columns, fixed=True, width=width,
-                                                        graphs=graphs)
+                                                        graphs=graphs, compiled=layout.compiled)
             return kv.reset()
 
         return fixed

@@ -46,12 +46,13 @@ class StepGraphs:
         """`kv.forward(ids, positions, capacity)` by graph replay: logits [slots, width, vocab] (the graph's output
         tensor, valid until the next replay of the same shape)."""
         key = (ids.shape[0], ids.shape[1])
-        captured = self._captured.get(key)
-        if captured is None:
-            captured = self._captured[key] = self._capture(kv, *key)
-        captured.ids.copy_(ids)
-        captured.positions.copy_(positions)
-        captured.graph.replay()
+        with torch.cuda.device(kv.device):  # capture and replay on the buffers' device, not the current one
+            captured = self._captured.get(key)
+            if captured is None:
+                captured = self._captured[key] = self._capture(kv, *key)
+            captured.ids.copy_(ids)
+            captured.positions.copy_(positions)
+            captured.graph.replay()
         self.replays += 1
         return captured.logits
 

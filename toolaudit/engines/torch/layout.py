@@ -20,6 +20,7 @@ from typing import Any
 from toolaudit import ConfigError
 
 MAX_AUTO_BATCH = 256
+MAX_FIXED_ROWS = 512  # the largest batch-size bucket of a fixed-shape step (`static_kv.BUCKETS`)
 KV_MEMORY_SHARE = 0.25  # of the GPU's memory, for the KV buffers of the rows in flight
 SIZING_COLUMNS = 4096  # tokens per row assumed when sizing `max_batch`
 
@@ -32,13 +33,15 @@ class Layout:
     fixed_shapes: bool  # buckets, padded widths, every column (CUDA), else exact shapes
     cuda_graphs: bool
     rows: int  # rows decoding together
+    compiled: bool = False  # the fixed-shape step runs through torch.compile (fused kernels; other numerics)
 
     def components(self, device: str) -> dict[str, Any]:
         """Fingerprint components: none for a CPU path on the defaults."""
         if not device.startswith("cuda") and self.kv_cache == "dynamic":
             return {}
+        # `compile` only when on: paths without it keep the fingerprints they had before the key existed.
         return {"kv_cache": self.kv_cache, "fixed_shapes": self.fixed_shapes, "cuda_graphs": self.cuda_graphs,
-                "max_batch": self.rows}
+                "max_batch": self.rows, **({"compile": True} if self.compiled else {})}
 
 
 def resolve_layout(options: dict[str, Any], device: str, batch_size: int, kv_bytes_per_token: int | None = None,
@@ -52,14 +55,21 @@ def resolve_layout(options: dict[str, Any], device: str, batch_size: int, kv_byt
         raise ConfigError(f"paths.{name}: cuda_graphs = true needs a CUDA device (device is {device!r})")
     if graphs and kv_cache != "static":
         raise ConfigError(f"paths.{name}: cuda_graphs = true needs kv_cache = \"static\"")
+    compiled = bool(options.get("compile", False))
+    fixed = cuda and kv_cache == "static"
+    if compiled and not fixed:
+        raise ConfigError(f"paths.{name}: compile = true needs the fixed-shape step (kv_cache = \"static\" on CUDA)")
     rows = options.get("max_batch")
     if rows is None:
         rows = batch_size
         if cuda and kv_bytes_per_token and device_bytes:
             per_row = kv_bytes_per_token * SIZING_COLUMNS
             rows = max(1, min(MAX_AUTO_BATCH, int(device_bytes * KV_MEMORY_SHARE) // per_row))
-    return Layout(kv_cache=kv_cache, fixed_shapes=cuda and kv_cache == "static", cuda_graphs=bool(graphs),
-                  rows=rows)
+    if fixed and rows > MAX_FIXED_ROWS:
+        # Fixed shapes run batch-size buckets; more rows than the largest bucket would have no slot to go to.
+        raise ConfigError(f"paths.{name}: max_batch {rows} is more than the largest fixed-shape bucket "
+                          f"({MAX_FIXED_ROWS}); set max_batch <= {MAX_FIXED_ROWS}")
+    return Layout(kv_cache=kv_cache, fixed_shapes=fixed, cuda_graphs=bool(graphs), rows=rows, compiled=compiled)
 
 
 def kv_bytes_per_token(model_spec: str, dtype: str) -> int:

@@ -56,6 +56,7 @@ class NgramProposer:
 
     def __init__(self, k: int, n_min: int = 1, n_max: int = 4):
         self.k, self.n_min, self.n_max = k, n_min, n_max
+        self._indexes: dict[int, _NgramIndex] = {}  # id(history) -> its index (the loop keeps one list per row)
 
     def reserve(self, rows: int, columns: int) -> None:
         pass
@@ -67,22 +68,63 @@ class NgramProposer:
         return [self.lookup(h, min(self.k, b)) for h, b in zip(histories, budgets)], None
 
     def lookup(self, history: list[int], k: int) -> list[int]:
+        """What `lookup_scan` returns, from an index of the history's n-grams kept up to date incrementally: a
+        step costs what the row gained since the last one, not a scan of its whole history (32 ms per step for
+        225 rows of 1,000-token histories scanned; GPU replays keep hundreds of rows in flight)."""
         if k <= 0 or len(history) < 2:
             return []
-        seq = np.asarray(history, dtype=np.int64)
-        for n in range(min(self.n_max, len(seq) - 1), self.n_min - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # excludes the suffix itself
-            hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
-            if len(hits):
-                start = int(hits[-1]) + n
-                return seq[start: start + k].tolist()
-        return []
+        index = self._indexes.get(id(history))
+        if index is None or index.history is not history:
+            index = self._indexes[id(history)] = _NgramIndex(history, self.n_min, self.n_max)
+        return index.lookup(k)
 
     def commit(self, accepted, emitted):
         pass
 
     def select(self, rows):
         pass
+
+
+class _NgramIndex:
+    """For n in n_min..n_max, each n-gram of a growing history -> where it last started, counting only n-grams
+    followed by at least one token (as `lookup_scan`'s windows over history[:-1])."""
+
+    __slots__ = ("history", "n_min", "n_max", "done", "last")
+
+    def __init__(self, history: list[int], n_min: int, n_max: int):
+        self.history, self.n_min, self.n_max = history, n_min, n_max
+        self.done = 0  # windows ending before this many tokens are indexed
+        self.last: dict[tuple[int, ...], int] = {}
+
+    def lookup(self, k: int) -> list[int]:
+        seq = self.history
+        length = len(seq)
+        last = self.last
+        for end in range(self.done, length - 1):  # windows seq[i:end+1], end <= length - 2
+            for n in range(self.n_min, self.n_max + 1):
+                start = end + 1 - n
+                if start >= 0:
+                    last[tuple(seq[start:end + 1])] = start
+        self.done = max(self.done, length - 1)
+        for n in range(min(self.n_max, length - 1), self.n_min - 1, -1):
+            start = last.get(tuple(seq[length - n:]))
+            if start is not None:
+                return seq[start + n: start + n + k]
+        return []
+
+
+def lookup_scan(history: list[int], k: int, n_min: int = 1, n_max: int = 4) -> list[int]:
+    """Prompt lookup by scanning the whole history (the reference `_NgramIndex` must equal)."""
+    if k <= 0 or len(history) < 2:
+        return []
+    seq = np.asarray(history, dtype=np.int64)
+    for n in range(min(n_max, len(seq) - 1), n_min - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # excludes the suffix itself
+        hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
+        if len(hits):
+            start = int(hits[-1]) + n
+            return seq[start: start + k].tolist()
+    return []
 
 
 class DraftModelProposer:

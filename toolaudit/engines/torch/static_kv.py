@@ -35,6 +35,10 @@ def bucket(rows: int, buckets: tuple[int, ...] = BUCKETS) -> int:
     return next((b for b in buckets if b >= rows), buckets[-1])
 
 
+def _round_up(columns: int) -> int:
+    return -(-columns // COLUMN_STEP) * COLUMN_STEP
+
+
 def kv_shape(model: torch.nn.Module) -> tuple[int, int, int]:
     """(layers, kv_heads, head_dim) of a Llama-style model's cache."""
     config = model.config
@@ -125,14 +129,17 @@ class StaticKV:
     """
 
     def __init__(self, model: torch.nn.Module, max_rows: int, capacity: int, fixed: bool = False,
-                 width: int = 1, graphs=None, buckets: tuple[int, ...] = BUCKETS):
+                 width: int = 1, graphs=None, buckets: tuple[int, ...] = BUCKETS, compiled: bool = False):
         self.model = model
         self.device = next(model.parameters()).device
         self.fixed, self.width, self.graphs, self.buckets = fixed, width, graphs, buckets
+        # The fixed-shape step through torch.compile: Inductor fuses the ~50 small kernels of a layer (norms,
+        # rotary, masks, casts) that CUDA graphs alone still launch one by one. Fixed shapes only: few shapes.
+        self._step = compiled_step(self._logits) if compiled and fixed else self._logits
         slots = bucket(max_rows, buckets) if fixed else max_rows
-        # Fixed shapes read every column, plus one scratch column that graph capture and warm-up write into.
-        columns = -(-capacity // COLUMN_STEP) * COLUMN_STEP + (1 if fixed else 0)
-        self.cache = StaticCache(model, slots, columns)
+        # Fixed shapes read every column; their last one is a scratch column graph capture and warm-up write into
+        # (inside the multiple of COLUMN_STEP: an odd row stride would misalign every row of every buffer).
+        self.cache = StaticCache(model, slots, _round_up(capacity + (1 if fixed else 0)))
         self.lengths = [0] * slots  # valid tokens per slot
         self.slot_of: list[int] = []  # loop row -> slot
         self._mark: list[int] = []
@@ -220,21 +227,27 @@ class StaticKV:
             width = max(width, self.width)
             hi = bucket(hi, self.buckets)
         self._reserve(max(self.lengths[s] + width for s in self.slot_of) + 1)
-        ids = [[PAD_ID] * width for _ in range(hi)]
+        ids = [PAD_ID] * (width * hi)
         starts = [0] * hi
         for slot, row in zip(self.slot_of, tokens):
-            ids[slot][: len(row)] = row
+            ids[slot * width: slot * width + len(row)] = row
             starts[slot] = self.lengths[slot]
-        ids_t = torch.tensor(ids, dtype=torch.long, device=self.device)
-        positions = torch.tensor(starts, device=self.device)[:, None] + torch.arange(width, device=self.device)
+        # One host-to-device copy per step (ids, starts and slots packed), from pinned memory on a GPU.
+        packed = torch.tensor(ids + starts + self.slot_of, dtype=torch.long)
+        if self.device.type == "cuda":
+            packed = packed.pin_memory().to(self.device, non_blocking=True)
+        ids_t = packed[: width * hi].view(hi, width)
+        positions = packed[width * hi: width * hi + hi, None] + torch.arange(width, device=self.device)
+        index = packed[width * hi + hi:]
         for slot, n in zip(self.slot_of, counts):
             self.lengths[slot] += n
-        index = torch.tensor(self.slot_of, device=self.device)
         if self.fixed:
             if self.graphs is not None:
                 logits = self.graphs.step(self, ids_t, positions)
             else:
                 logits = self.forward(ids_t, positions, self.cache.capacity)
+            if self.slot_of == list(range(hi)):  # every slot is a row, in order: no gather
+                return logits
             return logits[index]
         span = max(self.lengths[s] for s in self.slot_of)
         real = None
@@ -249,18 +262,38 @@ class StaticKV:
         Logits for every slot and position ([slots, width, vocab], what a captured graph computes), or with `rows`
         only those slots', and with `real` ([rows, width]) only real positions go through the LM head."""
         self.cache.aim(0, ids.shape[0], positions, span)
-        mask = (torch.arange(span, device=self.device)[None, None, :] <= positions[:, :, None])[:, None]
-        hidden = self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                                       past_key_values=self.cache, use_cache=True).last_hidden_state
         if rows is None:
-            return self.head(hidden)
-        hidden = hidden[rows]
+            return self._step(ids, positions, span)
+        hidden = self._hidden(ids, positions, span)[rows]
         return self.head(hidden) if real is None else real_positions_logits(self.head, hidden, real)
+
+    def _hidden(self, ids: torch.Tensor, positions: torch.Tensor, span: int) -> torch.Tensor:
+        mask = (torch.arange(span, device=self.device)[None, None, :] <= positions[:, :, None])[:, None]
+        return self.model.base_model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                                     past_key_values=self.cache, use_cache=True).last_hidden_state
+
+    def _logits(self, ids: torch.Tensor, positions: torch.Tensor, span: int) -> torch.Tensor:
+        return self.head(self._hidden(ids, positions, span))
 
     def _reserve(self, columns: int) -> None:
         """Grow the buffers when a row would pass the last column (fixed shapes keep the scratch column free)."""
         need = columns + (1 if self.fixed else 0)
         if need > self.cache.capacity:
-            self.cache.grow(-(-need // COLUMN_STEP) * COLUMN_STEP + (1 if self.fixed else 0))
+            self.cache.grow(_round_up(need))
             if self.graphs is not None:
                 self.graphs.clear()  # captured for the old buffers: captured again at their next use
+
+
+RECOMPILE_LIMIT = 64  # shapes per compiled step: buckets x widths x capacities (torch's default 8 would fall back)
+
+
+def compiled_step(step):
+    """`torch.compile` of a fixed-shape step. Shapes that change after the first compile (another bucket, a grown
+    capacity) are compiled once more with symbolic sizes (automatic dynamic shapes), so a replay compiles a few
+    times, not once per bucket; captured as CUDA graphs afterwards like the eager step."""
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), RECOMPILE_LIMIT))
+    return torch.compile(step)

@@ -112,6 +112,21 @@ class VLLMEngine(LocalEngine):
             env["VLLM_CPU_OMP_THREADS_BIND"] = runtime.threads_bind()
         return env
 
+    def _memory_share(self) -> float:
+        """The default `gpu_memory_utilization` on CUDA: vLLM's 0.9, or what is free if less is. vLLM refuses to
+        start when less than its share is free, and in one replay the torch paths' weights and KV (cached by
+        torch's allocator) may still hold GPU memory: released first, then the rest is vLLM's."""
+        import torch
+
+        device = torch.device(self.path.device)
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info(device)
+        share = memory_share(free, total, self.options["gpu_memory_utilization"])
+        if share is None:
+            raise ConfigError(f"paths.{self.path.name}: only {free / 2**30:.1f} of {total / 2**30:.1f} GiB free on "
+                              f"{self.path.device} for vLLM; set gpu_memory_utilization or free the GPU")
+        return share
+
     def _llm_kwargs(self) -> dict[str, Any]:
         p, o = self.path, self.options
         directory = str(self.model_dir)
@@ -124,7 +139,8 @@ class VLLMEngine(LocalEngine):
         if o["max_model_len"]:
             kwargs["max_model_len"] = o["max_model_len"]
         if p.device.startswith("cuda"):
-            kwargs["gpu_memory_utilization"] = o["gpu_memory_utilization"]
+            kwargs["gpu_memory_utilization"] = (p.options["gpu_memory_utilization"]
+                                                if "gpu_memory_utilization" in p.options else self._memory_share())
         spec = self.speculative_config()
         if spec is not None:
             kwargs["speculative_config"] = spec
@@ -254,3 +270,14 @@ class VLLMEngine(LocalEngine):
             "prompt": {"format": o["prompt_format"], **self._prompt()},
             "cpu_threads_bind": runtime.threads_bind() if device_type == "cpu" else None,
         }
+
+
+MEMORY_HEADROOM = 0.02  # of the GPU's memory, left free beside vLLM's share (allocator slack, other contexts)
+MIN_MEMORY_SHARE = 0.05
+
+
+def memory_share(free: int, total: int, wanted: float) -> float | None:
+    """vLLM's `gpu_memory_utilization`: `wanted`, or the free share less headroom where less is free; None when
+    too little is free to start at all."""
+    share = min(wanted, free / total - MEMORY_HEADROOM)
+    return round(share, 3) if share >= MIN_MEMORY_SHARE else None
