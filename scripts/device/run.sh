@@ -3,7 +3,9 @@
 # run the gpu tests, the engine bench and the demo replay on CUDA, and leave every result under $OUT.
 #
 #   bash scripts/device/run.sh                    # everything (the device call after the staging calls)
-#   STEPS="install tests" bash scripts/device/run.sh
+#   STEPS="install tests" TESTS_K=bf16 bash scripts/device/run.sh   (steps: install versions tests replay step
+#                                                                   replay-dynamic bench; default: all but
+#                                                                   step and replay-dynamic)
 #
 # Each step has its own time limit (a hang costs that step, not the session's device time), and a failed step
 # does not stop the next: what each printed is in $OUT/<step>.log, its exit status in $OUT/steps.txt.
@@ -88,8 +90,12 @@ replay_demo() {  # the demo's 253 calls through target and spec-ngram on CUDA, b
 # figures, then the bench (bf16: the goals' dtype; float32's drift is the replay step's).
 step install 120 install_pack
 step versions 30 print_versions
-step tests 210 "$PY" -m pytest -m gpu tests/gpu -v -rs -p no:cacheprovider --junitxml="$OUT/tests.xml"
+step tests 210 "$PY" -m pytest -m gpu tests/gpu -v -rs -p no:cacheprovider --junitxml="$OUT/tests.xml" \
+    ${TESTS_K:+-k "$TESTS_K"}
 step replay 150 replay_demo
+step step 120 "$PY" benchmarks/bench_gpu_step.py --json "$OUT/step.json"
+step replay-dynamic 120 "$PY" -m toolaudit replay traces/demo.jsonl --paths scripts/device/paths-cuda.toml \
+    --baseline target-dynamic --candidate spec-ngram-dynamic --db "$OUT/dynamic.duckdb"
 step bench 300 "$PY" benchmarks/bench_engine.py --device cuda --setups ${BENCH_SETUPS:-bf16-native} \
     --prompts 24 --json "$OUT/bench.json"
 cat "$OUT/steps.txt"

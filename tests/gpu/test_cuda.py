@@ -109,18 +109,33 @@ def test_recapture_after_the_buffers_grow(model_available):
     assert [r.token_ids for r in after] == [r.token_ids for r in fresh] == [r.token_ids for r in eager]
 
 
-def test_bf16_drifts_on_near_ties(model_available):
+def bf16_divergences(layout: dict) -> tuple[int, list[float]]:
+    """bf16 target vs spec-ngram on the demo's calls under `layout`: (calls that differ, the smaller top-2 margin
+    of the two sides at each first divergence)."""
     reqs = demo_requests(CALLS)
-    a, b = generated(engine("target"), reqs), generated(engine("spec-ngram"), reqs)
-    divergences = [(i, first_divergence(x.token_ids, y.token_ids)) for i, (x, y) in enumerate(zip(a, b))]
-    drifted = [(i, d) for i, d in divergences if d is not None]
-    assert drifted, "bf16 target and spec-ngram agreed on every call: no numerics left to audit?"
-    margins = [min(a[i].margins[d], b[i].margins[d]) for i, d in drifted if d < min(len(a[i].margins),
-                                                                                  len(b[i].margins))]
-    assert margins
-    # Every flip on a near-tie: within a few bf16 steps of logits of this size (0.125 at 16..32), none on a
-    # clear winner (which would be a bug, not numerics).
-    assert max(margins) <= NEAR_TIE, sorted(margins)
+    a = generated(engine("target", options=layout), reqs)
+    b = generated(engine("spec-ngram", options=layout), reqs)
+    drifted = [(i, first_divergence(x.token_ids, y.token_ids)) for i, (x, y) in enumerate(zip(a, b))]
+    drifted = [(i, d) for i, d in drifted if d is not None]
+    margins = [min(a[i].margins[d], b[i].margins[d]) for i, d in drifted
+               if d < min(len(a[i].margins), len(b[i].margins))]
+    return len(drifted), margins
+
+
+def test_bf16_fixed_shapes_flip_only_on_near_ties(model_available):
+    """The CUDA default layout (fixed shapes: every step reads every column of its bucket, masks alike): a
+    verification pass computes each position as a decode step does. Measured on an H100: 0 of 253 demo calls
+    differ. Whatever differs must sit on a near-tie (a flip on a clear winner would be a bug, not numerics)."""
+    _, margins = bf16_divergences({})
+    assert all(m <= NEAR_TIE for m in margins), sorted(margins)
+
+
+def test_bf16_dynamic_layout_drifts_on_near_ties(model_available):
+    """The growing cache on CUDA (`kv_cache = "dynamic"`: shapes follow each step's rows and columns, as in
+    production engines): bf16 speculation changes some calls, every first divergence on a near-tie."""
+    drifted, margins = bf16_divergences({"kv_cache": "dynamic"})
+    assert drifted, "bf16 target and spec-ngram agreed on every call in the dynamic layout"
+    assert margins and all(m <= NEAR_TIE for m in margins), sorted(margins)
 
 
 def test_hf_engine_on_cuda(model_available):
