@@ -31,6 +31,26 @@ def test_cuda_defaults_static_graphs_and_rows_from_memory():
     assert eager.components("cuda:0")["cuda_graphs"] is False
 
 
+def test_compile_is_named_in_the_fingerprint_only_when_on():
+    plain = resolve_layout({}, "cuda", 16)
+    compiled = resolve_layout({"compile": True}, "cuda", 16)
+    assert not plain.compiled and "compile" not in plain.components("cuda")
+    assert compiled.compiled and compiled.components("cuda")["compile"] is True
+
+
+@pytest.mark.parametrize("options, device, message", [
+    ({"compile": True}, "cpu", "compile = true needs the fixed-shape step"),
+    ({"compile": True, "kv_cache": "dynamic"}, "cuda", "compile = true needs the fixed-shape step"),
+    ({"max_batch": 513}, "cuda", "max_batch 513 is more than the largest fixed-shape bucket"),
+])
+def test_layouts_the_fixed_step_cannot_run(options, device, message):
+    """More rows than the largest bucket used to make slot allocation raise mid-replay (and the engine retried
+    one request at a time): refused up front, naming the key."""
+    with pytest.raises(ConfigError, match=message):
+        resolve_layout(options, device, 16, name="p")
+    assert resolve_layout({"max_batch": 513}, "cpu", 16).rows == 513  # the growing cache has no buckets
+
+
 @pytest.mark.parametrize("options, message", [
     ({"cuda_graphs": True}, "needs a CUDA device"),
     ({"kv_cache": "dynamic", "cuda_graphs": True}, "needs a CUDA device"),
@@ -47,6 +67,7 @@ def test_impossible_layouts_name_the_key(options, message):
     ('kv_cache = "paged"', "kv_cache must be one of static, dynamic"),
     ("max_batch = 0", "max_batch must be a positive integer"),
     ('cuda_graphs = "yes"', "cuda_graphs must be true or false"),
+    ("compile = 1", "compile must be true or false"),
 ])
 def test_bad_keys_in_paths_toml(tmp_path, line, message):
     from toolaudit.engines.paths import load_paths

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 from toolaudit import ConfigError  # noqa: E402
 from toolaudit.engines.models import check_draft_compatible  # noqa: E402
 from toolaudit.engines.torch.loop import DecodeSettings, decode  # noqa: E402
-from toolaudit.engines.torch.proposers import DraftModelProposer, NgramProposer  # noqa: E402
+from toolaudit.engines.torch.proposers import DraftModelProposer, NgramProposer, lookup_scan  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SETTINGS = DecodeSettings(max_tokens=MAX_TOKENS)
@@ -60,3 +60,19 @@ def test_tokenizer_mismatch_is_a_config_error():
     with pytest.raises(ConfigError, match="tokenizer differs"):
         check_draft_compatible(300, 300, Tok({"a": 0}), Tok({"b": 0}))
     check_draft_compatible(300, 300, Tok({"a": 0}), Tok({"a": 0}))
+
+
+@pytest.mark.parametrize("n_min, n_max", [(1, 4), (2, 3), (1, 1)])
+def test_ngram_index_proposes_what_a_full_scan_does(n_min, n_max):
+    """The incremental n-gram index (a step costs what the row gained) against the whole-history scan, on
+    histories over a small alphabet (many repeats) growing by accepted runs of 1..6 tokens."""
+    import random
+
+    rng = random.Random(n_min * 10 + n_max)
+    proposer = NgramProposer(5, n_min, n_max)
+    for _ in range(40):
+        history = [rng.randrange(6) for _ in range(rng.randrange(0, 20))]
+        for _ in range(50):
+            k = rng.randrange(0, 7)
+            assert proposer.lookup(history, k) == lookup_scan(history, k, n_min, n_max), (history, k)
+            history.extend(rng.randrange(6) for _ in range(rng.randrange(1, 7)))

@@ -44,6 +44,16 @@ def test_rollback_leave_and_join_keep_fresh_logits(target, prompts, fixed):
         assert torch.allclose(got[1, 0], fresh(target, c + [24], 1)[0], rtol=0, atol=1e-10)
 
 
+def test_fixed_buffers_keep_an_even_row_stride(target, prompts):
+    """The scratch column that capture writes into lies inside the multiple of 256 columns (a 256k+1 stride
+    misaligned every row), and growing keeps it so."""
+    with torch.inference_mode():
+        kv = StaticKV(target, max_rows=2, capacity=255, fixed=True, width=1)
+        assert kv.cache.capacity == 256 and kv.cache.keys[0].stride(1) % 256 == 0
+        kv.admit([(prompts[0] * 20)[:255]])  # needs 256 columns + the scratch one: grows to 512
+        assert kv.cache.capacity == 512
+
+
 def test_buffers_grow_when_a_row_outgrows_them(target, prompts):
     with torch.inference_mode():
         kv = StaticKV(target, max_rows=1, capacity=8)
