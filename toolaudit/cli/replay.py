@@ -165,7 +165,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
 
 
-MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft")
+MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft", "spec-ngram-invariant")
 # The demo's sample: the first 3 calls of each session, first 180 of them (demo.jsonl keeps a session's calls
 # together, so that is the first 60 of its 68 sessions, all 4 customers): enough calls for a drift rate with a
 # useful interval, small enough for a replay of minutes on emulated bf16 (docs/benchmarks.md). Two chunks of
@@ -181,8 +181,8 @@ DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
               help="bf16 numerics: native kernels, or emulated on float32 kernels (auto: native where the CPU "
                    "has bf16 matmul, e.g. AVX512-BF16/AMX; emulated on AVX2-only CPUs).")
 @click.option("--matrix", is_flag=True, help="A remedy matrix instead: target against spec-ngram, spec-ngram-k3, "
-              "spec-ngram-fp32 and spec-draft (the target's first 8 layers as draft model) on the first 2 calls of "
-              "each session, with the recommendation per customer.")
+              "spec-ngram-fp32, spec-draft (the target's first 8 layers as draft model) and spec-ngram-invariant "
+              "(batch-invariant kernels) on the first 2 calls of each session, with the recommendation per customer.")
 @click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
               help="With --matrix: the session drift budget the recommendation uses.")
 @verbose_option
