@@ -11,9 +11,10 @@ from click.testing import CliRunner
 from conftest import line, tool_call, write_jsonl
 
 from toolaudit.analysis.frontier import Budget, frontier
-from toolaudit.analysis.rules import Rule, judge_calls
+from toolaudit.analysis.rules import RULE_NAMES, Rule, judge_calls
 from toolaudit.analysis.stats import wilson
 from toolaudit.cli import cli
+from toolaudit.cli.common import RULES
 from toolaudit.compare.logs import CompareOptions, compare_logs
 from toolaudit.store import Store
 
@@ -80,6 +81,7 @@ def test_check_and_frontier_judge_a_budget_by_the_same_rule(issue_db):
             remedy = frontier(store, 1, budget=Budget(max_call_drift=0.05, rule=rule)).remedies[0]
             assert remedy.within_budget is judged.ok
         assert [judge_calls(wilson(20, 440), 0.05, r).ok for r in Rule] == [False, True, True]
+    assert RULES == RULE_NAMES  # the CLI's choices name every rule
 
 
 def test_against_a_larger_run_is_not_a_regression_on_noise_and_says_the_inputs_differ(issue_db):

@@ -25,6 +25,10 @@ RULE_TEXT = ("the rise fails when its 95% interval (Newcombe) lies above 0 and t
              "--max-increase")
 
 
+def points(value: float) -> str:
+    return f"{100 * value:.2f}pp"
+
+
 def signed_points(value: float) -> str:
     return f"{100 * value:+.2f}pp"
 
@@ -117,10 +121,6 @@ class Regression:
 
         return {"against": self.against, "before": rate(self.before), "after": rate(self.after),
                 "significant": self.significant, "inputs": self.inputs.as_dict()}
-
-
-def points(value: float) -> str:
-    return f"{100 * value:.2f}pp"
 
 
 def regression(store: Store, figures: RunFigures, before: RunFigures, max_increase: float) -> Regression:

@@ -1,4 +1,5 @@
-"""The one rule that judges a drift figure against a budget, shared by `check`, `frontier` and the reports.
+"""The one rule that judges a drift figure against a budget, shared by `check` and `frontier` (the reports'
+routing advice judges on the default, the upper bound).
 
 A measured drift rate is a sample: the rule says which end of its 95% Wilson interval must be within budget.
 
@@ -6,7 +7,7 @@ A measured drift rate is a sample: the rule says which end of its 95% Wilson int
   whose true drift sits at the budget fails, and a small sample cannot pass by luck (0 drifted of 20 calls
   has an upper bound of 16%). The burden of proof is on the change: what a gate that ships a decode path and
   a router that sends a customer to it both need. It costs calls: the sample must be large enough for the
-  interval to fit under the budget (docs/canary.md has the numbers).
+  interval to fit under the budget (docs/gates.md has the numbers).
 - `point`: the point estimate. Fails when the measured rate is over the budget; a true rate at the budget
   passes about half the time, and small samples pass or fail on noise.
 - `lower`: the lower bound. Fails only when the data show the budget is exceeded: a gate that must never
@@ -57,7 +58,7 @@ class Rule(str, Enum):
 
 
 DEFAULT_RULE = Rule.UPPER
-RULE_NAMES = tuple(r.value for r in Rule)
+RULE_NAMES = tuple(r.value for r in Rule)  # the CLI's --rule choices (`cli.common.RULES`, kept equal by a test)
 
 
 def rule_line(rule: Rule) -> str:
