@@ -110,9 +110,9 @@ def test_readers_answer_during_a_run_then_read_the_main_file(writer, tmp_path):
 
     sql = cli_run("sql", "SELECT count(*) AS n FROM calls", "--db", db, "--json")
     assert sql.exit_code == 0 and json.loads(sql.stdout) == [{"n": CHUNK}] and note in sql.stderr
-    within = cli_run("check", "--db", db, "--max-call-drift", "50%")
+    within = cli_run("check", "--db", db, "--max-call-drift", "50%", "--rule", "point")
     assert within.exit_code == 0 and note in within.stderr, within.output
-    broken = cli_run("check", "--db", db, "--max-call-drift", "10%")
+    broken = cli_run("check", "--db", db, "--max-call-drift", "10%", "--rule", "point")
     assert broken.exit_code == 1 and note in broken.stderr, broken.output  # the gate's own verdict
     report = cli_run("report", "--db", db, "--customer", "acme", "--format", "json", "-o", str(tmp_path / "r"))
     assert report.exit_code == 0 and note in report.stderr, report.output

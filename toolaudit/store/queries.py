@@ -175,3 +175,29 @@ def frontier_rows(store: Store, matrix_id: int, customer: str | None = None) -> 
 def frontier_customers(store: Store, matrix_id: int) -> list[str]:
     return [r["customer"] for r in store.rows(
         "SELECT DISTINCT customer FROM customer_frontier WHERE matrix_id = ? ORDER BY customer", [matrix_id])]
+
+
+_ERROR = f"match_status = '{MatchStatus.ERROR.value}'"
+
+
+def error_call_count(store: Store, run_id: int) -> int:
+    """Calls an engine failed (replays, Batch imports): stored as error rows, left out of the drift figures."""
+    return store.query(f"SELECT count(*) FROM calls WHERE run_id = ? AND {_ERROR}", [run_id])[1][0][0]
+
+
+def error_calls_sql(run_id: int) -> str:
+    """The query that lists a run's failed calls with the reason (printed for `toolaudit sql`)."""
+    return (f"SELECT session_id, call_index, customer, detail FROM calls WHERE run_id = {int(run_id)} "
+            f"AND {_ERROR} ORDER BY session_id, call_index")
+
+
+def input_overlap(store: Store, run_id: int, other_id: int) -> dict[str, int]:
+    """How two runs' inputs overlap, by the (session, call index) keys of their calls (any match status):
+    `shared`, `only_run` (in `run_id` only), `only_other`."""
+    return store.rows("""
+        WITH a AS (SELECT DISTINCT session_id, call_index FROM calls WHERE run_id = ?),
+             b AS (SELECT DISTINCT session_id, call_index FROM calls WHERE run_id = ?)
+        SELECT count(*) FILTER (a.session_id IS NOT NULL AND b.session_id IS NOT NULL) AS shared,
+               count(*) FILTER (b.session_id IS NULL) AS only_run,
+               count(*) FILTER (a.session_id IS NULL) AS only_other
+        FROM a FULL OUTER JOIN b USING (session_id, call_index)""", [run_id, other_id])[0]
