@@ -2,7 +2,7 @@
 process of its own, on real DuckDB files):
 
 - a command that fails before writing leaves no database file (nor its WAL, snapshot or engine log), and a
-  database that was there stays as it was;
+  database that was there stays as it was; a writer that fails leaves no run `running`;
 - a writer that finds the file held by another process is told what a writer can do (wait, or another --db),
   not the readers' snapshot advice; a reader still gets that advice;
 - `sql` reaches nothing but the database (no COPY TO a file, no read_csv, no turning access back on) unless
@@ -84,6 +84,18 @@ def test_a_command_that_fails_before_writing_leaves_no_database(tmp_path):
     again = toolaudit("compare", "missing.jsonl", "other.jsonl", "--db", str(db), cwd=tmp_path)
     assert again.returncode == 1 and "missing.jsonl" in again.stderr
     assert db.exists() and runs_in(db) == held
+
+
+def test_a_writer_that_fails_leaves_no_run_running(tmp_path):
+    """Whatever stops a writer between its statements (an error, or a signal where no library code catches
+    it), closing the store marks the runs it made interrupted; a batch run waiting for its other side stays
+    running, as the next writer leaves it (store/recovery.py)."""
+    db = compared(tmp_path)
+    with pytest.raises(RuntimeError, match="stopped"), Store(db) as store:
+        replay = store.create_run("replay", None, "a", "b", "", "", {})
+        batch = store.create_run("batch", None, "a", "b", "", "", {})
+        raise RuntimeError("stopped")
+    assert runs_in(db) == [(1, "compare", "complete"), (replay, "replay", "interrupted"), (batch, "batch", "running")]
 
 
 @pytest.fixture

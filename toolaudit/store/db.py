@@ -90,6 +90,7 @@ class Store:
         self.active_run: int | None = None  # the run this writer is writing (named in its snapshots)
         self.after_commit: Callable[[], None] | None = None  # e.g. a throttled snapshot
         self._publisher: SnapshotPublisher | None = None
+        self._writing: set[int] = set()  # runs this store made or resumed and has not finished
         if read_only and not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
         _check_header(self.path)
@@ -161,7 +162,11 @@ class Store:
         self.close(failed=exc_type is not None)
 
     def close(self, failed: bool = False) -> None:
-        """Close the file; after a failure, a file this store created that holds no run is removed."""
+        """Close the file. After a failure, the runs this store left `running` are marked `interrupted` (whatever
+        the failure interrupted), and a file this store created that holds no run is removed."""
+        if failed and self._writing:
+            with contextlib.suppress(duckdb.Error):
+                self.mark_interrupted(list(self._writing))
         empty = failed and self._created and self._holds_no_run()
         self.con.close()
         if self._publisher is not None:  # after the main file is free: a reader then opens that
@@ -236,6 +241,7 @@ class Store:
         if matrix_id is None:
             self.active_run = run_id
         LIVE.add(live_key(self.path, run_id))  # see recovery.py: not a dead writer's run
+        self._writing.add(run_id)
         if matrix_id is not None and name is None:  # candidates are told apart by name inside a matrix
             name = f"run-{matrix_id}/{candidate_name}"
         self.con.execute(
@@ -263,13 +269,16 @@ class Store:
             con.execute("UPDATE runs SET status = ?, finished_at = ?, counts = ? WHERE run_id = ?",
                         [status, _now(), json_text(counts), run_id])
         LIVE.discard(live_key(self.path, run_id))
+        self._writing.discard(run_id)
 
     def set_status(self, run_id: int, status: str) -> None:
         self.con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
         if status == "running":  # a resumed run is this process's again
             LIVE.add(live_key(self.path, run_id))
+            self._writing.add(run_id)
         else:
             LIVE.discard(live_key(self.path, run_id))
+            self._writing.discard(run_id)
 
     def mark_interrupted(self, run_ids: Iterable[int]) -> None:
         """Runs stopped by an error, Ctrl-C or SIGTERM: `running` becomes `interrupted` (`replay --resume`, or
@@ -278,10 +287,12 @@ class Store:
         ids = list(run_ids)
         if not ids:
             return
-        self.con.execute(f"UPDATE runs SET status = 'interrupted' WHERE status = 'running' AND run_id IN "
-                         f"({', '.join('?' * len(ids))})", ids)
+        # a batch run is `running` while it waits for its other side: that is no interruption (recovery.py)
+        self.con.execute(f"UPDATE runs SET status = 'interrupted' WHERE status = 'running' AND kind <> 'batch' "
+                         f"AND run_id IN ({', '.join('?' * len(ids))})", ids)
         for run_id in ids:
             LIVE.discard(live_key(self.path, run_id))
+            self._writing.discard(run_id)
 
     def confine(self) -> None:
         """No file, network or extension access for the rest of this connection, and no setting can change
