@@ -21,6 +21,7 @@ from toolaudit.cli.common import (
     shard_option,
     verbose_option,
 )
+from toolaudit.cli.interrupts import interruptible, watch_store
 from toolaudit.cli.remedies import show_run
 from toolaudit.report.output import to_json
 
@@ -46,7 +47,6 @@ def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, ver
 def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, ray=None) -> None:
     from toolaudit.replay.replayer import replay_traces
     from toolaudit.store import Store
-    from toolaudit.store.queries import latest_interrupted_run
 
     engines = None
     if ray is not None:  # engine calls on a Ray cluster; the rows are written here as in process
@@ -54,16 +54,13 @@ def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, r
 
         engines = RayEnginePool(ray, logs=logs)
     with Store(db) as store:
+        watch_store(store)  # Ctrl-C or SIGTERM: `interruptible` prints `replay --resume RUN`
         bar = _LazyBar(store.publish_snapshots("replay", on_error=_warn))  # readers follow the run meanwhile
         try:
             run_id, counts = replay_traces(store, options, progress=bar.update, resume=resume,
                                            on_total=bar.start, logs=logs, engines=engines)
-        except KeyboardInterrupt:
+        finally:
             bar.close()
-            interrupted = latest_interrupted_run(store)
-            hint = f" --resume {interrupted}" if interrupted is not None else ""
-            raise click.ClickException(f"interrupted; finish it with: toolaudit replay{hint} --db {db}") from None
-        bar.close()
         for warning in counts.warnings:
             click.echo(f"warning: {warning}", err=True)
         if counts.skipped:
@@ -131,6 +128,7 @@ class _LazyBar:
 @verbose_option
 @output_options
 @friendly_errors
+@interruptible
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
            run_name: str | None, numerics: str | None, trace_format: str, session_key: str, customer_key: str,
@@ -188,6 +186,7 @@ DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
 @verbose_option
 @output_options
 @friendly_errors
+@interruptible
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, verbose: bool,
          fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""

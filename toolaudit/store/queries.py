@@ -73,12 +73,6 @@ def call_count(store: Store, run_id: int) -> int:
     return store.query("SELECT count(*) FROM calls WHERE run_id = ?", [run_id])[1][0][0]
 
 
-def latest_interrupted_run(store: Store) -> int | None:
-    """The newest run stopped by an error or Ctrl-C (what `replay --resume` would finish), if any."""
-    rows = store.query("SELECT run_id FROM runs WHERE status = 'interrupted' ORDER BY run_id DESC LIMIT 1")[1]
-    return rows[0][0] if rows else None
-
-
 def trace_error_count(store: Store, run_id: int) -> int:
     return store.query("SELECT count(*) FROM trace_errors WHERE run_id = ?", [run_id])[1][0][0]
 
