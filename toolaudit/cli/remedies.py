@@ -79,11 +79,16 @@ def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls:
 def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None) -> None:
     """A run as `summary` shows it: a matrix as its frontier, any other run as its summary."""
     from toolaudit.analysis.figures import run_summary
+    from toolaudit.analysis.floor import is_floor
 
-    if store.run_row(run_id)["kind"] == "matrix":
-        show_matrix(store, run_id, fmt, budget)
-    else:
-        show_summary(run_summary(store, run_id), fmt, db)
+    run = store.run_row(run_id)
+    if run["kind"] == "matrix":
+        members = [m for m in store.matrix_members(run["run_id"]) if not is_floor(store, m["run_id"])]
+        if len(members) != 1:  # candidates side by side (the floor among them)
+            show_matrix(store, run["run_id"], fmt, budget)
+            return
+        run_id = members[0]["run_id"]  # one candidate and its noise floor: the candidate's summary, floor beside
+    show_summary(run_summary(store, run_id), fmt, db)
 
 
 @click.command(name="frontier")

@@ -116,6 +116,8 @@ class _LazyBar:
 @click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
               help="Calls per engine call and per transaction (a kill loses at most one chunk).")
 @click.option("--run-name", help="A name for this run.")
+@click.option("--noise-floor", is_flag=True, help="Also decode the baseline again with other batch neighbours (half "
+              "its batch size) and show every candidate's drift beside that floor, with the excess paired by call.")
 @click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
               "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics).")
 @format_option
@@ -131,8 +133,8 @@ class _LazyBar:
 @interruptible
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
-           run_name: str | None, numerics: str | None, trace_format: str, session_key: str, customer_key: str,
-           schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
+           run_name: str | None, noise_floor: bool, numerics: str | None, trace_format: str, session_key: str,
+           customer_key: str, schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
            per_customer: bool, seed: str, ray_address: str | None, ray_workers: int | None, verbose: bool,
            fmt: str) -> None:
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
@@ -145,9 +147,9 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     check_collected(collected, since, sample, per_customer, seed)
     if resume is None and not traces and collected is None:
         raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
-    if resume is not None and (traces or shard or numerics or collected):
-        raise click.UsageError("--resume takes its traces, paths, numerics and shard from the run; do not pass "
-                               "trace files, --collected, --numerics or --shard")
+    if resume is not None and (traces or shard or numerics or collected or noise_floor):
+        raise click.UsageError("--resume takes its traces, paths, numerics, shard and noise floor from the run; do "
+                               "not pass trace files, --collected, --numerics, --shard or --noise-floor")
     if collected is not None and traces:
         raise click.UsageError("give trace files or --collected DIR, not both")
     if collected is not None:
@@ -159,7 +161,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             run_name=run_name, chunk=chunk, session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
                             trace_format=None if trace_format == "auto" else trace_format,
-                            shard=shard.as_dict() if shard else None, numerics=numerics)
+                            shard=shard.as_dict() if shard else None, numerics=numerics, noise_floor=noise_floor)
     _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
 
 
@@ -183,12 +185,15 @@ DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
               "(batch-invariant kernels) on the first 2 calls of each session, with the recommendation per customer.")
 @click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
               help="With --matrix: the session drift budget the recommendation uses.")
+@click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
+              help="Decode the baseline a second time with other batch neighbours (batch 8 against 16) and show "
+                   "the drift beside that floor (the demo's calls cost about half again as long).")
 @verbose_option
 @output_options
 @friendly_errors
 @interruptible
-def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, verbose: bool,
-         fmt: str) -> None:
+def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, noise_floor: bool,
+         verbose: bool, fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
     from toolaudit.engines import make_engine
     from toolaudit.replay.inputs import resolve_paths
@@ -203,10 +208,12 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                             calls_per_session=2 if matrix else DEMO_CALLS_PER_SESSION,
                             chunk=ReplayOptions.chunk if matrix else DEMO_CHUNK,
                             run_name="demo-matrix" if matrix else "demo",
-                            schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics)
+                            schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics,
+                            noise_floor=noise_floor and not matrix)
     # What the baseline engine says of itself: the numerics it resolved `--numerics` to, on which CPU.
     components = make_engine(resolve_paths(options)[0]).fingerprint_components()
-    click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)} (bf16 numerics "
+    floor = " and the noise floor target-floor (batch 8)" if options.noise_floor else ""
+    click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)}{floor} (bf16 numerics "
                f"{components['numerics']}, CPU {components['cpu_capability']}); results in {db}", err=True)
     if not matrix:
         _run_replay(db, options, None, fmt, verbose=verbose)

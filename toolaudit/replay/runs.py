@@ -10,7 +10,7 @@ from toolaudit.compare.pairs import Analyzer
 from toolaudit.engines.fingerprint import fingerprint
 from toolaudit.engines.paths import PathConfig
 from toolaudit.replay.engine_pool import EnginePool
-from toolaudit.replay.inputs import ReplayOptions
+from toolaudit.replay.inputs import BATCH_KEYS, ReplayOptions
 from toolaudit.store import Store
 from toolaudit.validate.schemas import SchemaRegistry
 
@@ -85,11 +85,12 @@ class RunRows:
 
 
 def same_decoding(a: PathConfig, b: PathConfig) -> bool:
-    """A noise-floor run: the same path on both sides, batch size aside (batch shape is itself a source of
-    drift, which is what a batch-size noise floor measures)."""
+    """A noise-floor run: the same path on both sides, batch size (and the engine keys that set it) aside: batch
+    shape is itself a source of drift, which is what a batch-size noise floor measures."""
     first, second = a.config_dict(), b.config_dict()
-    first.pop("batch_size", None)
-    second.pop("batch_size", None)
+    for config in (first, second):
+        config.pop("batch_size", None)
+        config["options"] = {k: v for k, v in (config.get("options") or {}).items() if k not in BATCH_KEYS}
     return first == second
 
 

@@ -195,3 +195,23 @@ def input_overlap(store: Store, run_id: int, other_id: int) -> dict[str, int]:
                count(*) FILTER (b.session_id IS NULL) AS only_run,
                count(*) FILTER (a.session_id IS NULL) AS only_other
         FROM a FULL OUTER JOIN b USING (session_id, call_index)""", [run_id, other_id])[0]
+
+
+def paired_drift(store: Store, run_a: int, run_b: int, customer: str | None = None) -> dict[str, int]:
+    """Calls matched in both runs (same session and call index), split by which run drifted on them: the 2x2
+    table a paired comparison of two drift rates needs (a candidate against its noise floor)."""
+    where, params = _slice(customer)
+    row = store.rows(f"""
+        WITH a AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where}),
+        b AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where})
+        SELECT count(*) AS calls, count(*) FILTER (a.drifted AND b.drifted) AS both,
+               count(*) FILTER (a.drifted AND NOT b.drifted) AS only_a,
+               count(*) FILTER (b.drifted AND NOT a.drifted) AS only_b
+        FROM a JOIN b USING (session_id, call_index)""", [run_a, *params, run_b, *params])[0]
+    return {k: int(v or 0) for k, v in row.items()}
+
+
+def customer_names(store: Store, run_id: int) -> list[str]:
+    """The customers with matched calls in a run."""
+    return [r[0] for r in store.query(f"""SELECT DISTINCT customer FROM calls WHERE run_id = ? AND {_MATCHED}
+                                          ORDER BY 1""", [run_id])[1]]
