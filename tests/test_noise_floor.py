@@ -73,6 +73,12 @@ def test_a_candidate_reads_beside_its_floor_paired_by_call(tmp_path):
     text = CliRunner().invoke(cli, ["summary", "--db", db, "--run", str(matrix)]).output
     assert "noise floor           10 (10.00%" in text
     assert "beyond the floor      +5.00pp" in text and "10 drifted on the candidate only, 5 on the floor only" in text
+    out = tmp_path / "reports"
+    report = CliRunner().invoke(cli, ["report", "--db", db, "--run", str(spec), "--customer", "acme", "--format",
+                                      "md", "-o", str(out)])
+    assert report.exit_code == 0, report.output
+    markdown = next(out.rglob("*.md")).read_text()
+    assert "Drift beyond the noise floor, paired by call: +8.33 points" in markdown  # (10 - 5) of acme's 60
 
 
 def test_replay_with_a_noise_floor_decodes_the_baseline_twice(tmp_path):
