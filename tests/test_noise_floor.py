@@ -106,3 +106,14 @@ def test_replay_with_a_noise_floor_decodes_the_baseline_twice(tmp_path):
         assert floor["noise_floor"] is True and floor["candidate_config"]["batch_size"] == 2
         f = floor_figures(store, runs[1]["run_id"])
         assert f.calls == 6 and f.floor_path == "tiny-floor"
+
+
+def test_the_baseline_as_its_own_candidate_is_decoded_with_other_neighbours(tmp_path):
+    """`--candidate target` against `--baseline target` used to decode both copies in the same batches (always 0):
+    the candidate is now the noise-floor path."""
+    from toolaudit.replay.inputs import ReplayOptions, resolve_paths
+
+    base, cands = resolve_paths(ReplayOptions(traces=[], baseline="target", candidate="target"))
+    assert cands[0].name == "target-floor" and cands[0].batch_size == base.batch_size // 2
+    with pytest.raises(Exception, match="noise floor already"):
+        resolve_paths(ReplayOptions(traces=[], baseline="target", candidate="target", noise_floor=True))

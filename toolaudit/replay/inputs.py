@@ -139,6 +139,12 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
     if repeated:
         raise ConfigError(f"candidate path {repeated[0]!r} given twice")
     chosen = apply_overrides([paths[options.baseline], *(paths[n] for n in names)], options.overrides)
+    # The baseline against itself: decoded in the same batches both copies always agree and measure nothing, so
+    # the second copy is the noise-floor path (other batch neighbours).
+    chosen = [chosen[0], *(noise_floor_path(chosen[0]) if n == options.baseline else p
+                           for n, p in zip(names, chosen[1:]))]
+    if options.noise_floor and options.baseline in names:
+        raise ConfigError("--noise-floor with the baseline as a candidate: that candidate is the noise floor already")
     if options.noise_floor:
         floor = noise_floor_path(chosen[0])
         if floor.name in paths or floor.name in names:
