@@ -46,7 +46,7 @@ CONFINED = ("\n`toolaudit sql` reaches nothing but the database (no files, netwo
             "locked); pass --allow-files to let the query read or write files")
 
 
-@click.command(epilog=example("toolaudit sql \"SELECT * FROM argument_drift ORDER BY calls_with_diff DESC LIMIT 10\" "
+@click.command(epilog=example("toolaudit sql \"FROM argument_drift ORDER BY calls_with_diff DESC LIMIT 10\" "
                              "--db audit.duckdb"))
 @click.argument("query")
 @db_option

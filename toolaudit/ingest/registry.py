@@ -23,6 +23,7 @@ from toolaudit import ConfigError
 from toolaudit.ingest.formats.base import load_line
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp_docs import first_document, is_pretty
+from toolaudit.ingest.formats.spread import first_element, starts_array
 
 GROUP = "toolaudit.formats"
 BUILTIN = {"openai": "toolaudit.ingest.formats.openai", "otel": "toolaudit.ingest.formats.otel",
@@ -114,8 +115,6 @@ def detect_format(path: str) -> tuple[str, int | None]:
     formats = list(registered().values())
     pending: tuple[str, int, set[str]] | None = None  # (first "could be" format, its line, all that said so)
     seen_bytes = seen_lines = 0
-    from toolaudit.ingest.formats.openai_docs import first_element, starts_array
-
     # one JSON array of records (`json.dump(records, f)`): its first element decides; one JSON document over many
     # lines (`json.dump(..., indent=2)`): its value decides
     document = first_element(path, _MAX_BYTES) if starts_array(path) else None

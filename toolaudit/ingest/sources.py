@@ -191,23 +191,4 @@ class TraceSource(ABC):
                          + ", ".join(f"{n} {reason}" for reason, n in top) + ")")
         how = "detected" if self.detected else "as asked"
         return (f"no usable calls: {'; '.join(parts) or 'no records'}. Read as {self.fmt} ({how}; formats: "
-                f"{', '.join(known)}: use --format to choose){self.one_line_fix(first_errors)}")
-
-    def one_line_fix(self, first_errors: list[TraceLineError]) -> str:
-        """For a reader of one record per line that met a JSON array or pretty-printed records (its first error
-        says the line is not JSON, or is a list): the command that writes the file one record per line. Else ""."""
-        symptoms = ("not valid JSON", "line must be a JSON object, got list")
-        first = min(first_errors, key=lambda e: e.line, default=None)
-        if self.fmt == "openai" or first is None or not first.message.startswith(symptoms):
-            return ""  # (the OpenAI log's reader reads such files: openai_docs.py)
-        from toolaudit.ingest.formats.openai_docs import is_documents, one_line_fix, starts_array
-
-        try:
-            if not is_documents(self.source):
-                return ""
-            kind = "one JSON array of records" if starts_array(self.source) else "pretty-printed (records spread " \
-                "over several lines)"
-        except OSError:
-            return ""
-        return (f". {self.source} is {kind}, which the {self.fmt} reader does not read: write it one record per "
-                f"line first: {one_line_fix(self.source)}")
+                f"{', '.join(known)}: use --format to choose)")

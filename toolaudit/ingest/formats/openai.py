@@ -81,7 +81,8 @@ class OpenAILog(TraceSource):
 
 def open_log(path: str, keys: Keys, require_response: bool = True, detected: bool = True) -> TraceSource:
     """The log where it is, line by line; a JSON array of records or pretty-printed records read whole."""
-    from toolaudit.ingest.formats.openai_docs import is_documents, read_documents
+    from toolaudit.ingest.formats.openai_docs import read_documents
+    from toolaudit.ingest.formats.spread import is_documents
 
     if is_documents(path):
         return read_documents(str(path), keys, require_response, detected)
