@@ -128,6 +128,7 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
     from toolaudit import ToolauditError
     from toolaudit.analysis.budgets import Bounds, GateUsageError, gate
 
+    # `against` holds the text until the store is open (validate() asks only whether it was given)
     bounds = Bounds(max_call_drift, max_session_drift, against_ref, max_increase, expect_fingerprint,
                     gate_rule(rule, use_upper_bound), allow_errors, session_calls)
     try:
