@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from toolaudit.cli.common import print_rows
+from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
 from toolaudit.report.output import format_table, pct, to_json
 
 
@@ -37,6 +38,17 @@ def problem_lines(s: dict, db: str | None = None) -> list[str]:
     return lines
 
 
+def not_compared_lines(nc: dict) -> list[str]:
+    """The paired calls left out of the figures (truncated, mismatched), each with what to do about it."""
+    lines = []
+    if nc.get("truncated"):
+        lines.append(f"  truncated calls       {nc['truncated']} (stopped at max_tokens, not compared): "
+                     f"{TRUNCATION_HINT}")
+    if nc.get("mismatched"):
+        lines.append(f"  mismatched calls      {nc['mismatched']} (different requests, not compared): {MISMATCH_HINT}")
+    return lines
+
+
 def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
     if fmt == "json":
         click.echo(to_json(s))
@@ -57,6 +69,7 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
         f"  session drift         observed {pct(s['observed_session_drift'])}, "
         f"compounded from run-wide tool rates {pct(s['compounded_session_drift_run_rates'])}",
         f"  unmatched calls       baseline only {un['baseline_only']}, candidate only {un['candidate_only']}",
+        *not_compared_lines(s.get("not_compared") or {}),
         f"  error rows            {s['error_rows']}",
         *problem_lines(s, db),
         "",
