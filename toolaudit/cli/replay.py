@@ -121,6 +121,8 @@ class _LazyBar:
 @click.option("--run-name", help="A name for this run.")
 @click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
               "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics).")
+@click.option("--max-tokens", type=click.IntRange(1), help="Set every path's max_tokens (an answer cut there is "
+              "stored as truncated, not compared).")
 @format_option
 @key_options
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
@@ -133,7 +135,8 @@ class _LazyBar:
 @friendly_errors
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
-           run_name: str | None, numerics: str | None, trace_format: str, session_key: str, customer_key: str,
+           run_name: str | None, numerics: str | None, max_tokens: int | None, trace_format: str, session_key: str,
+           customer_key: str,
            schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
            per_customer: bool, seed: str, ray_address: str | None, ray_workers: int | None, verbose: bool,
            fmt: str) -> None:
@@ -147,9 +150,9 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     check_collected(collected, since, sample, per_customer, seed)
     if resume is None and not traces and collected is None:
         raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
-    if resume is not None and (traces or shard or numerics or collected):
-        raise click.UsageError("--resume takes its traces, paths, numerics and shard from the run; do not pass "
-                               "trace files, --collected, --numerics or --shard")
+    if resume is not None and (traces or shard or numerics or collected or max_tokens):
+        raise click.UsageError("--resume takes its traces, paths, numerics, max_tokens and shard from the run; do "
+                               "not pass trace files, --collected, --numerics, --max-tokens or --shard")
     if collected is not None and traces:
         raise click.UsageError("give trace files or --collected DIR, not both")
     if collected is not None:
@@ -161,7 +164,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             run_name=run_name, chunk=chunk, session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
                             trace_format=None if trace_format == "auto" else trace_format,
-                            shard=shard.as_dict() if shard else None, numerics=numerics)
+                            shard=shard.as_dict() if shard else None, numerics=numerics, max_tokens=max_tokens)
     _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
 
 
@@ -171,6 +174,7 @@ MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-dra
 # useful interval, small enough for a replay of minutes on emulated bf16 (docs/benchmarks.md). Two chunks of
 # 90: every chunk ends with the batch draining (chunks of 96 replayed in 203 s against 211 s for 64).
 DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
+DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
 
 
 @click.command()
@@ -185,11 +189,14 @@ DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
               "each session, with the recommendation per customer.")
 @click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
               help="With --matrix: the session drift budget the recommendation uses.")
+@click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
+              help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
+                   "compared).")
 @verbose_option
 @output_options
 @friendly_errors
-def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, verbose: bool,
-         fmt: str) -> None:
+def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, max_tokens: int,
+         verbose: bool, fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
     from toolaudit.engines import make_engine
     from toolaudit.replay.inputs import resolve_paths
@@ -204,7 +211,8 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                             calls_per_session=2 if matrix else DEMO_CALLS_PER_SESSION,
                             chunk=ReplayOptions.chunk if matrix else DEMO_CHUNK,
                             run_name="demo-matrix" if matrix else "demo",
-                            schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics)
+                            schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics,
+                            max_tokens=max_tokens)
     # What the baseline engine says of itself: the numerics it resolved `--numerics` to, on which CPU.
     components = make_engine(resolve_paths(options)[0]).fingerprint_components()
     click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)} (bf16 numerics "

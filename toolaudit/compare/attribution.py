@@ -27,11 +27,9 @@ LENGTH = "length"  # the finish reason of an answer cut at max_tokens (OpenAI's 
 # How each truncated pair is explained in `calls.detail`; the one-sided texts end with the other side's reason.
 TRUNCATED_BOTH = f"both outputs stopped at max_tokens (finish_reason '{LENGTH}')"
 TRUNCATED_ONE = "{side} output stopped at max_tokens (finish_reason '" + LENGTH + "'); {other} finished: "
-TRUNCATION_HINT = ("raise max_tokens (the paths' max_tokens key, `demo --max-tokens`, or the recording's limit) "
-                   "if answers need the room; a runaway generation (one that repeats itself) truncates at any "
-                   "limit, and is then the finding")
-MISMATCH_HINT = ("the paired calls answer different requests: check --session-key (it must separate sessions), "
-                 "or pair by request with --pair-by request")
+TRUNCATION_HINT = ("raise max_tokens if the answers need the room (a runaway generation, one that repeats itself, "
+                   "is cut at any limit: then the cut is the finding)")
+MISMATCH_HINT = "check --session-key (it must separate sessions), or pair by request (--pair-by request)"
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ def mismatch_problem(counts: RunCounts, max_mismatched: float) -> str | None:
     if not counts.mismatched or counts.mismatched <= max_mismatched * paired:
         return None
     shown = "; ".join(f"session {m['session_id']!r} call {m['call_index']} (baseline line {m['baseline_line']}, "
-                      f"candidate line {m['candidate_line']}): {m['detail']}" for m in counts.mismatches[:3])
+                      f"candidate line {m['candidate_line']}): {m['detail'].removeprefix('different requests: ')}"
+                      for m in counts.mismatches[:3])
     more = counts.mismatched - min(3, len(counts.mismatches))
     return (f"{counts.mismatched} of {paired} paired calls ({100 * counts.mismatched / paired:.2f}%, over "
             f"--max-mismatched {100 * max_mismatched:g}%) answer different requests, and are not compared: "

@@ -111,8 +111,9 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
         open_trace(path).close()
     with tempfile.TemporaryDirectory(prefix="toolaudit-") as tmp:
         # a file in a format read whole is read here (Langfuse joins records across lines)
-        sources = [open_source(p, options.format, options.session_key, options.customer_key,
-                               sessionless=options.pair_by != "session") for p in paths]
+        # calls without a session are kept: paired by request, or made error rows when pairing by session
+        sources = [open_source(p, options.format, options.session_key, options.customer_key, sessionless=True)
+                   for p in paths]
         counts = RunCounts(formats={"baseline": sources[0].fmt, "candidate": sources[1].fmt},
                            skipped_reasons={"baseline": sources[0].skipped, "candidate": sources[1].skipped})
         run_options: dict[str, Any] = {"session_key": options.session_key, "customer_key": options.customer_key,

@@ -3,7 +3,7 @@ sharded) and the decode paths they name."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -52,6 +52,8 @@ class ReplayOptions:
     calls_per_session: int | None = None
     # Only the sessions of one shard ({"index": K, "count": N}, see toolaudit.ingest.shards), after `limit`.
     shard: dict[str, int] | None = None
+    # Overrides every path's `max_tokens` (a common key): an answer cut there is truncated, not compared.
+    max_tokens: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -136,6 +138,8 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
     if repeated:
         raise ConfigError(f"candidate path {repeated[0]!r} given twice")
     chosen = apply_overrides([paths[options.baseline], *(paths[n] for n in names)], options.overrides)
+    if options.max_tokens is not None:
+        chosen = [replace(p, max_tokens=options.max_tokens) for p in chosen]
     return chosen[0], chosen[1:]
 
 
