@@ -16,6 +16,10 @@ Everything else is left out: the model (the two sides may be different deploymen
 (temperature, top_p, max_tokens, seed, stop: the decode path's, which is what a comparison is about), metadata
 (sessions, customers, call indices), ids, timestamps, users and credentials. The digest is model-independent:
 a replay's two paths decode the same recorded request, so their digests are equal by construction.
+
+The tools enter the digest by their own SHA-256 (of their canonical JSON): a log repeats the same tools list on
+every call, and `compare`'s scan, which already hashes each request's tools list (`scan.tools_key`), looks that
+SHA-256 up instead of encoding the list again (the tools are most of a request's bytes).
 """
 
 from __future__ import annotations
@@ -45,9 +49,34 @@ def canonical_request(request: dict) -> dict[str, Any]:
     return out
 
 
-def request_digest(request: dict | None) -> bytes:
-    """SHA-256 (32 bytes) of the canonical request."""
-    return hashlib.sha256(canonical_json(canonical_request(request or {}))).digest()
+_TOOLS_CACHE: dict[bytes, bytes] = {}  # scan.tools_key of a tools list -> tools_digest of it
+_TOOLS_CACHED = 4096  # distinct tools lists remembered per process
+
+
+def tools_digest(request: dict) -> bytes:
+    """SHA-256 of the canonical JSON of the tools a request offers (`tools`, `functions`)."""
+    return hashlib.sha256(canonical_json({name: request[name] for name in TOOL_FIELDS if request.get(name)})).digest()
+
+
+def request_digest(request: dict | None, tools_key: bytes | None = None) -> bytes:
+    """SHA-256 (32 bytes) of the canonical request: its messages and settings, then the SHA-256 of its tools.
+    `tools_key`: a hash of the request's `tools` list the caller already has (`scan.tools_key`), under which the
+    tools' SHA-256 is remembered (a request with legacy `functions` is hashed whole)."""
+    request = request or {}
+    canonical = canonical_request(request)
+    for name in TOOL_FIELDS:
+        canonical.pop(name, None)
+    h = hashlib.sha256(canonical_json(canonical))
+    if tools_key is None or request.get("functions"):
+        h.update(tools_digest(request))
+    else:
+        found = _TOOLS_CACHE.get(tools_key)
+        if found is None:
+            if len(_TOOLS_CACHE) >= _TOOLS_CACHED:
+                _TOOLS_CACHE.clear()
+            found = _TOOLS_CACHE[tools_key] = tools_digest(request)
+        h.update(found)
+    return h.digest()
 
 
 def digest_hex(request: dict | None) -> str:

@@ -173,7 +173,7 @@ def digest(item: RawCall, offset: int, analyzer: Analyzer | SchemaCache, validat
                   simple, parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
                   tool_calls_json(calls), valid, schema_errors, calls[0].name if calls else None,
                   system_fingerprint(response), key, has_content(item.request), finish_reason(response),
-                  request_digest(item.request))
+                  request_digest(item.request, key))
 
 
 def tools_key(tools: list) -> bytes:
