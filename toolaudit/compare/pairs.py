@@ -214,7 +214,7 @@ class Analyzer:
                                candidate.finish_reason,
                                lambda: describe_difference(baseline.request, candidate.request))
         if skipped is not None:
-            self._not_compared(rows, session_id, call_index, customer, baseline, candidate, skipped)
+            self._not_compared(rows, session_id, call_index, customer, baseline, candidate, skipped, divergence)
             return Outcome(skipped.status, None, skipped.detail)
         schemas = self.schemas_for(tools)
         errors_by_side: dict[int, list] = {}
@@ -246,11 +246,13 @@ class Analyzer:
         return Outcome(MatchStatus.MATCHED, verdict)
 
     def _not_compared(self, rows: RowBuffer, session_id: str, call_index: int, customer: str | None,
-                      baseline: SideOutput, candidate: SideOutput, why: NotCompared) -> None:
-        """A pair kept out of the comparison: its calls row (no verdict) and both outputs, as recorded."""
+                      baseline: SideOutput, candidate: SideOutput, why: NotCompared,
+                      divergence: Divergence | None) -> None:
+        """A pair kept out of the comparison: its calls row (no verdict; where the token streams part, when known)
+        and both outputs, as recorded."""
         tool_name = (baseline.parsed.calls[0].name if baseline.parsed.calls
                      else candidate.parsed.calls[0].name if candidate.parsed.calls else None)
         write_call(rows, self.run_id, session_id, call_index, why.status, customer=customer, tool_name=tool_name,
-                   exact_text_match=baseline.raw == candidate.raw, detail=why.detail)
+                   exact_text_match=baseline.raw == candidate.raw, detail=why.detail, divergence=divergence)
         for side_name, out in (("baseline", baseline), ("candidate", candidate)):
             write_output(rows, self.run_id, session_id, call_index, side_name, out.row())
