@@ -80,4 +80,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analysis.py
 
 clean:
-	rm -rf $(VENV) toolaudit.duckdb reports/run-*
+	rm -rf $(VENV) toolaudit.duckdb toolaudit.duckdb.wal toolaudit.duckdb.snapshot toolaudit.engines.log reports/run-*

@@ -1,11 +1,14 @@
-"""Kill a toolaudit command with SIGKILL at a chosen point of its progress, from outside.
+"""Kill a toolaudit command with SIGKILL (or stop it with SIGTERM, SIGINT) at a chosen point of its progress, from
+outside.
 
 A point is "just before the N-th SQL statement the command runs on a writable DuckDB connection": the child's
 `duckdb.connect` is wrapped so that a read-write connection counts its statements (execute, executemany, sql,
 query, append). That covers points inside a transaction, between two, in bookkeeping, in snapshot publishing,
 and after the last commit (the summary's queries), without the code under test knowing. At the N-th statement
-the child tells the parent over a pipe and blocks on the pipe; the parent SIGKILLs it. No sleeps: only
-deadlines, so a hang fails the test instead of stalling it.
+the child tells the parent over a pipe and blocks on the pipe; the parent SIGKILLs it. With another signal
+(`Launcher.run(..., signal=SIGTERM)`) the child goes on from there (the signal's handler raises out of the
+blocked read, before the statement runs) and its later statements run unhindered, so the test sees how the
+command ends. No sleeps: only deadlines, so a hang fails the test instead of stalling it.
 
 Commands run in children of a forkserver that imported toolaudit, DuckDB and torch once (`preload`), so each
 run starts in milliseconds instead of paying the imports (a kill suite runs ~200 commands).
@@ -24,6 +27,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+_SIGKILL = signal.SIGKILL  # `Launcher.run`'s `signal` argument hides the module
 DEADLINE_S = 120.0  # one command, killed or not: a safety net only
 PRELOAD = ["toolaudit.cli", "toolaudit.cli.compare", "toolaudit.cli.replay", "toolaudit.cli.merge",
            "toolaudit.cli.batch", "toolaudit.compare.logs", "toolaudit.replay.replayer", "toolaudit.replay.batch",
@@ -44,10 +48,11 @@ class Outcome:
 
 class _Counter:
     """Counts statements across the child's writable connections; the `kill_at`-th one (and any after it, on
-    another thread) reports to the parent and blocks until the parent's SIGKILL."""
+    another thread) reports to the parent and blocks until the parent's SIGKILL. With `once`, only the
+    `kill_at`-th blocks: the parent's signal ends the wait, and the command goes on to its end."""
 
-    def __init__(self, kill_at: int | None, conn):
-        self.kill_at, self.conn, self.n = kill_at, conn, 0
+    def __init__(self, kill_at: int | None, conn, once: bool = False):
+        self.kill_at, self.conn, self.n, self.once = kill_at, conn, 0, once
         self.lock = threading.Lock()
 
     def tick(self) -> None:
@@ -55,9 +60,11 @@ class _Counter:
             self.n += 1
             reached = self.kill_at is not None and self.n >= self.kill_at
             if reached and self.n == self.kill_at:
+                if self.once:  # before telling the parent: its signal may come before the read below
+                    self.kill_at = None
                 self.conn.send(("at", self.n))
         if reached:
-            self.conn.recv()  # never answered: the parent kills this process
+            self.conn.recv()  # never answered: the parent's signal ends this
 
 
 class _Counted:
@@ -94,16 +101,29 @@ def path_major() -> None:
     EnginePool.holds_together = lambda self, paths: False
 
 
-SETUPS = {"path-major": path_major}  # run in the child before the command
+def echo_engine() -> None:
+    """The echo engine of tests/plugins/toolaudit-echo-engine (answers from the request alone: no model, a
+    replay in milliseconds), registered as if its distribution were installed."""
+    from dataclasses import replace
+
+    sys.path.insert(0, str(Path(__file__).parent / "plugins" / "toolaudit-echo-engine"))
+    from toolaudit_echo_engine import ENGINE
+
+    from toolaudit.engines.registry import ENGINES
+
+    ENGINES.specs["echo"] = replace(ENGINE, source="tests/plugins/toolaudit-echo-engine")
 
 
-def _child(argv: list[str], kill_at: int | None, conn, log: str, setup: str | None) -> None:
+SETUPS = {"path-major": path_major, "echo-engine": echo_engine}  # run in the child before the command
+
+
+def _child(argv: list[str], kill_at: int | None, conn, log: str, setup: str | None, once: bool) -> None:
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     import duckdb
 
-    counter = _Counter(kill_at, conn)
+    counter = _Counter(kill_at, conn, once)
     real_connect = duckdb.connect
 
     def connect(*args, **kwargs):
@@ -126,6 +146,7 @@ def _child(argv: list[str], kill_at: int | None, conn, log: str, setup: str | No
     sys.stdout.flush()
     sys.stderr.flush()
     conn.send(("done", counter.n, code))
+    sys.exit(code)  # the process's own exit status, as the command's would be
 
 
 class Launcher:
@@ -137,12 +158,15 @@ class Launcher:
         self.logs = logs
         self.runs = itertools.count(1)  # names each run's log; runs may be started from several threads
 
-    def run(self, argv: list[str], kill_at: int | None = None, setup: str | None = None) -> Outcome:
-        """Run `toolaudit ARGV`; with `kill_at`, SIGKILL it just before its `kill_at`-th statement; `setup`
-        names a function of SETUPS to run in the child first."""
+    def run(self, argv: list[str], kill_at: int | None = None, setup: str | None = None,
+            signal: int = signal.SIGKILL) -> Outcome:
+        """Run `toolaudit ARGV`; with `kill_at`, send `signal` just before its `kill_at`-th statement (SIGKILL:
+        killed there; another signal: the command handles it and ends as it will, `Outcome.killed` false);
+        `setup` names a function of SETUPS to run in the child first."""
         log = self.logs / f"run{next(self.runs)}.log"
         here, there = self.ctx.Pipe()
-        child = self.ctx.Process(target=_child, args=(argv, kill_at, there, str(log), setup), daemon=True)
+        once = signal != _SIGKILL
+        child = self.ctx.Process(target=_child, args=(argv, kill_at, there, str(log), setup, once), daemon=True)
         child.start()
         there.close()
         try:
@@ -154,12 +178,19 @@ class Launcher:
                 child.join(DEADLINE_S)
                 raise AssertionError(f"toolaudit {' '.join(argv)} died (exit {child.exitcode}):\n"
                                      f"{log.read_text() if log.exists() else ''}") from None
-            if message[0] == "at":
-                os.kill(child.pid, signal.SIGKILL)
+            if message[0] == "at" and not once:
+                os.kill(child.pid, _SIGKILL)
                 child.join(DEADLINE_S)
-                assert child.exitcode == -signal.SIGKILL, child.exitcode
+                assert child.exitcode == -_SIGKILL, child.exitcode
                 return Outcome(True, message[1], None, log.read_text())
+            if message[0] == "at":
+                os.kill(child.pid, signal)
+                if not here.poll(DEADLINE_S):
+                    raise AssertionError(f"toolaudit {' '.join(argv)}: did not end within {DEADLINE_S:g} s of "
+                                         f"signal {signal}")
+                message = here.recv()
             child.join(DEADLINE_S)
+            assert child.exitcode == message[2], (child.exitcode, message)
             return Outcome(False, message[1], message[2], log.read_text())
         finally:
             if child.is_alive():

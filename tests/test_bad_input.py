@@ -188,11 +188,11 @@ def test_database_file_that_is_not_duckdb(tmp_path):
 def test_database_locked_by_another_writer(tmp_path, db_path):
     Store(db_path).close()
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import duckdb, sys, time
+        import duckdb, sys
         con = duckdb.connect({str(db_path)!r})
         print("locked", flush=True)
-        time.sleep(30)
-    """)], stdout=subprocess.PIPE, text=True)
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(StoreError, match="locked by another writer"):
@@ -200,6 +200,7 @@ def test_database_locked_by_another_writer(tmp_path, db_path):
         good = write_jsonl(tmp_path / "good.jsonl", [GOOD])
         result = CliRunner().invoke(cli, ["compare", str(good), str(good), "--db", str(db_path)])
         assert result.exit_code == 1 and "database is locked by another writer" in result.output
+        assert "wait for it to finish, or use another --db" in result.output and "snapshot" not in result.output
         # a reader opens the writer's snapshot (tests/store/test_readers_during_run.py); this holder publishes
         # none, so the reader is told so
         read = CliRunner().invoke(cli, ["summary", "--db", str(db_path)])

@@ -191,7 +191,7 @@ def test_matrix_cli_replay_frontier_check_and_report(tmp_path, paths_file):
     data = json.loads(out.output)
     assert [r["candidate"] for r in data["overall"]["remedies"]] == CANDIDATES
     assert data["customers"] and all(c["recommendation"] for c in data["customers"])
-    gate = runner.invoke(cli, ["check", "--db", db, "--max-call-drift", "20%"])
+    gate = runner.invoke(cli, ["check", "--db", db, "--max-call-drift", "20%", "--rule", "point"])
     assert gate.exit_code == 1
     assert "candidate echo (run 4)" in gate.output and "> max 20.00%" in gate.output
     assert "tiny-spec" in gate.output  # the passing candidates are listed too

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from toolaudit.analysis.stats import expected_session_drift, wilson
+from toolaudit.analysis.stats import expected_session_drift, newcombe, wilson
 
 
 def test_wilson_known_values():
@@ -33,4 +33,32 @@ def test_wilson_coverage_small_simulation():
     for _ in range(trials):
         rate = wilson(sum(rng.random() < p for _ in range(n)), n)
         covered += rate.low <= p <= rate.high
+    assert covered / trials > 0.9
+
+
+@pytest.mark.parametrize(("new", "old", "low", "high"), [
+    ((56, 70), (48, 80), 0.0524, 0.3339),  # Newcombe (1998), Statistics in Medicine 17:873, table II, method 10
+    ((9, 10), (3, 10), 0.1705, 0.8090),
+    ((6, 7), (2, 7), 0.0582, 0.8062),
+    ((5, 56), (0, 29), -0.0381, 0.1926),
+    ((0, 10), (0, 20), -0.1611, 0.2775),
+    ((0, 10), (0, 10), -0.2775, 0.2775),
+    ((10, 10), (0, 20), 0.6791, 1.0),
+])
+def test_newcombe_interval_matches_the_published_values(new, old, low, high):
+    d = newcombe(wilson(*new), wilson(*old))
+    assert d.estimate == pytest.approx(new[0] / new[1] - old[0] / old[1])
+    assert (d.low, d.high) == (pytest.approx(low, abs=5e-5), pytest.approx(high, abs=5e-5))
+    assert d.significant_increase is (low > 0)
+
+
+def test_newcombe_covers_the_true_difference():
+    rng = random.Random(5)
+    p_new, p_old, n_new, n_old, trials = 0.03, 0.02, 400, 1500, 300
+    covered = 0
+    for _ in range(trials):
+        k_new = sum(rng.random() < p_new for _ in range(n_new))
+        k_old = sum(rng.random() < p_old for _ in range(n_old))
+        d = newcombe(wilson(k_new, n_new), wilson(k_old, n_old))
+        covered += d.low <= p_new - p_old <= d.high
     assert covered / trials > 0.9

@@ -1,7 +1,8 @@
 """The nightly canary of docs/canary.md, end to end on loopback: the real OpenTelemetry SDK exports GenAI spans
 through its real OTLP/HTTP exporter to a `toolaudit collect` subprocess; then `replay --collected --sample 2
 --per-customer` through two tiny float32 torch paths (the same weights: no drift), `check` at 1.5% (exit 0 on
-the point estimate; exit 1 with --use-upper-bound, since 12 calls cannot show an upper bound under 1.5%) and
+the point estimate, --rule point; exit 1 on the default upper bound, since 12 calls cannot show an upper bound
+under 1.5%) and
 `report --all-customers` (a report per customer)."""
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ def test_the_nightly_canary(receiver, tmp_path, tiny_paths):
     summary = json.loads(replay.stdout)
     assert (summary["calls"], summary["drifted_calls"], summary["error_rows"]) == (12, 0, 0)
 
-    gate = toolaudit("check", "--db", str(db), "--max-call-drift", "1.5%")
+    gate = toolaudit("check", "--db", str(db), "--max-call-drift", "1.5%", "--rule", "point")
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    strict = toolaudit("check", "--db", str(db), "--max-call-drift", "1.5%", "--use-upper-bound")
+    strict = toolaudit("check", "--db", str(db), "--max-call-drift", "1.5%")  # the default rule: upper bound
     assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "rule: upper bound of the 95% Wilson interval" in strict.stdout
 
     report = toolaudit("report", "--db", str(db), "--all-customers", "--format", "json,md", "-o",
                        str(tmp_path / "reports"))

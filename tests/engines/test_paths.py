@@ -21,7 +21,8 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_builtins_differ_only_in_speculation():
     paths = load_paths(None)
-    assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32", "spec-draft"}
+    assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32", "spec-draft",
+                          "target-invariant", "spec-ngram-invariant"}
     target, spec = paths["target"], paths["spec-ngram"]
     assert target.speculative is None and target.dtype == "bfloat16" and target.temperature == 0
     assert spec.speculative == SpeculativeConfig(method="ngram", num_speculative_tokens=5, prompt_lookup_min=1,
@@ -67,7 +68,7 @@ base_url = "http://localhost:8000/v1"
 """)
     paths = load_paths(file)
     assert set(paths) == {"target", "spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "target-fp32", "spec-draft",
-                          "spec", "remote"}
+                          "target-invariant", "spec-ngram-invariant", "spec", "remote"}
     assert paths["target"].dtype == "float32" and paths["target"].batch_size == 2
     spec = paths["spec"]
     assert spec.speculative.method == "draft_model" and spec.speculative.model == "smollm2-135m"

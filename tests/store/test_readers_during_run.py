@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -110,9 +111,9 @@ def test_readers_answer_during_a_run_then_read_the_main_file(writer, tmp_path):
 
     sql = cli_run("sql", "SELECT count(*) AS n FROM calls", "--db", db, "--json")
     assert sql.exit_code == 0 and json.loads(sql.stdout) == [{"n": CHUNK}] and note in sql.stderr
-    within = cli_run("check", "--db", db, "--max-call-drift", "50%")
+    within = cli_run("check", "--db", db, "--max-call-drift", "50%", "--rule", "point")
     assert within.exit_code == 0 and note in within.stderr, within.output
-    broken = cli_run("check", "--db", db, "--max-call-drift", "10%")
+    broken = cli_run("check", "--db", db, "--max-call-drift", "10%", "--rule", "point")
     assert broken.exit_code == 1 and note in broken.stderr, broken.output  # the gate's own verdict
     report = cli_run("report", "--db", db, "--customer", "acme", "--format", "json", "-o", str(tmp_path / "r"))
     assert report.exit_code == 0 and note in report.stderr, report.output
@@ -120,12 +121,15 @@ def test_readers_answer_during_a_run_then_read_the_main_file(writer, tmp_path):
     runs = cli_run("runs", "--db", db)
     assert runs.exit_code == 0 and note in runs.stderr
 
-    # writer against writer stays a clear error, and leaves the first writer's snapshot alone
-    with pytest.raises(DatabaseLocked, match=f"locked by another writer \\(held by process {writer.proc.pid}\\)"):
+    # writer against writer stays a clear error, naming the run that holds the file (from its snapshot), and
+    # leaves the first writer's snapshot alone
+    held = f"locked by another writer (held by process {writer.proc.pid}: toolaudit replay run {writer.run_id})"
+    with pytest.raises(DatabaseLocked, match=re.escape(held)):
         Store(db)
     good = write_jsonl(tmp_path / "good.jsonl", [line(calls=[tool_call("close_ticket", {"ticket_id": 1})])])
     second = cli_run("compare", str(good), str(good), "--db", db)
-    assert second.exit_code == 1 and "database is locked by another writer" in second.output
+    assert second.exit_code == 1 and held in second.output and "wait for it to finish, or use another --db" in (
+        second.output) and "snapshot" not in second.output
     assert snapshot_path(db).exists()
 
     assert [writer.release(f"chunk-{k}") for k in (1, 2)] == ["chunk 1", "chunk 2"]

@@ -1,8 +1,10 @@
 """Drift budgets: the `check` gate for CI and the routing advice in reports.
 
-A bound is broken when the measured figure exceeds it. Point estimates by default; with `use_upper_bound`
-the 95% Wilson upper bound of the per-call rate (and, for sessions, 1 - (1 - upper)^calls_per_session), so a
-run passes only when the data show it is within budget, not merely when it happened to look so.
+Every drift budget is judged by one rule (`rules.py`; `frontier` uses the same): by default the 95% Wilson
+upper bound (sessions: 1 - (1 - upper)^calls per session), so a run passes only when the data show it is within
+budget, not merely when it happened to look so; `point` and `lower` on request. `--against` judges a rise with
+an interval on the difference (`regression.py`). Error rows (records the readers could not use, calls an
+engine failed) fail the gate unless allowed: the drift figures leave them out, so they could hide drift.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ import orjson
 
 from toolaudit import ToolauditError
 from toolaudit.analysis.figures import RunFigures, run_figures, run_options
+from toolaudit.analysis.regression import RULE_TEXT as INCREASE_RULE
+from toolaudit.analysis.regression import Regression, points, regression
+from toolaudit.analysis.rules import DEFAULT_RULE, EPS, Judged, Rule, judge_calls, judge_sessions, rule_line
+from toolaudit.analysis.rules import session_drift_at as session_upper  # the older name (tests, reports)
 from toolaudit.analysis.stats import Rate, pct
 from toolaudit.store import Store
-from toolaudit.store.queries import other_runs_fingerprints
+from toolaudit.store import queries as q
 
-# Float slack when comparing a measured figure with a bound: 1.50% measured against "max 1.5%" passes.
-EPS = 1e-12
+__all__ = ["EPS", "INCREASE_RULE", "Bounds", "CandidateGate", "Check", "GateResult", "GateUsageError",
+           "NothingToCheck", "Verdict", "evaluate", "evaluate_candidates", "gate", "parse_proportion", "points",
+           "routing_advice", "session_upper"]
 
 
 class GateUsageError(ToolauditError):
@@ -52,15 +59,6 @@ def parse_proportion(text: str, points: bool = False) -> float:
     return float(value)
 
 
-def session_upper(ci_high: float, calls_per_session: float) -> float:
-    """Session drift implied by a per-call rate: 1 - (1 - p)^n (n may be a mean, hence fractional)."""
-    return 1.0 - (1.0 - ci_high) ** calls_per_session
-
-
-def points(value: float) -> str:
-    return f"{100 * value:.2f}pp"
-
-
 @dataclass(frozen=True)
 class Bounds:
     max_call_drift: float | None = None
@@ -68,7 +66,9 @@ class Bounds:
     against: int | None = None
     max_increase: float | None = None
     expect_fingerprint: str | None = None
-    use_upper_bound: bool = False
+    rule: Rule = DEFAULT_RULE
+    allow_errors: int = 0  # error rows tolerated before the gate fails
+    session_calls: float | None = None  # session length for session budgets (default: see `session_length`)
 
     def validate(self) -> None:
         if self.max_increase is not None and self.against is None:
@@ -79,21 +79,51 @@ class Bounds:
                 and self.expect_fingerprint is None):
             raise GateUsageError("no bound given; pass --max-call-drift, --max-session-drift, "
                                  "--against with --max-increase, or --expect-fingerprint")
+        if self.session_calls is not None and self.max_session_drift is None:
+            raise GateUsageError("--session-calls needs --max-session-drift")
+        if self.allow_errors < 0:
+            raise GateUsageError("--allow-errors must be 0 or more")
 
 
 @dataclass(frozen=True)
 class Check:
-    """One bound: `message` reads as a violation (`call drift 2.10% > max 1.50%`) or as a pass."""
+    """One bound: `message` reads as a violation (`call drift upper bound 2.09% > max 1.50%`) or as a pass.
+
+    `name` is stable for machines (`call_drift`, `session_drift`, `increase`, `fingerprint`, `error_rows`);
+    `judged` / `regression` carry the figures behind a drift or an --against check, `queries` the
+    `toolaudit sql` statements that list what an error-row check counted."""
 
     name: str
     ok: bool
     message: str
+    judged: Judged | None = None
+    regression: Regression | None = None
+    queries: tuple[str, ...] = ()
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The check as `check --json` prints it: figure, interval, threshold and rule for every kind."""
+        out: dict[str, Any] = {"name": self.name, "ok": self.ok, "reason": self.message, "rule": None,
+                               "figure": None, "estimate": None, "interval": None, "threshold": None}
+        if self.judged is not None:
+            out.update({k: v for k, v in self.judged.as_dict().items() if k not in ("name", "ok")})
+        if self.regression is not None:
+            r = self.regression
+            d = r.difference
+            out.update(rule="newcombe", figure=d.estimate, estimate=d.estimate, interval=[d.low, d.high],
+                       threshold=r.max_increase, **r.as_dict())
+        out.update(self.detail)
+        if self.queries:
+            out["queries"] = list(self.queries)
+        return out
 
 
 @dataclass
 class GateResult:
     figures: RunFigures
+    rule: Rule = DEFAULT_RULE
     checks: list[Check] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -110,30 +140,51 @@ class GateResult:
                 f"{pct(f.rate.low)}-{pct(f.rate.high)}), {f.sessions_with_drift}/{f.sessions} sessions")
         return "; ".join([head, *(c.message for c in self.checks)])
 
+    def as_dict(self) -> dict[str, Any]:
+        f = self.figures
+        return {"run_id": f.run_id, "name": f.name, "status": f.status, "verdict": "pass" if self.ok else "fail",
+                "calls": f.rate.n, "drifted_calls": f.rate.k, "drift_rate": f.rate.p,
+                "interval": [f.rate.low, f.rate.high], "sessions": f.sessions,
+                "sessions_with_drift": f.sessions_with_drift, "checks": [c.as_dict() for c in self.checks],
+                "reasons": [c.message for c in self.violations]}
 
-def evaluate(store: Store, run_id: int | None, bounds: Bounds) -> GateResult:
-    """Measure the run against every bound given. Raises GateUsageError / NothingToCheck / StoreError."""
+
+def session_length(figures: RunFigures, lengths: dict[str, Any] | None = None,
+                   session_calls: float | None = None) -> float:
+    """The session length session budgets are judged at, as `frontier` picks it: `--session-calls`, else the
+    traces' own mean calls per session (a replay that sampled calls stores them), else the run's mean matched
+    calls per session."""
+    traced = (lengths or {}).get("(all)")
+    return float(session_calls or traced or figures.mean_calls_per_session or 1.0)
+
+
+def evaluate(store: Store, run_id: int | None, bounds: Bounds, lengths: dict[str, Any] | None = None) -> GateResult:
+    """Measure the run against every bound given. Raises GateUsageError / NothingToCheck / StoreError.
+
+    `lengths`: the traces' session lengths stored with the run (or its matrix), `{"(all)": mean, ...}`."""
     bounds.validate()
     figures = run_figures(store, run_id)
     if figures.rate.n == 0:
         raise NothingToCheck(f"run {figures.run_id} has no matched calls; nothing to check")
-    result = GateResult(figures)
-    upper = bounds.use_upper_bound
+    if lengths is None:
+        lengths = figures.options.get("trace_session_calls")
+    result = GateResult(figures, bounds.rule)
     if bounds.max_call_drift is not None:
-        measured = figures.rate.high if upper else figures.rate.p
-        what = "call drift 95% upper bound" if upper else "call drift"
-        result.checks.append(_bound(what, measured, bounds.max_call_drift))
+        result.checks.append(_judged(judge_calls(figures.rate, bounds.max_call_drift, bounds.rule)))
     if bounds.max_session_drift is not None:
-        if upper:
-            measured = session_upper(figures.rate.high, figures.mean_calls_per_session)
-            what = f"session drift 95% upper bound ({figures.mean_calls_per_session:.1f} calls/session)"
-        else:
-            measured, what = figures.observed_session_drift, "session drift"
-        result.checks.append(_bound(what, measured, bounds.max_session_drift))
+        length = session_length(figures, lengths, bounds.session_calls)
+        result.checks.append(_judged(judge_sessions(figures.rate, length, bounds.max_session_drift, bounds.rule)))
     if bounds.against is not None:
-        result.checks.append(_increase(store, figures, bounds.against, bounds.max_increase or 0.0))
+        before = run_figures(store, bounds.against)
+        if before.rate.n == 0:
+            raise NothingToCheck(f"run {bounds.against} (--against) has no matched calls to compare with")
+        change = regression(store, figures, before, bounds.max_increase or 0.0)
+        result.checks.append(Check("increase", change.ok, change.message(), regression=change))
+        if (warning := change.inputs.warning()) is not None:
+            result.warnings.append(warning)
     if bounds.expect_fingerprint is not None:
         result.checks.append(_fingerprint(store, figures, bounds.expect_fingerprint.strip()))
+    result.checks.append(_errors(store, figures.run_id, bounds.allow_errors))
     return result
 
 
@@ -150,25 +201,83 @@ def evaluate_candidates(store: Store, run_id: int | None, bounds: Bounds) -> lis
     """Every candidate of a matrix run gated on the same bounds (a plain run: its one candidate)."""
     run = store.run_row(run_id)
     members = store.matrix_members(run["run_id"]) if run["kind"] == "matrix" else [run]
-    return [CandidateGate(m["candidate_name"], m["run_id"], evaluate(store, m["run_id"], bounds)) for m in members]
+    lengths = run_options(run).get("trace_session_calls")  # a matrix stores them once, on the matrix run
+    return [CandidateGate(m["candidate_name"], m["run_id"], evaluate(store, m["run_id"], bounds, lengths))
+            for m in members]
 
 
-def _bound(what: str, measured: float, bound: float) -> Check:
-    ok = measured <= bound + EPS
-    return Check(what, ok, f"{what} {pct(measured)} {'<=' if ok else '>'} max {pct(bound)}")
+@dataclass
+class Verdict:
+    """The gate's answer over every candidate of a run: what `check` prints (as text or JSON) and exits with."""
+
+    run_id: int
+    rule: Rule
+    gates: list[CandidateGate]
+
+    @property
+    def ok(self) -> bool:
+        return all(g.result.ok for g in self.gates)
+
+    @property
+    def matrix(self) -> bool:
+        return len(self.gates) > 1
+
+    def label(self, gate: CandidateGate, ok: bool = False) -> str:
+        """How a matrix names the candidate in front of a line (a plain run: nothing)."""
+        if not self.matrix:
+            return ""
+        return f"candidate {gate.candidate}: " if ok else f"candidate {gate.candidate} (run {gate.run_id}): "
+
+    def reasons(self) -> list[str]:
+        return [self.label(g) + c.message for g in self.gates for c in g.result.violations]
+
+    def warnings(self) -> list[str]:
+        return list(dict.fromkeys(w for g in self.gates for w in g.result.warnings))
+
+    def rule_lines(self) -> list[str]:
+        """Which rules decided: the budgets' rule, and the --against test when one was asked for."""
+        names = {c.name for g in self.gates for c in g.result.checks}
+        lines = [rule_line(self.rule)] if names & {"call_drift", "session_drift"} else []
+        return lines + ([f"rule (--against): {INCREASE_RULE}"] if "increase" in names else [])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"verdict": "pass" if self.ok else "fail", "exit_code": 0 if self.ok else 1, "run_id": self.run_id,
+                "rule": self.rule.value, "rule_text": self.rule.description,
+                "runs": [{"candidate": g.candidate, **g.result.as_dict()} for g in self.gates],
+                "reasons": self.reasons(), "warnings": self.warnings()}
 
 
-def _increase(store: Store, figures: RunFigures, against: int, max_increase: float) -> Check:
-    """Point estimates on both sides: the interval of a difference is not the difference of intervals."""
-    before = run_figures(store, against)
-    if before.rate.n == 0:
-        raise NothingToCheck(f"run {against} (--against) has no matched calls to compare with")
-    rise = figures.rate.p - before.rate.p
-    ok = rise <= max_increase + EPS
-    change = f"rose {points(rise)}" if rise > 0 else f"fell {points(-rise)}" if rise < 0 else "unchanged"
-    return Check("call drift increase", ok,
-                 f"call drift {change} vs run {against} ({pct(before.rate.p)} -> {pct(figures.rate.p)}) "
-                 f"{'<=' if ok else '>'} max increase {points(max_increase)}")
+def gate(store: Store, run_id: int | None, bounds: Bounds) -> Verdict:
+    """`check`: every candidate of the run gated on `bounds`."""
+    bounds.validate()
+    run = store.run_row(run_id)
+    return Verdict(run["run_id"], bounds.rule, evaluate_candidates(store, run["run_id"], bounds))
+
+
+def _judged(j: Judged) -> Check:
+    """`call drift upper bound 2.09% > max 1.50% (point 1.20%, 95% CI 0.69%-2.09%)`: the figure the rule
+    compared, and the interval it came from."""
+    point = "" if j.rule is Rule.POINT else f"point {pct(j.estimate)}, "
+    return Check(j.name, j.ok, f"{j.what} {pct(j.figure)} {'<=' if j.ok else '>'} max {pct(j.threshold)} "
+                               f"({point}95% CI {pct(j.low)}-{pct(j.high)})", judged=j)
+
+
+def _errors(store: Store, run_id: int, allowed: int) -> Check:
+    """Error rows fail the gate beyond `allowed`: calls missing from the figures could be the drifted ones."""
+    unusable, failed = q.trace_error_count(store, run_id), q.error_call_count(store, run_id)
+    total = unusable + failed
+    detail = {"figure": total, "threshold": allowed, "rule": "count", "unusable_records": unusable,
+              "failed_calls": failed}
+    if total == 0:
+        return Check("error_rows", True, "no error rows", detail=detail)
+    parts = [f"{n} {what}" for n, what in ((unusable, "input records the readers could not use"),
+                                          (failed, "calls an engine failed")) if n]
+    ok = total <= allowed
+    queries = tuple(sql for n, sql in ((unusable, q.trace_errors_sql(run_id)), (failed, q.error_calls_sql(run_id)))
+                    if n)
+    return Check("error_rows", ok, f"{total} error rows ({', '.join(parts)}) {'<=' if ok else '>'} allowed "
+                                   f"{allowed} (--allow-errors N); the drift figures leave them out",
+                 queries=queries, detail=detail)
 
 
 def fingerprint_matches(stored: str | None, expected: str) -> bool:
@@ -203,11 +312,13 @@ def _value(value: Any) -> str:
 
 def _fingerprint(store: Store, figures: RunFigures, expected: str) -> Check:
     got = figures.candidate_fingerprint
+    detail = {"rule": "match", "figure": got, "threshold": expected}
     if fingerprint_matches(got, expected):
-        return Check("fingerprint", True, f"candidate fingerprint {got} matches")
+        return Check("fingerprint", True, f"candidate fingerprint {got} matches", detail=detail)
     if not got:
         return Check("fingerprint", False,
-                     f"candidate fingerprint not recorded for run {figures.run_id} (expected {expected})")
+                     f"candidate fingerprint not recorded for run {figures.run_id} (expected {expected})",
+                     detail=detail)
     message = f"candidate fingerprint {got} != expected {expected}"
     now = figures.options.get("candidate_fingerprint_components")
     known = _components_of(store, expected, figures.run_id) if isinstance(now, dict) else None
@@ -217,12 +328,12 @@ def _fingerprint(store: Store, figures: RunFigures, expected: str) -> Check:
         if changes:
             message += f"; changed since run {run_id}: " + ", ".join(
                 f"{name} ({_value(old)} -> {_value(new)})" for name, old, new in changes)
-    return Check("fingerprint", False, message)
+    return Check("fingerprint", False, message, detail=detail)
 
 
 def _components_of(store: Store, fingerprint: str, exclude_run: int) -> tuple[int, dict] | None:
     """The stored components of the latest other run whose baseline or candidate has this fingerprint."""
-    for run in other_runs_fingerprints(store, exclude_run):
+    for run in q.other_runs_fingerprints(store, exclude_run):
         options = run_options(run)
         for side in ("candidate", "baseline"):
             components = options.get(f"{side}_fingerprint_components")
@@ -250,7 +361,8 @@ class Advice:
 
 def routing_advice(scope: str, rate: Rate, max_call_drift: float | None, max_session_drift: float | None,
                    session_calls: float) -> Advice:
-    """Judge one slice on the Wilson upper bound: target-only unless the data show it is within budget."""
+    """Judge one slice on the Wilson upper bound (the default rule, `rules.py`): target-only unless the data
+    show it is within budget."""
     sess = session_upper(rate.high, session_calls) if max_session_drift is not None else None
     call_ok = None if max_call_drift is None else rate.high <= max_call_drift + EPS
     sess_ok = None if sess is None or max_session_drift is None else sess <= max_session_drift + EPS

@@ -144,9 +144,31 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "drifted_with_token_evidence": margins["with_evidence"],
         "median_drift_margin": margins["median_margin"],
         "worst_example": q.worst_example(store, rid),
-        "customers": q.customer_rows(store, rid),
+        "customers": _with_floors(store, rid, q.customer_rows(store, rid)),
         "counts": counts,
+        "noise_floor": _floor(store, rid),
     }
+
+
+def _floor(store: Store, run_id: int) -> dict[str, Any] | None:
+    from toolaudit.analysis.floor import floor_figures
+
+    figures = floor_figures(store, run_id)
+    return None if figures is None else figures.as_dict()
+
+
+def _with_floors(store: Store, run_id: int, customers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each customer's row with its noise floor and the candidate's excess over it (None without a floor)."""
+    from toolaudit.analysis.floor import customer_floors
+
+    floors = customer_floors(store, run_id)
+    for row in customers:
+        f = floors.get(row["customer"])
+        row.update(floor_drift_rate=None if f is None else f.floor.p,
+                   excess=None if f is None else f.excess.estimate,
+                   excess_ci_low=None if f is None else f.excess.low,
+                   excess_ci_high=None if f is None else f.excess.high)
+    return customers
 
 
 def skipped_records(counts: dict | None) -> dict[str, dict[str, Any]]:

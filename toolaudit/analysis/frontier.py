@@ -2,8 +2,9 @@
 with its drift, the session drift it implies, its speed against the shared baseline, whether it is
 Pareto-optimal, and, given a drift budget, the remedy to use for a slice of traffic.
 
-The recommendation is judged on the 95% Wilson upper bound (sessions: 1 - (1 - upper)^calls per session), as
-the routing advice is: a candidate is used only when the data show it is within budget. Among those, the
+The recommendation is judged by the one gate rule `check` uses (`rules.py`): by default the 95% Wilson upper
+bound (sessions: 1 - (1 - upper)^calls per session), as the routing advice is: a candidate is used only when the
+data show it is within budget (`Budget.rule` picks the point estimate or the lower bound). Among those, the
 fastest wins; when none is, or none is faster than the baseline, the answer is the baseline itself
 ("target-only"). Pareto-optimality is judged on point estimates (it describes the measurements, not a
 decision). Session figures use the customer's session length: `--session-calls` when given, else the mean
@@ -17,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from toolaudit import StoreError
-from toolaudit.analysis.budgets import EPS, session_upper
 from toolaudit.analysis.figures import run_options
+from toolaudit.analysis.rules import DEFAULT_RULE, EPS, Judged, Rule, judge_calls, judge_sessions, session_drift_at
 from toolaudit.analysis.stats import Rate, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
@@ -30,10 +31,15 @@ BASELINE_CHOICE = "target-only"  # the recommendation when no candidate is withi
 class Budget:
     max_call_drift: float | None = None
     max_session_drift: float | None = None
+    rule: Rule = DEFAULT_RULE
 
     @property
     def given(self) -> bool:
         return self.max_call_drift is not None or self.max_session_drift is not None
+
+    def as_dict(self) -> dict:
+        return {"max_call_drift": self.max_call_drift, "max_session_drift": self.max_session_drift,
+                "rule": self.rule.value}
 
 
 @dataclass(frozen=True)
@@ -55,11 +61,12 @@ class Remedy:
     tokens_per_forward_pass: float | None
     pareto: bool | None  # None when speed was not measured (recorded logs)
     within_budget: bool | None  # None when no budget was given
+    judged: tuple[Judged, ...] = ()  # each budget as the rule judged it
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "rate"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("rate", "judged")}
         out.update(calls=self.rate.n, drifted_calls=self.rate.k, drift_rate=self.rate.p, ci_low=self.rate.low,
-                   ci_high=self.rate.high)
+                   ci_high=self.rate.high, budget_checks=[j.as_dict() for j in self.judged])
         return out
 
 
@@ -83,7 +90,7 @@ class Frontier:
 
     def as_dict(self) -> dict:
         return {"matrix_id": self.matrix_id, "baseline": self.baseline, "customer": self.customer,
-                "budget": self.budget.__dict__, "remedies": [r.as_dict() for r in self.remedies],
+                "budget": self.budget.as_dict(), "remedies": [r.as_dict() for r in self.remedies],
                 "recommendation": None if self.recommendation is None else self.recommendation.__dict__}
 
 
@@ -123,43 +130,51 @@ def customer_frontiers(store: Store, run_id: int | None, budget: Budget | None =
 def _remedy(row: dict, budget: Budget, session_calls: float | None) -> Remedy:
     rate = wilson(row["drifted_calls"], row["calls"])
     length = float(session_calls or row["mean_calls_per_session"] or 1.0)
-    high = session_upper(rate.high, length)
-    checks = []
+    judged = []
     if budget.max_call_drift is not None:
-        checks.append(rate.high <= budget.max_call_drift + EPS)
+        judged.append(judge_calls(rate, budget.max_call_drift, budget.rule))
     if budget.max_session_drift is not None:
-        checks.append(high <= budget.max_session_drift + EPS)
+        judged.append(judge_sessions(rate, length, budget.max_session_drift, budget.rule))
     return Remedy(row["run_id"], row["candidate"], rate, row["sessions"] or 0, row["observed_session_drift"],
-                  length, session_upper(rate.p, length), high, row["baseline_tokens_per_s"],
-                  row["candidate_tokens_per_s"], row["speedup"], row["acceptance_rate"],
-                  row["tokens_per_forward_pass"], row["pareto"], all(checks) if checks else None)
+                  length, session_drift_at(rate.p, length), session_drift_at(rate.high, length),
+                  row["baseline_tokens_per_s"], row["candidate_tokens_per_s"], row["speedup"],
+                  row["acceptance_rate"], row["tokens_per_forward_pass"], row["pareto"],
+                  all(j.ok for j in judged) if judged else None, tuple(judged))
 
 
 def recommend(remedies: list[Remedy], budget: Budget) -> Recommendation:
-    """The fastest candidate within budget (upper bounds), else the baseline; speed unknown: least drift."""
+    """The fastest candidate within budget (by the budget's rule), else the baseline; speed unknown: least drift."""
+    judged = budget.rule.of
     within = [r for r in remedies if r.within_budget]
     if not within:
-        closest = min(remedies, key=lambda r: r.rate.high)
-        return Recommendation(BASELINE_CHOICE, None, f"no candidate is within budget on its 95% upper bound "
-                                                     f"(closest: {closest.candidate}, {_bound_text(closest, budget)})")
+        closest = min(remedies, key=lambda r: judged(r.rate))
+        return Recommendation(BASELINE_CHOICE, None, f"no candidate is within budget on its {_rule_name(budget)} "
+                                                     f"(closest: {closest.candidate}, {_bound_text(closest)})")
     timed = [r for r in within if r.speedup is not None]
     if not timed:
-        best = min(within, key=lambda r: (r.rate.high, r.candidate))
-        return Recommendation(best.candidate, best.run_id, "within budget with the lowest drift upper bound "
-                                                           "(speed was not measured: recorded logs)")
-    best = max(timed, key=lambda r: (r.speedup, -r.rate.high))
+        best = min(within, key=lambda r: (judged(r.rate), r.candidate))
+        return Recommendation(best.candidate, best.run_id, f"within budget with the lowest drift "
+                                                           f"{budget.rule.label} (speed was not measured: "
+                                                           "recorded logs)")
+    best = max(timed, key=lambda r: (r.speedup, -judged(r.rate)))
     if best.speedup <= 1 + EPS:
         return Recommendation(BASELINE_CHOICE, None, f"candidates within budget are not faster than the "
                                                      f"baseline (best {best.candidate} at {best.speedup:.2f}x)")
     return Recommendation(best.candidate, best.run_id, f"fastest within budget: {best.speedup:.2f}x, "
-                                                       f"{_bound_text(best, budget)}")
+                                                       f"{_bound_text(best)}")
 
 
-def _bound_text(r: Remedy, budget: Budget) -> str:
-    parts = []
-    if budget.max_call_drift is not None:
-        parts.append(f"call drift upper bound {100 * r.rate.high:.2f}% vs max {100 * budget.max_call_drift:.2f}%")
-    if budget.max_session_drift is not None:
-        parts.append(f"session drift upper bound {100 * r.session_drift_high:.2f}% at {r.session_calls:.1f} "
-                     f"calls vs max {100 * budget.max_session_drift:.2f}%")
-    return "; ".join(parts)
+def _rule_name(budget: Budget) -> str:
+    return "point estimate" if budget.rule is Rule.POINT else f"95% {budget.rule.label}"
+
+
+def _bound_text(r: Remedy) -> str:
+    return "; ".join(f"{j.what} {100 * j.figure:.2f}% vs max {100 * j.threshold:.2f}%" for j in r.judged)
+
+
+def frontiers_dict(store: Store, run_id: int | None, budget: Budget | None = None,
+                   session_calls: float | None = None) -> dict:
+    """All traffic and each customer, as `frontier --json` and `report --json` print them."""
+    run = matrix_of(store, run_id)
+    return {"overall": frontier(store, run["run_id"], None, budget, session_calls).as_dict(),
+            "customers": [f.as_dict() for f in customer_frontiers(store, run["run_id"], budget, session_calls)]}

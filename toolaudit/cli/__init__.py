@@ -13,6 +13,7 @@ from toolaudit.cli.compare import compare
 from toolaudit.cli.export import export_cmd
 from toolaudit.cli.gate import check, report
 from toolaudit.cli.imports import import_cmd
+from toolaudit.cli.interrupts import ARGV
 from toolaudit.cli.merge import merge
 from toolaudit.cli.model import model
 from toolaudit.cli.query import runs, sql, summary
@@ -21,7 +22,15 @@ from toolaudit.cli.replay import demo, fingerprint_cmd, replay
 from toolaudit.cli.serve import serve
 
 
-@click.group(context_settings=CONTEXT)
+class _Group(click.Group):
+    """Keeps the command line it parsed: an interrupted compare prints it to run again (`interrupts.py`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[ARGV] = list(args)
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="toolaudit")
 def cli() -> None:
     """Measure how often two decode paths produce different tool calls for the same requests."""

@@ -240,6 +240,26 @@ class Proportion(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+RULES = ("upper", "point", "lower")  # toolaudit.analysis.rules.Rule, named here so --help imports no analysis
+
+
+def rule_option(func: Callable) -> Callable:
+    """Adds --rule (upper|point|lower), the one rule `check` and `frontier` judge drift budgets by."""
+    return click.option("--rule", type=click.Choice(RULES), default=None,
+                        help="What must be within budget: the 95% Wilson upper bound (default: fail unless the "
+                             "data show the budget is met), the point estimate, or the lower bound (fail only when "
+                             "the data show it is exceeded).")(func)
+
+
+def gate_rule(rule: str | None, use_upper_bound: bool = False) -> Any:
+    """The `Rule` asked for; `--use-upper-bound` is the older spelling of `--rule upper`."""
+    from toolaudit.analysis.rules import DEFAULT_RULE, Rule
+
+    if use_upper_bound and rule not in (None, "upper"):
+        raise click.UsageError(f"--use-upper-bound means --rule upper; it cannot go with --rule {rule}")
+    return Rule(rule) if rule else Rule.UPPER if use_upper_bound else DEFAULT_RULE
+
+
 class Progress:
     """Progress on stderr: a click bar on a terminal; when piped, one line per `log_every` of progress (so a
     long replay in CI or under `tee` is never silent for minutes). Nothing when the total is unknown (0)."""

@@ -21,6 +21,7 @@ from toolaudit.cli.common import (
     schema_dir_or_none,
     shard_option,
 )
+from toolaudit.cli.interrupts import interruptible, watch_store
 from toolaudit.cli.remedies import show_run
 
 
@@ -60,6 +61,7 @@ def _total_bytes(paths: list[str]) -> int:
              "be on a path every node shares")
 @output_options
 @friendly_errors
+@interruptible
 def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name: str | None, trace_format: str,
             session_key: str, customer_key: str, schema_dir: str, baseline_name: str,
             candidate_names: tuple[str, ...], workers: int | None, pair_by: str, max_mismatched: float, shard,
@@ -119,6 +121,7 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
 
         scans = RayScans(ray)
     with Store(db) as store:
+        watch_store(store)  # Ctrl-C or SIGTERM: `interruptible` says what became of the run
         # readers open a snapshot meanwhile, taken after commits as the throttle allows
         store.publish_snapshots("compare", on_commit=True,
                                 on_error=lambda message: click.echo(f"warning: {message}", err=True))

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from toolaudit.cli.common import Proportion, db_option, friendly_errors, reading
+from toolaudit.cli.common import Proportion, db_option, friendly_errors, gate_rule, reading, rule_option
+from toolaudit.report.output import to_json
 
 
 class CannotCheck(click.ClickException):
@@ -31,16 +32,20 @@ class CannotCheck(click.ClickException):
 @click.option("--max-session-drift", type=Proportion(), help="Session drift budget for routing advice.")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for the session budget "
               "(default: the customer's mean).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the files written and each customer's headline figures as one JSON object.")
 @friendly_errors
 def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customers: bool,
            formats: tuple[str, ...], out_dir: str, near_tie_margin: float, max_call_drift: float | None,
-           max_session_drift: float | None, session_calls: float | None) -> None:
+           max_session_drift: float | None, session_calls: float | None, as_json: bool) -> None:
     """Write per-customer drift reports (HTML, Markdown, JSON) for a run.
 
     For a matrix run (`replay --candidate A --candidate B ...`): each candidate's reports, and per customer a
     remedy report (every candidate's drift and speed, the Pareto frontier, the fastest candidate within the
     --max-call-drift / --max-session-drift budget), also printed here."""
-    from toolaudit.report import ReportOptions, parse_formats, write_reports
+    from toolaudit.analysis.frontier import Budget
+    from toolaudit.report import ReportOptions, parse_formats, write_reports_detailed
+    from toolaudit.report.write import written_json
 
     if bool(customers) == all_customers:
         raise click.UsageError("pass --customer C (repeatable) or --all-customers")
@@ -49,15 +54,23 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
     wanted = parse_formats(formats)
     options = ReportOptions(near_tie_margin=near_tie_margin, max_call_drift=max_call_drift,
                             max_session_drift=max_session_drift, session_calls=session_calls)
+    budget = Budget(max_call_drift, max_session_drift)
     with reading(db) as store:
-        written = write_reports(store, run_id, None if all_customers else customers, wanted, out_dir, options)
-        if store.run_row(run_id)["kind"] == "matrix":  # the remedies per customer on the terminal too
-            from toolaudit.analysis.frontier import Budget
+        run = store.run_row(run_id)
+        written = write_reports_detailed(store, run["run_id"], None if all_customers else customers, wanted, out_dir,
+                                         options)
+        if as_json:
+            from toolaudit.analysis.frontier import frontiers_dict
+
+            matrix = frontiers_dict(store, run["run_id"], budget, session_calls) if run["kind"] == "matrix" else None
+            click.echo(to_json(written_json(run, written, matrix)))
+            return
+        if run["kind"] == "matrix":  # the remedies per customer on the terminal too
             from toolaudit.cli.remedies import show_matrix
 
-            show_matrix(store, run_id, "table", Budget(max_call_drift, max_session_drift), session_calls)
-    for path in written:
-        click.echo(str(path))
+            show_matrix(store, run["run_id"], "table", budget, session_calls)
+    for w in written:
+        click.echo(str(w.path))
 
 
 @click.command()
@@ -66,40 +79,61 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
 @click.option("--max-call-drift", type=Proportion(),
               help="Largest allowed share of drifted calls (0.015 or 1.5%).")
 @click.option("--max-session-drift", type=Proportion(),
-              help="Largest allowed share of sessions with any drifted call.")
+              help="Largest allowed share of sessions with any drifted call (judged as 1-(1-p)^calls per session).")
+@click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for --max-session-drift "
+              "(default: the traces' mean, else the run's, as `frontier`).")
 @click.option("--against", type=int, metavar="RUN", help="Earlier run to compare call drift with.")
 @click.option("--max-increase", type=Proportion(points=True),
-              help="Largest allowed rise in call drift vs --against (0.005, 0.5pp or 0.5%).")
+              help="Largest allowed rise in call drift vs --against (0.005, 0.5pp or 0.5%); fails only when the "
+                   "rise is also significant.")
 @click.option("--expect-fingerprint", metavar="FP",
               help="Fail unless the candidate path has this fingerprint (or an 8+ character prefix).")
-@click.option("--use-upper-bound", is_flag=True,
-              help="Compare the 95% Wilson upper bound (sessions: 1-(1-upper)^mean calls) instead of the "
-                   "point estimates.")
+@rule_option
+@click.option("--use-upper-bound", is_flag=True, help="Older spelling of --rule upper (now the default).")
+@click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
+              help="Error rows tolerated (input records the readers could not use, calls an engine failed).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object (same exit codes).")
 def check(db: str, run_id: int | None, max_call_drift: float | None, max_session_drift: float | None,
-          against: int | None, max_increase: float | None, expect_fingerprint: str | None,
-          use_upper_bound: bool) -> None:
+          session_calls: float | None, against: int | None, max_increase: float | None,
+          expect_fingerprint: str | None, rule: str | None, use_upper_bound: bool, allow_errors: int,
+          as_json: bool) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
 
-    A matrix run gates every candidate; each broken bound is printed with the candidate's name."""
+    Budgets are judged by one rule, printed with the verdict (default: the 95% Wilson upper bound must be within
+    budget; `frontier` uses the same). A matrix run gates every candidate; each broken bound is printed with the
+    candidate's name. Error rows fail the gate unless --allow-errors covers them."""
     from toolaudit import ToolauditError
-    from toolaudit.analysis.budgets import Bounds, GateUsageError, evaluate_candidates
+    from toolaudit.analysis.budgets import Bounds, GateUsageError, gate
 
     bounds = Bounds(max_call_drift, max_session_drift, against, max_increase, expect_fingerprint,
-                    use_upper_bound)
+                    gate_rule(rule, use_upper_bound), allow_errors, session_calls)
     try:
         bounds.validate()
         with reading(db) as store:
-            gates = evaluate_candidates(store, run_id, bounds)
+            verdict = gate(store, run_id, bounds)
     except GateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     except ToolauditError as exc:
         raise CannotCheck(str(exc)) from None
-    matrix = len(gates) > 1
-    for gate in gates:  # a matrix gates each candidate and names it; a plain run prints as before
-        label = f"candidate {gate.candidate} (run {gate.run_id}): " if matrix else ""
-        if gate.result.ok:
-            click.echo((f"candidate {gate.candidate}: " if matrix else "") + gate.result.ok_line())
-        for violation in gate.result.violations:
-            click.echo(label + violation.message)
-    if not all(g.result.ok for g in gates):
+    for warning in verdict.warnings():
+        click.echo(warning, err=True)
+    if as_json:
+        click.echo(to_json(verdict.as_dict()))
+    else:
+        for line in _verdict_lines(verdict, db):
+            click.echo(line)
+    if not verdict.ok:
         sys.exit(1)
+
+
+def _verdict_lines(verdict, db: str) -> list[str]:
+    """A plain run prints its ok line or one line per broken bound; a matrix names each candidate. Then the rule
+    that decided, and for broken error-row bounds the query that lists the rows."""
+    lines = []
+    for g in verdict.gates:
+        if g.result.ok:
+            lines.append(verdict.label(g, ok=True) + g.result.ok_line())
+        for check in g.result.violations:
+            lines.append(verdict.label(g) + check.message)
+            lines += [f"  see them: toolaudit sql \"{sql}\" --db {db}" for sql in check.queries]
+    return lines + verdict.rule_lines()

@@ -33,19 +33,31 @@ def summary(db: str, run_id: int | None, fmt: str) -> None:
         show_run(store, run_id, fmt, db)
 
 
+CONFINED = ("\n`toolaudit sql` reaches nothing but the database (no files, network or extensions, and settings "
+            "locked); pass --allow-files to let the query read or write files")
+
+
 @click.command()
 @click.argument("query")
 @db_option
+@click.option("--allow-files", is_flag=True, help="Let the query read and write files (read_csv, COPY ... TO, "
+              "ATTACH); by default it reaches nothing but the database.")
 @output_options
 @friendly_errors
-def sql(query: str, db: str, fmt: str) -> None:
-    """Run a SQL query on a read-only connection to the database."""
+def sql(query: str, db: str, allow_files: bool, fmt: str) -> None:
+    """Run a SQL query on a read-only connection to the database.
+
+    The query reaches nothing outside the database (no files, network or extensions; settings locked), so a
+    query pasted from elsewhere cannot read or overwrite files; --allow-files lifts that."""
     import duckdb
 
-
     with reading(db) as store:
+        if not allow_files:
+            store.confine()
         try:
             columns, rows = store.query(query)
         except duckdb.Error as exc:
-            raise click.ClickException(f"SQL error: {exc}") from None
+            confined = isinstance(exc, duckdb.PermissionException) or "configuration has been locked" in str(exc)
+            hint = CONFINED if confined and not allow_files else ""
+            raise click.ClickException(f"SQL error: {exc}{hint}") from None
     print_rows(columns, rows, fmt)

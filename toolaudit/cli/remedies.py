@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import click
 
-from toolaudit.cli.common import Proportion, db_option, friendly_errors, output_options, print_rows, reading
+from toolaudit.cli.common import (
+    Proportion,
+    db_option,
+    friendly_errors,
+    output_options,
+    print_rows,
+    reading,
+    rule_option,
+)
 from toolaudit.cli.show import show_summary
 from toolaudit.report.output import format_table, pct, to_json
 
@@ -31,6 +39,13 @@ def frontier_text(f, title: str) -> list[str]:
     return lines
 
 
+def _rule_lines(f) -> list[str]:
+    """The rule that decided `in budget` and the recommendations, as `check` prints it."""
+    from toolaudit.analysis.rules import rule_line
+
+    return ["", rule_line(f.budget.rule)] if f.budget.given else []
+
+
 def show_frontiers(overall, per_customer: list, fmt: str, head: str) -> None:
     if fmt == "json":
         click.echo(to_json({"overall": overall.as_dict(), "customers": [f.as_dict() for f in per_customer]}))
@@ -43,7 +58,7 @@ def show_frontiers(overall, per_customer: list, fmt: str, head: str) -> None:
     lines = [head, *frontier_text(overall, "all customers")]
     for f in per_customer:
         lines += ["", *frontier_text(f, f"customer {f.customer}")]
-    click.echo("\n".join(lines))
+    click.echo("\n".join(lines + _rule_lines(overall)))
 
 
 def matrix_head(store, run: dict) -> str:
@@ -64,11 +79,16 @@ def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls:
 def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None) -> None:
     """A run as `summary` shows it: a matrix as its frontier, any other run as its summary."""
     from toolaudit.analysis.figures import run_summary
+    from toolaudit.analysis.floor import is_floor
 
-    if store.run_row(run_id)["kind"] == "matrix":
-        show_matrix(store, run_id, fmt, budget)
-    else:
-        show_summary(run_summary(store, run_id), fmt, db)
+    run = store.run_row(run_id)
+    if run["kind"] == "matrix":
+        members = [m for m in store.matrix_members(run["run_id"]) if not is_floor(store, m["run_id"])]
+        if len(members) != 1:  # candidates side by side (the floor among them)
+            show_matrix(store, run["run_id"], fmt, budget)
+            return
+        run_id = members[0]["run_id"]  # one candidate and its noise floor: the candidate's summary, floor beside
+    show_summary(run_summary(store, run_id), fmt, db)
 
 
 @click.command(name="frontier")
@@ -78,15 +98,18 @@ def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=
 @click.option("--max-session-drift", type=Proportion(), help="Session drift budget for the recommendation.")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for session drift (default: "
               "each customer's mean).")
+@rule_option
 @output_options
 @friendly_errors
 def frontier_cmd(db: str, run_id: int | None, max_call_drift: float | None, max_session_drift: float | None,
-                 session_calls: float | None, fmt: str) -> None:
+                 session_calls: float | None, rule: str | None, fmt: str) -> None:
     """Candidates of a remedy matrix side by side, and per customer the fastest one within the budget.
 
-    The recommendation uses the 95% upper bounds: a candidate is recommended only when the data show it is
-    within budget; otherwise the answer is target-only (the baseline)."""
+    The budget is judged by the rule `check` uses (default: the 95% upper bound, so a candidate is recommended
+    only when the data show it is within budget; otherwise the answer is target-only, the baseline)."""
     from toolaudit.analysis.frontier import Budget
+    from toolaudit.cli.common import gate_rule
 
+    budget = Budget(max_call_drift, max_session_drift, gate_rule(rule))
     with reading(db) as store:
-        show_matrix(store, run_id, fmt, Budget(max_call_drift, max_session_drift), session_calls)
+        show_matrix(store, run_id, fmt, budget, session_calls)

@@ -21,6 +21,7 @@ from toolaudit.cli.common import (
     shard_option,
     verbose_option,
 )
+from toolaudit.cli.interrupts import interruptible, watch_store
 from toolaudit.cli.remedies import show_run
 from toolaudit.report.output import to_json
 
@@ -46,7 +47,6 @@ def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, ver
 def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, ray=None) -> None:
     from toolaudit.replay.replayer import replay_traces
     from toolaudit.store import Store
-    from toolaudit.store.queries import latest_interrupted_run
 
     engines = None
     if ray is not None:  # engine calls on a Ray cluster; the rows are written here as in process
@@ -54,16 +54,13 @@ def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, r
 
         engines = RayEnginePool(ray, logs=logs)
     with Store(db) as store:
+        watch_store(store)  # Ctrl-C or SIGTERM: `interruptible` prints `replay --resume RUN`
         bar = _LazyBar(store.publish_snapshots("replay", on_error=_warn))  # readers follow the run meanwhile
         try:
             run_id, counts = replay_traces(store, options, progress=bar.update, resume=resume,
                                            on_total=bar.start, logs=logs, engines=engines)
-        except KeyboardInterrupt:
+        finally:
             bar.close()
-            interrupted = latest_interrupted_run(store)
-            hint = f" --resume {interrupted}" if interrupted is not None else ""
-            raise click.ClickException(f"interrupted; finish it with: toolaudit replay{hint} --db {db}") from None
-        bar.close()
         for warning in counts.warnings:
             click.echo(f"warning: {warning}", err=True)
         if counts.skipped:
@@ -119,6 +116,8 @@ class _LazyBar:
 @click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
               help="Calls per engine call and per transaction (a kill loses at most one chunk).")
 @click.option("--run-name", help="A name for this run.")
+@click.option("--noise-floor", is_flag=True, help="Also decode the baseline again with other batch neighbours (half "
+              "its batch size) and show every candidate's drift beside that floor, with the excess paired by call.")
 @click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
               "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics).")
 @click.option("--max-tokens", type=click.IntRange(1), help="Set every path's max_tokens (an answer cut there is "
@@ -133,11 +132,12 @@ class _LazyBar:
 @verbose_option
 @output_options
 @friendly_errors
+@interruptible
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
-           run_name: str | None, numerics: str | None, max_tokens: int | None, trace_format: str, session_key: str,
-           customer_key: str,
-           schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
+           run_name: str | None, noise_floor: bool, numerics: str | None, max_tokens: int | None,
+           trace_format: str, session_key: str, customer_key: str, schema_dir: str, shard, collected: str | None,
+           since: str | None, sample: int | None,
            per_customer: bool, seed: str, ray_address: str | None, ray_workers: int | None, verbose: bool,
            fmt: str) -> None:
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
@@ -150,9 +150,10 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     check_collected(collected, since, sample, per_customer, seed)
     if resume is None and not traces and collected is None:
         raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
-    if resume is not None and (traces or shard or numerics or collected or max_tokens):
-        raise click.UsageError("--resume takes its traces, paths, numerics, max_tokens and shard from the run; do "
-                               "not pass trace files, --collected, --numerics, --max-tokens or --shard")
+    if resume is not None and (traces or shard or numerics or collected or noise_floor or max_tokens):
+        raise click.UsageError("--resume takes its traces, paths, numerics, max_tokens, shard and noise floor from "
+                               "the run; do not pass trace files, --collected, --numerics, --max-tokens, --shard or "
+                               "--noise-floor")
     if collected is not None and traces:
         raise click.UsageError("give trace files or --collected DIR, not both")
     if collected is not None:
@@ -164,11 +165,12 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             run_name=run_name, chunk=chunk, session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
                             trace_format=None if trace_format == "auto" else trace_format,
-                            shard=shard.as_dict() if shard else None, numerics=numerics, max_tokens=max_tokens)
+                            shard=shard.as_dict() if shard else None, numerics=numerics, noise_floor=noise_floor,
+                            max_tokens=max_tokens)
     _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
 
 
-MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft")
+MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft", "spec-ngram-invariant")
 # The demo's sample: the first 3 calls of each session, first 180 of them (demo.jsonl keeps a session's calls
 # together, so that is the first 60 of its 68 sessions, all 4 customers): enough calls for a drift rate with a
 # useful interval, small enough for a replay of minutes on emulated bf16 (docs/benchmarks.md). Two chunks of
@@ -185,17 +187,22 @@ DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
               help="bf16 numerics: native kernels, or emulated on float32 kernels (auto: native where the CPU "
                    "has bf16 matmul, e.g. AVX512-BF16/AMX; emulated on AVX2-only CPUs).")
 @click.option("--matrix", is_flag=True, help="A remedy matrix instead: target against spec-ngram, spec-ngram-k3, "
-              "spec-ngram-fp32 and spec-draft (the target's first 8 layers as draft model) on the first 2 calls of "
-              "each session, with the recommendation per customer.")
+              "spec-ngram-fp32, spec-draft (the target's first 8 layers as draft model) and spec-ngram-invariant "
+              "(batch-invariant kernels) on the first 2 calls of each session, with the recommendation per customer.")
 @click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
               help="With --matrix: the session drift budget the recommendation uses.")
+@click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
+              help="Decode the baseline a second time with other batch neighbours (batch 8 against 16) and show "
+                   "the drift beside that floor (the demo's calls cost about half again as long).")
 @click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
               help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
                    "compared).")
 @verbose_option
 @output_options
 @friendly_errors
-def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, max_tokens: int,
+@interruptible
+def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, noise_floor: bool,
+         max_tokens: int,
          verbose: bool, fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
     from toolaudit.engines import make_engine
@@ -212,10 +219,11 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                             chunk=ReplayOptions.chunk if matrix else DEMO_CHUNK,
                             run_name="demo-matrix" if matrix else "demo",
                             schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics,
-                            max_tokens=max_tokens)
+                            noise_floor=noise_floor and not matrix, max_tokens=max_tokens)
     # What the baseline engine says of itself: the numerics it resolved `--numerics` to, on which CPU.
     components = make_engine(resolve_paths(options)[0]).fingerprint_components()
-    click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)} (bf16 numerics "
+    floor = " and the noise floor target-floor (batch 8)" if options.noise_floor else ""
+    click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)}{floor} (bf16 numerics "
                f"{components['numerics']}, CPU {components['cpu_capability']}); results in {db}", err=True)
     if not matrix:
         _run_replay(db, options, None, fmt, verbose=verbose)

@@ -50,6 +50,27 @@ def not_compared_lines(nc: dict) -> list[str]:
     return lines
 
 
+def signed(p: float) -> str:
+    return f"{p * 100:+.2f}pp"
+
+
+def floor_lines(f: dict | None) -> list[str]:
+    """The candidate beside its noise floor (the baseline decoded again with other batch neighbours)."""
+    if not f:
+        return []
+    cand, floor, ex = f["candidate"], f["floor"], f["excess"]
+    return [
+        f"  noise floor           {floor['drifted_calls']} ({pct(floor['drift_rate'])}, 95% CI "
+        f"{pct(floor['ci_low'])}-{pct(floor['ci_high'])}): {f['floor_path']}, the baseline path with other batch "
+        f"neighbours (run {f['floor_run_id']})",
+        f"  beyond the floor      {signed(ex['estimate'])} (95% CI {signed(ex['low'])} to {signed(ex['high'])}), "
+        f"paired on {f['calls']} calls: {f['only_candidate']} drifted on the candidate only, "
+        f"{f['only_floor']} on the floor only, {f['both']} on both",
+        f"                        (candidate {pct(cand['drift_rate'])} on these calls; a call the floor flips too "
+        "is not the candidate's doing)",
+    ]
+
+
 def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
     if fmt == "json":
         click.echo(to_json(s))
@@ -73,6 +94,7 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
         *not_compared_lines(s.get("not_compared") or {}),
         f"  error rows            {s['error_rows']}",
         *problem_lines(s, db),
+        *floor_lines(s.get("noise_floor")),
         "",
     ]
     click.echo("\n".join(lines))
@@ -93,6 +115,12 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
     rows = [[c["customer"], c["calls"], c["drifted_calls"], pct(c["drift_rate"]),
              f"{pct(c['ci_low'])}-{pct(c['ci_high'])}", c["sessions"], pct(c["observed_session_drift"]),
              pct(c["compounded_session_drift_run_rates"])] for c in s["customers"]]
+    if s.get("noise_floor"):
+        cols += ["floor", "excess (95% CI)"]
+        for row, c in zip(rows, s["customers"]):
+            row += ["-", "-"] if c.get("floor_drift_rate") is None else [
+                pct(c["floor_drift_rate"]), f"{signed(c['excess'])} ({signed(c['excess_ci_low'])} to "
+                f"{signed(c['excess_ci_high'])})"]
     click.echo(format_table(cols, rows))
     worst = s.get("worst_example")
     if worst:

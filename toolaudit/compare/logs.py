@@ -125,15 +125,16 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
         run_id = store.create_run("compare", options.run_name, options.baseline_name, options.candidate_name,
                                   str(baseline_path), str(candidate_path), run_options)
         try:
-            _Comparison(store, run_id, sources, options, counts, progress, tmp, scans).run()
-        except BaseException:
-            store.set_status(run_id, "interrupted")
+            try:
+                _Comparison(store, run_id, sources, options, counts, progress, tmp, scans).run()
+            finally:
+                for src in sources:
+                    src.close()
+                sources.clear()
+            store.finish_run(run_id, counts.as_dict())
+        except BaseException:  # an error, Ctrl-C or SIGTERM (see cli/interrupts.py); the next writer rolls it back
+            store.mark_interrupted([run_id])
             raise
-        finally:
-            for src in sources:
-                src.close()
-            sources.clear()
-    store.finish_run(run_id, counts.as_dict())
     return run_id, counts
 
 

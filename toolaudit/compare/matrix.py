@@ -37,10 +37,10 @@ def compare_matrix(store: Store, baseline: str | Path, candidates: list[str | Pa
                                                                         run_name=label), progress, scans)
             store.join_matrix(run_id, matrix)
             done[name] = run_id, counts
+        store.finish_run(matrix, {"candidates": {name: run_id for name, (run_id, _) in done.items()}})
     except BaseException:
-        store.set_status(matrix, "interrupted")
+        store.mark_interrupted([matrix])
         raise
-    store.finish_run(matrix, {"candidates": {name: run_id for name, (run_id, _) in done.items()}})
     return matrix, done
 
 

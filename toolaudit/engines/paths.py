@@ -99,7 +99,9 @@ def builtin_paths() -> dict[str, PathConfig]:
     """`target` (greedy, bf16) and `spec-ngram` (the same plus n-gram speculation, k=5): the default
     comparison. Remedies for a matrix (`toolaudit demo --matrix`): `spec-ngram-k3` (fewer speculative tokens),
     `spec-ngram-fp32` (speculation in float32), and `target-fp32`. `spec-draft`: draft-model speculation with
-    the target's own first 8 layers as the draft (`smollm2-135m:first8`, k=3; docs/benchmarks.md measures it)."""
+    the target's own first 8 layers as the draft (`smollm2-135m:first8`, k=3; docs/benchmarks.md measures it).
+    `target-invariant` and `spec-ngram-invariant`: the same on batch-invariant kernels (`batch_invariant`), where
+    batching noise is gone and speculation is exact in bf16 too (the remedy matrix offers the latter)."""
     target = PathConfig(name="target")
     spec = replace(
         target,
@@ -112,7 +114,10 @@ def builtin_paths() -> dict[str, PathConfig]:
     target32 = replace(target, name="target-fp32", dtype="float32")
     draft = replace(target, name="spec-draft", speculative=SpeculativeConfig(
         method="draft_model", num_speculative_tokens=3, model=f"{DEFAULT_MODEL}:first8"))
-    return {p.name: p for p in (target, spec, k3, fp32, target32, draft)}
+    invariant = {"batch_invariant": True}
+    target_inv = replace(target, name="target-invariant", options=invariant)
+    spec_inv = replace(spec, name="spec-ngram-invariant", options=invariant)
+    return {p.name: p for p in (target, spec, k3, fp32, target32, draft, target_inv, spec_inv)}
 
 
 def load_paths(file: Path | str | None = None) -> dict[str, PathConfig]:

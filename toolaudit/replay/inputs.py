@@ -52,6 +52,9 @@ class ReplayOptions:
     calls_per_session: int | None = None
     # Only the sessions of one shard ({"index": K, "count": N}, see toolaudit.ingest.shards), after `limit`.
     shard: dict[str, int] | None = None
+    # Also decode the baseline path again under another batch composition (`noise_floor_path`), as one more
+    # candidate: its drift against the baseline is the floor every candidate's drift is read beside.
+    noise_floor: bool = False
     # Overrides every path's `max_tokens` (a common key): an answer cut there is truncated, not compared.
     max_tokens: int | None = None
 
@@ -140,7 +143,39 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
     chosen = apply_overrides([paths[options.baseline], *(paths[n] for n in names)], options.overrides)
     if options.max_tokens is not None:
         chosen = [replace(p, max_tokens=options.max_tokens) for p in chosen]
+    # The baseline against itself: decoded in the same batches both copies always agree and measure nothing, so
+    # the second copy is the noise-floor path (other batch neighbours).
+    chosen = [chosen[0], *(noise_floor_path(chosen[0]) if n == options.baseline else p
+                           for n, p in zip(names, chosen[1:]))]
+    if options.noise_floor and options.baseline in names:
+        raise ConfigError("--noise-floor with the baseline as a candidate: that candidate is the noise floor already")
+    if options.noise_floor:
+        floor = noise_floor_path(chosen[0])
+        if floor.name in paths or floor.name in names:
+            raise ConfigError(f"--noise-floor: a path named {floor.name!r} exists already; rename it")
+        chosen.append(floor)
     return chosen[0], chosen[1:]
+
+
+# Engine keys that set how many calls decode together (torch `max_batch`, vLLM `max_num_seqs`, an endpoint's
+# `concurrency`): like `batch_size`, batch composition, not decoding.
+BATCH_KEYS = ("max_batch", "max_num_seqs", "concurrency")
+
+
+def noise_floor_path(baseline: PathConfig) -> PathConfig:
+    """The baseline decoded again with other batch neighbours: half its batch size (and half `max_batch` where
+    the path sets one; 2 for a batch-1 path), so each call shares its steps with other calls, in other shapes.
+    Everything else is the baseline's, so its drift against the baseline is batching noise alone (a run on
+    identical batches would always agree and measure nothing). An engine with no batch of its own (an
+    endpoint) sees other concurrency: its server's batches differ the same way."""
+    def other(rows: int) -> int:
+        return 2 if rows <= 1 else rows // 2
+
+    options = dict(baseline.options)
+    for key in BATCH_KEYS:
+        if isinstance(options.get(key), int):
+            options[key] = other(options[key])
+    return replace(baseline, name=f"{baseline.name}-floor", batch_size=other(baseline.batch_size), options=options)
 
 
 def apply_overrides(paths: list[PathConfig], overrides: dict[str, Any]) -> list[PathConfig]:

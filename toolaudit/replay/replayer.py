@@ -81,43 +81,54 @@ class Replayer:
 
     def run(self, run_id: int, progress: Progress | None = None, on_total: Callable[[int], None] | None = None
             ) -> ReplayCounts:
-        members = self.members(run_id)
-        runs = {run_id, *(m.run_id for m in members)}
+        """Replay what the run still lacks, then finish its runs. Stopped anywhere (an error, Ctrl-C, SIGTERM),
+        the runs not yet complete are marked `interrupted` for `--resume`, their whole chunks kept."""
+        runs = {run_id}
         self.store.active_run = run_id  # named in the snapshots readers see meanwhile
-        for rid in runs:
-            self.store.set_status(rid, "running")
         try:
-            lengths: dict[str, float] = {}
-            warnings: list[str] = []
-            calls, bad_lines, stats = load_calls(self.options, lengths, warnings)
-            # the traces' own session lengths, for session drift when the replay samples calls (see frontier)
-            self.store.update_options(run_id, {"trace_session_calls": lengths})
-            for m in members:
-                self.rows.trace_errors(m.run_id, bad_lines)
-                done = self.store.stored_call_keys(m.run_id)
-                m.todo = {c.key for c in calls if c.key not in done}
-            needed = [c for c in calls if any(c.key in m.todo for m in members)]
-            counts = ReplayCounts(traces=stats, calls=len(calls), replayed=len(needed),
-                                  skipped=len(calls) - len(needed), warnings=warnings)
-            self.schedule().run(run_id, members, needed, progress, on_total)
-        except BaseException:
+            members = self.members(run_id)
+            runs |= {m.run_id for m in members}
             for rid in runs:
-                self.store.set_status(rid, "interrupted")
+                self.store.set_status(rid, "running")
+            try:
+                counts, calls, stats = self._replay(run_id, members, progress, on_total)
+            finally:  # free models and engine processes (vLLM workers spin while idle) as soon as the run ends
+                for path in (self.baseline_path, *self.candidate_paths):
+                    self.engines.release(path)
+            self._finish(run_id, members, counts, len(calls), stats)
+        except BaseException:
+            self.store.mark_interrupted(runs)
             raise
-        finally:  # free models and engine processes (vLLM workers spin while idle) as soon as the run ends
-            for path in (self.baseline_path, *self.candidate_paths):
-                self.engines.release(path)
+        return counts
+
+    def _replay(self, run_id: int, members: list[Member], progress: Progress | None,
+                on_total: Callable[[int], None] | None) -> tuple[ReplayCounts, list, dict]:
+        lengths: dict[str, float] = {}
+        warnings: list[str] = []
+        calls, bad_lines, stats = load_calls(self.options, lengths, warnings)
+        # the traces' own session lengths, for session drift when the replay samples calls (see frontier)
+        self.store.update_options(run_id, {"trace_session_calls": lengths})
+        for m in members:
+            self.rows.trace_errors(m.run_id, bad_lines)
+            done = self.store.stored_call_keys(m.run_id)
+            m.todo = {c.key for c in calls if c.key not in done}
+        needed = [c for c in calls if any(c.key in m.todo for m in members)]
+        counts = ReplayCounts(traces=stats, calls=len(calls), replayed=len(needed),
+                              skipped=len(calls) - len(needed), warnings=warnings)
+        self.schedule().run(run_id, members, needed, progress, on_total)
+        return counts, calls, stats
+
+    def _finish(self, run_id: int, members: list[Member], counts: ReplayCounts, calls: int, stats: dict) -> None:
         counts.errors = sum(m.errors for m in members)
         shard = {"shard": self.options.shard} if self.options.shard else {}
         for m in members:
-            mine = ReplayCounts(traces=stats, calls=len(calls), replayed=len(m.todo),
-                                skipped=len(calls) - len(m.todo), errors=m.errors)
+            mine = ReplayCounts(traces=stats, calls=calls, replayed=len(m.todo),
+                                skipped=calls - len(m.todo), errors=m.errors)
             self.store.finish_run(m.run_id, {"replay": mine.stored(), "baseline": _sum_stats(stats),
                                              "candidate": _sum_stats(stats), **shard})
         if run_id not in {m.run_id for m in members}:
             self.store.finish_run(run_id, {"replay": counts.stored(), "input": _sum_stats(stats), **shard,
                                            "candidates": {m.path.name: m.run_id for m in members}})
-        return counts
 
 
 def _sum_stats(stats: dict[str, dict]) -> dict[str, int]:

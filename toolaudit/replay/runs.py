@@ -10,7 +10,7 @@ from toolaudit.compare.pairs import Analyzer
 from toolaudit.engines.fingerprint import fingerprint
 from toolaudit.engines.paths import PathConfig
 from toolaudit.replay.engine_pool import EnginePool
-from toolaudit.replay.inputs import ReplayOptions
+from toolaudit.replay.inputs import BATCH_KEYS, ReplayOptions
 from toolaudit.store import Store
 from toolaudit.validate.schemas import SchemaRegistry
 
@@ -37,23 +37,26 @@ class RunRows:
         self.baseline, self.candidates = baseline, candidates
 
     def create(self) -> int:
-        """One run, or a matrix run and one run per candidate. Returns the run to drive."""
+        """One run, or a matrix run and one run per candidate, written in one transaction (a matrix stopped
+        half-made would resume without its missing candidates). Returns the run to drive."""
         base = self.baseline
         base_components = self.engines.fingerprint_components(base)
-        if len(self.candidates) == 1:
-            return self._create_member(self.candidates[0], base_components, None)
-        names = [p.name for p in self.candidates]
-        options = self.options.as_dict() | {"baseline_config": base.config_dict(),
-                                            "baseline_fingerprint_components": base_components}
-        matrix = self.store.create_run("matrix", self.options.run_name, base.name, ", ".join(names),
-                                       describe(base), "; ".join(describe(p) for p in self.candidates),
-                                       options, fingerprint(base_components))
-        for path in self.candidates:
-            self._create_member(path, base_components, matrix)
+        components = [self.engines.fingerprint_components(p) for p in self.candidates]
+        with self.store.transaction():
+            if len(self.candidates) == 1:
+                return self._create_member(self.candidates[0], base_components, components[0], None)
+            names = [p.name for p in self.candidates]
+            options = self.options.as_dict() | {"baseline_config": base.config_dict(),
+                                                "baseline_fingerprint_components": base_components}
+            matrix = self.store.create_run("matrix", self.options.run_name, base.name, ", ".join(names),
+                                           describe(base), "; ".join(describe(p) for p in self.candidates),
+                                           options, fingerprint(base_components))
+            for path, mine in zip(self.candidates, components):
+                self._create_member(path, base_components, mine, matrix)
         return matrix
 
-    def _create_member(self, path: PathConfig, base_components: dict, matrix_id: int | None) -> int:
-        components = self.engines.fingerprint_components(path)
+    def _create_member(self, path: PathConfig, base_components: dict, components: dict,
+                       matrix_id: int | None) -> int:
         options = self.options.as_dict() | {
             "candidate": path.name,
             "baseline_config": self.baseline.config_dict(),
@@ -82,11 +85,12 @@ class RunRows:
 
 
 def same_decoding(a: PathConfig, b: PathConfig) -> bool:
-    """A noise-floor run: the same path on both sides, batch size aside (batch shape is itself a source of
-    drift, which is what a batch-size noise floor measures)."""
+    """A noise-floor run: the same path on both sides, batch size (and the engine keys that set it) aside: batch
+    shape is itself a source of drift, which is what a batch-size noise floor measures."""
     first, second = a.config_dict(), b.config_dict()
-    first.pop("batch_size", None)
-    second.pop("batch_size", None)
+    for config in (first, second):
+        config.pop("batch_size", None)
+        config["options"] = {k: v for k, v in (config.get("options") or {}).items() if k not in BATCH_KEYS}
     return first == second
 
 

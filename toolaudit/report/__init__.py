@@ -8,12 +8,13 @@ files. Import order runs one way only: data <- text <- markdown, html (<- charts
 from toolaudit.report.data import ReportError, ReportOptions, customer_report, customers_of, is_noise_floor, slugs
 from toolaudit.report.html import render_html
 from toolaudit.report.markdown import render_markdown
-from toolaudit.report.write import FORMATS, parse_formats, render_json, write_reports
+from toolaudit.report.write import FORMATS, Written, parse_formats, render_json, write_reports, write_reports_detailed
 
 __all__ = [
     "FORMATS",
     "ReportError",
     "ReportOptions",
+    "Written",
     "customer_report",
     "customers_of",
     "is_noise_floor",
@@ -23,4 +24,5 @@ __all__ = [
     "render_markdown",
     "slugs",
     "write_reports",
+    "write_reports_detailed",
 ]

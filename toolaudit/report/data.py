@@ -198,7 +198,22 @@ def _paths(store: Store, rid: int, customer: str, run: dict, head: dict) -> list
 
 
 def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None:
-    """The latest other noise-floor run, measured on this customer's calls only; None when none covers it."""
+    """The run's own noise floor (the baseline decoded again in the same replay, `--noise-floor`) with the
+    candidate's excess over it paired by call; else the latest other noise-floor run, measured on this
+    customer's calls only; None when none covers it."""
+    from toolaudit.analysis.floor import floor_figures
+
+    own = floor_figures(store, rid, customer)
+    if own is not None and own.calls:
+        run = store.run_row(own.floor_run_id)
+        calls, drifted, exact, top_margin = rq.matched_counts(store, own.floor_run_id, customer)
+        return {"run_id": own.floor_run_id, "run_name": run["name"],
+                "created_at": run["created_at"].isoformat(sep=" ", timespec="seconds"),
+                "path_name": own.floor_path, "calls": own.calls, "drifted_calls": own.floor.k,
+                "drift_rate": own.floor.p, "ci_low": own.floor.low, "ci_high": own.floor.high,
+                "exact_match_rate": exact / calls if calls else None, "max_drift_margin": top_margin,
+                "excess": own.excess.estimate, "excess_ci_low": own.excess.low, "excess_ci_high": own.excess.high,
+                "only_candidate": own.only_candidate, "only_floor": own.only_floor, "both": own.both}
     candidates = [r for r in rq.other_runs(store, rid) if is_noise_floor(r)]
     for run in candidates:
         calls, drifted, exact, top_margin = rq.matched_counts(store, run["run_id"], customer)

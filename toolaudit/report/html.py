@@ -150,6 +150,11 @@ def _cards(r: dict) -> str:
               f"run {nf['run_id']} · {nf['calls']:,} calls · same path twice")
         if nf else _card("Noise floor", "n/a", "no noise-floor run for this customer"),
     ]
+    if nf and nf.get("excess") is not None:
+        cards.append(_card("Beyond the floor", f"{nf['excess'] * 100:+.2f} pts",
+                           f"paired by call · 95% CI {nf['excess_ci_low'] * 100:+.2f} to "
+                           f"{nf['excess_ci_high'] * 100:+.2f} · {nf['only_candidate']:,} calls on the candidate "
+                           "only"))
     return '<section class="cards">' + "".join(cards) + "</section>"
 
 

@@ -112,8 +112,13 @@ def _md_paths(r: dict) -> list[str]:
     out += md_table(["path", "role", "calls", "exact-match outputs", "tool-call mismatch", "tokens/s",
                       "acceptance", "errors", "fingerprint"], rows, numeric=range(2, 8))
     if not nf:
-        out += [("No noise-floor run covers this customer: run the baseline path against itself to separate "
-                 "run-to-run nondeterminism from speculative-decoding drift."), ""]
+        out += [("No noise-floor run covers this customer: replay with --noise-floor (the baseline decoded again "
+                 "with other batch neighbours) to separate batching noise from the candidate's drift."), ""]
+    elif nf.get("excess") is not None:
+        out += [(f"Drift beyond the noise floor, paired by call: {nf['excess'] * 100:+.2f} points (95% CI "
+                 f"{nf['excess_ci_low'] * 100:+.2f} to {nf['excess_ci_high'] * 100:+.2f}); {nf['only_candidate']} "
+                 f"calls drifted on the candidate only, {nf['only_floor']} on the floor only, {nf['both']} on "
+                 "both (not the candidate's doing)."), ""]
     return out
 
 

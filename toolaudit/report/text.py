@@ -40,6 +40,11 @@ def headline_sentences(r: dict) -> list[str]:
         lines.append(f"Noise floor (run {nf['run_id']}, {nf['path_name']} against itself): "
                      f"{pct(nf['drift_rate'])} of {nf['calls']:,} calls drifted "
                      f"(95% CI {pct(nf['ci_low'])} to {pct(nf['ci_high'])}).")
+        if nf.get("excess") is not None:
+            lines.append(f"Beyond the floor, paired by call: {nf['excess'] * 100:+.2f} points (95% CI "
+                         f"{nf['excess_ci_low'] * 100:+.2f} to {nf['excess_ci_high'] * 100:+.2f}); "
+                         f"{nf['only_candidate']} calls drifted on the candidate only, {nf['only_floor']} on the "
+                         "floor only.")
     if m["large_margin"]:
         lines.append(f"{m['large_margin']} drifted call(s) diverged at a token the baseline preferred by "
                      f"{m['threshold']:g} logit or more: possible decode-path bug, see the examples.")

@@ -3,6 +3,7 @@ owns every transaction (each rolls back on failure); the SQL of the other store 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -44,6 +45,20 @@ def _open_error(path: str, exc: Exception) -> StoreError:
     return StoreError(f"{path}: cannot open database: {text}")
 
 
+def _writer_locked(path: str, pid: int | None, connect: Callable[[str], duckdb.DuckDBPyConnection]
+                   ) -> DatabaseLocked:
+    """What a writer that finds the file held is told: not the readers' snapshot advice (a writer cannot use a
+    snapshot), but to wait or write elsewhere; naming the toolaudit run that holds it when its snapshot says."""
+    holder = f"held by process {pid}" if pid else "held by another process"
+    found = open_snapshot(path, pid, connect) if pid else None
+    if found is not None:
+        found[0].close()
+        note = found[1]
+        holder += f": toolaudit {note.command}" + (f" run {note.run_id}" if note.run_id is not None else "")
+    return DatabaseLocked(f"{path}: database is locked by another writer ({holder}); only one process may write "
+                          f"a database at a time: wait for it to finish, or use another --db", pid)
+
+
 def _check_header(path: str) -> None:
     """Refuse files that are not DuckDB before DuckDB tries to interpret (or extend) them."""
     try:
@@ -63,7 +78,11 @@ class Store:
     commands query exist; when that is not possible (another process holds the file), it opens as it is.
 
     A read-only open of a file that a replay or compare is writing opens that writer's snapshot instead
-    (`snapshot.py`); `snapshot` then says how current it is. Writer against writer stays an error."""
+    (`snapshot.py`); `snapshot` then says how current it is. Writer against writer stays an error, told as a
+    writer needs it (wait, or another --db).
+
+    A writer that created the file and fails before its first run row (a missing trace file, a bad
+    paths.toml, Ctrl-C) removes it again: a failed command leaves no empty database behind."""
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = str(path)
@@ -71,13 +90,17 @@ class Store:
         self.active_run: int | None = None  # the run this writer is writing (named in its snapshots)
         self.after_commit: Callable[[], None] | None = None  # e.g. a throttled snapshot
         self._publisher: SnapshotPublisher | None = None
+        self._writing: set[int] = set()  # runs this store made or resumed and has not finished
         if read_only and not Path(self.path).exists():
             raise StoreError(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
         _check_header(self.path)
+        self._created = not read_only and not Path(self.path).exists()  # removed again if nothing is written
         try:
             self.con = self._connect(read_only)
         except DatabaseLocked as locked:
-            found = open_snapshot(self.path, locked.pid, self._connect_snapshot) if read_only else None
+            if not read_only:
+                raise _writer_locked(self.path, locked.pid, self._connect_snapshot) from None
+            found = open_snapshot(self.path, locked.pid, self._connect_snapshot)
             if found is None:
                 raise DatabaseLocked(f"{self.path}: database is locked by another writer"
                                      f"{f' (held by process {locked.pid})' if locked.pid else ''} and no "
@@ -87,8 +110,12 @@ class Store:
             self.con, self.snapshot = found
             return
         if not read_only:
-            self.migrate()
-            settle_dead_runs(self.con, self.path)
+            try:
+                self.migrate()
+                settle_dead_runs(self.con, self.path)
+            except BaseException:
+                self.close(failed=True)
+                raise
         elif 0 < self._check_version() < MIGRATIONS[-1][0]:
             self._upgrade()
 
@@ -131,14 +158,33 @@ class Store:
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
+        self.close(failed=exc_type is not None)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Close the file. After a failure, the runs this store left `running` are marked `interrupted` (whatever
+        the failure interrupted), and a file this store created that holds no run is removed."""
+        if failed and self._writing:
+            with contextlib.suppress(duckdb.Error):
+                self.mark_interrupted(list(self._writing))
+        empty = failed and self._created and self._holds_no_run()
         self.con.close()
         if self._publisher is not None:  # after the main file is free: a reader then opens that
             self._publisher.remove()
             self._publisher = None
+        if empty:
+            for leftover in (self.path, f"{self.path}.wal"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(leftover).unlink()
+
+    def _holds_no_run(self) -> bool:
+        """True only when the file surely holds no run (an unreadable state keeps the file)."""
+        try:
+            return self.con.execute("SELECT count(*) FROM runs").fetchall()[0][0] == 0
+        except duckdb.CatalogException:  # stopped before the migration that makes `runs`
+            return True
+        except duckdb.Error:
+            return False
 
     # -- schema -------------------------------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -177,10 +223,11 @@ class Store:
         self.con.execute("BEGIN TRANSACTION")
         try:
             yield self.con
+            self.con.execute("COMMIT")  # inside: a signal that lands just before it still rolls back
         except BaseException:
-            self.con.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):  # a COMMIT that failed has ended the transaction itself
+                self.con.execute("ROLLBACK")
             raise
-        self.con.execute("COMMIT")
         if self.after_commit is not None:
             self.after_commit()
 
@@ -194,6 +241,7 @@ class Store:
         if matrix_id is None:
             self.active_run = run_id
         LIVE.add(live_key(self.path, run_id))  # see recovery.py: not a dead writer's run
+        self._writing.add(run_id)
         if matrix_id is not None and name is None:  # candidates are told apart by name inside a matrix
             name = f"run-{matrix_id}/{candidate_name}"
         self.con.execute(
@@ -221,13 +269,36 @@ class Store:
             con.execute("UPDATE runs SET status = ?, finished_at = ?, counts = ? WHERE run_id = ?",
                         [status, _now(), json_text(counts), run_id])
         LIVE.discard(live_key(self.path, run_id))
+        self._writing.discard(run_id)
 
     def set_status(self, run_id: int, status: str) -> None:
         self.con.execute("UPDATE runs SET status = ? WHERE run_id = ?", [status, run_id])
         if status == "running":  # a resumed run is this process's again
             LIVE.add(live_key(self.path, run_id))
+            self._writing.add(run_id)
         else:
             LIVE.discard(live_key(self.path, run_id))
+            self._writing.discard(run_id)
+
+    def mark_interrupted(self, run_ids: Iterable[int]) -> None:
+        """Runs stopped by an error, Ctrl-C or SIGTERM: `running` becomes `interrupted` (`replay --resume`, or
+        the same compare again, finishes them). A run that already completed stays `complete`: the stop may come
+        after its last commit."""
+        ids = list(run_ids)
+        if not ids:
+            return
+        # a batch run is `running` while it waits for its other side: that is no interruption (recovery.py)
+        self.con.execute(f"UPDATE runs SET status = 'interrupted' WHERE status = 'running' AND kind <> 'batch' "
+                         f"AND run_id IN ({', '.join('?' * len(ids))})", ids)
+        for run_id in ids:
+            LIVE.discard(live_key(self.path, run_id))
+            self._writing.discard(run_id)
+
+    def confine(self) -> None:
+        """No file, network or extension access for the rest of this connection, and no setting can change
+        again (so a query cannot turn access back on): for SQL a user passes through (`toolaudit sql`)."""
+        self.con.execute("SET enable_external_access = false")
+        self.con.execute("SET lock_configuration = true")
 
     def run_row(self, run_id: int | None) -> dict:
         """The given run, or the latest one (a matrix rather than its last candidate)."""

@@ -73,12 +73,6 @@ def call_count(store: Store, run_id: int) -> int:
     return store.query("SELECT count(*) FROM calls WHERE run_id = ?", [run_id])[1][0][0]
 
 
-def latest_interrupted_run(store: Store) -> int | None:
-    """The newest run stopped by an error or Ctrl-C (what `replay --resume` would finish), if any."""
-    rows = store.query("SELECT run_id FROM runs WHERE status = 'interrupted' ORDER BY run_id DESC LIMIT 1")[1]
-    return rows[0][0] if rows else None
-
-
 def trace_error_count(store: Store, run_id: int) -> int:
     return store.query("SELECT count(*) FROM trace_errors WHERE run_id = ?", [run_id])[1][0][0]
 
@@ -175,3 +169,49 @@ def frontier_rows(store: Store, matrix_id: int, customer: str | None = None) -> 
 def frontier_customers(store: Store, matrix_id: int) -> list[str]:
     return [r["customer"] for r in store.rows(
         "SELECT DISTINCT customer FROM customer_frontier WHERE matrix_id = ? ORDER BY customer", [matrix_id])]
+
+
+_ERROR = f"match_status = '{MatchStatus.ERROR.value}'"
+
+
+def error_call_count(store: Store, run_id: int) -> int:
+    """Calls an engine failed (replays, Batch imports): stored as error rows, left out of the drift figures."""
+    return store.query(f"SELECT count(*) FROM calls WHERE run_id = ? AND {_ERROR}", [run_id])[1][0][0]
+
+
+def error_calls_sql(run_id: int) -> str:
+    """The query that lists a run's failed calls with the reason (printed for `toolaudit sql`)."""
+    return (f"SELECT session_id, call_index, customer, detail FROM calls WHERE run_id = {int(run_id)} "
+            f"AND {_ERROR} ORDER BY session_id, call_index")
+
+
+def input_overlap(store: Store, run_id: int, other_id: int) -> dict[str, int]:
+    """How two runs' inputs overlap, by the (session, call index) keys of their calls (any match status):
+    `shared`, `only_run` (in `run_id` only), `only_other`."""
+    return store.rows("""
+        WITH a AS (SELECT DISTINCT session_id, call_index FROM calls WHERE run_id = ?),
+             b AS (SELECT DISTINCT session_id, call_index FROM calls WHERE run_id = ?)
+        SELECT count(*) FILTER (a.session_id IS NOT NULL AND b.session_id IS NOT NULL) AS shared,
+               count(*) FILTER (b.session_id IS NULL) AS only_run,
+               count(*) FILTER (a.session_id IS NULL) AS only_other
+        FROM a FULL OUTER JOIN b USING (session_id, call_index)""", [run_id, other_id])[0]
+
+
+def paired_drift(store: Store, run_a: int, run_b: int, customer: str | None = None) -> dict[str, int]:
+    """Calls matched in both runs (same session and call index), split by which run drifted on them: the 2x2
+    table a paired comparison of two drift rates needs (a candidate against its noise floor)."""
+    where, params = _slice(customer)
+    row = store.rows(f"""
+        WITH a AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where}),
+        b AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where})
+        SELECT count(*) AS calls, count(*) FILTER (a.drifted AND b.drifted) AS both,
+               count(*) FILTER (a.drifted AND NOT b.drifted) AS only_a,
+               count(*) FILTER (b.drifted AND NOT a.drifted) AS only_b
+        FROM a JOIN b USING (session_id, call_index)""", [run_a, *params, run_b, *params])[0]
+    return {k: int(v or 0) for k, v in row.items()}
+
+
+def customer_names(store: Store, run_id: int) -> list[str]:
+    """The customers with matched calls in a run."""
+    return [r[0] for r in store.query(f"""SELECT DISTINCT customer FROM calls WHERE run_id = ? AND {_MATCHED}
+                                          ORDER BY 1""", [run_id])[1]]

@@ -16,6 +16,7 @@ this process or by a dead one: this process's own runs are in `LIVE` until they 
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import duckdb
@@ -52,8 +53,9 @@ def settle_dead_runs(con: duckdb.DuckDBPyConnection, path: str) -> list[int]:
         if others:
             con.execute(f"UPDATE runs SET status = 'interrupted' WHERE run_id IN ({', '.join('?' * len(others))})",
                         others)
+        con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        with contextlib.suppress(duckdb.Error):  # a COMMIT that failed has ended the transaction itself
+            con.execute("ROLLBACK")
         raise
-    con.execute("COMMIT")
     return [run_id for run_id, _ in dead]

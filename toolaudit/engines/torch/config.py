@@ -9,6 +9,9 @@ prompt and prefix caching are common keys (`toolaudit.engines.paths`). Its own k
 - `kv_cache = "static" | "dynamic"`, `cuda_graphs = true | false`, `max_batch` (rows decoding together),
   `compile = true | false` (the fixed-shape step through `torch.compile`: fused kernels): the decoding layout,
   defaults by device (`layout.py`: static, graphs and wide batches on CUDA).
+- `batch_invariant = true`: a row's numbers do not depend on the other rows or positions of its forward pass
+  (`invariant.py`: tiled GEMMs, block-wise attention on the static cache): batching noise removed, and
+  speculation exact in low precision too.
 
 Also its own: which speculative methods it runs. No heavy imports: paths.toml is read before any engine loads.
 Only the keys a table sets land in the options; the engine applies the defaults. `ENGINE` is what the
@@ -25,7 +28,8 @@ from toolaudit import ConfigError
 from ..base import Capabilities
 from ..registry import EngineSpec
 
-KEYS: frozenset[str] = frozenset({"numerics", "threads", "kv_cache", "cuda_graphs", "max_batch", "compile"})
+KEYS: frozenset[str] = frozenset({"numerics", "threads", "kv_cache", "cuda_graphs", "max_batch", "compile",
+                                   "batch_invariant"})
 KV_CACHES = ("static", "dynamic")
 SPEC_METHODS = ("ngram", "draft_model")
 NUMERICS = ("auto", "native", "emulated")
@@ -63,7 +67,7 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
         if table["kv_cache"] not in KV_CACHES:
             raise fail("kv_cache", f"must be one of {', '.join(KV_CACHES)} (got {table['kv_cache']!r})")
         options["kv_cache"] = table["kv_cache"]
-    for key in ("cuda_graphs", "compile"):
+    for key in ("cuda_graphs", "compile", "batch_invariant"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise fail(key, f"must be true or false (got {table[key]!r})")

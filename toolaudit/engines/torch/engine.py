@@ -106,7 +106,7 @@ class TorchEngine(LocalEngine):
         if p.device == "cpu":
             keep_freed_memory()
         numerics = self.numerics
-        model, tokenizer = load_model(p.model, p.dtype, p.device, numerics)
+        model, tokenizer = load_model(p.model, p.dtype, p.device, numerics, self.layout.batch_invariant)
         if p.speculative is not None and p.speculative.method == "draft_model":
             draft, draft_tokenizer = load_model(p.speculative.model, p.dtype, p.device, numerics)
             check_draft_compatible(model.config.vocab_size, draft.config.vocab_size, tokenizer, draft_tokenizer)
@@ -159,15 +159,17 @@ class TorchEngine(LocalEngine):
         layout = self.layout
         if layout.kv_cache == "dynamic":
             return None
+        invariant = layout.batch_invariant and model is self._model  # the draft keeps its own kernels
         if not layout.fixed_shapes:
-            return lambda rows, columns, width: StaticKV(model, rows, columns)
+            return lambda rows, columns, width: StaticKV(model, rows, columns, invariant=invariant)
 
         def fixed(rows: int, columns: int, width: int) -> StaticKV:
             kv = self._static.get(id(model))
             if kv is None:
                 graphs = StepGraphs() if layout.cuda_graphs else None
                 kv = self._static[id(model)] = StaticKV(model, layout.rows, columns, fixed=True, width=width,
-                                                        graphs=graphs, compiled=layout.compiled)
+                                                        graphs=graphs, compiled=layout.compiled,
+                                                        invariant=invariant)
             return kv.reset()
 
         return fixed

@@ -34,6 +34,7 @@ class Layout:
     cuda_graphs: bool
     rows: int  # rows decoding together
     compiled: bool = False  # the fixed-shape step runs through torch.compile (fused kernels; other numerics)
+    batch_invariant: bool = False  # tiled GEMMs and block-wise attention (`invariant.py`) on the static cache
 
     def components(self, device: str) -> dict[str, Any]:
         """Fingerprint components: none for a CPU path on the defaults."""
@@ -41,7 +42,8 @@ class Layout:
             return {}
         # `compile` only when on: paths without it keep the fingerprints they had before the key existed.
         return {"kv_cache": self.kv_cache, "fixed_shapes": self.fixed_shapes, "cuda_graphs": self.cuda_graphs,
-                "max_batch": self.rows, **({"compile": True} if self.compiled else {})}
+                "max_batch": self.rows, **({"compile": True} if self.compiled else {}),
+                **({"batch_invariant": True} if self.batch_invariant else {})}
 
 
 def resolve_layout(options: dict[str, Any], device: str, batch_size: int, kv_bytes_per_token: int | None = None,
@@ -49,7 +51,11 @@ def resolve_layout(options: dict[str, Any], device: str, batch_size: int, kv_byt
     """The layout a path's options ask for on `device`. `kv_bytes_per_token` and `device_bytes` size the
     automatic `max_batch` on CUDA (either None: `batch_size`)."""
     cuda = device.startswith("cuda")
-    kv_cache = options.get("kv_cache", "static" if cuda else "dynamic")
+    invariant = bool(options.get("batch_invariant", False))
+    kv_cache = options.get("kv_cache", "static" if cuda or invariant else "dynamic")
+    if invariant and kv_cache != "static":
+        raise ConfigError(f"paths.{name}: batch_invariant = true needs kv_cache = \"static\" (a row's columns "
+                          "are its own there)")
     graphs = options.get("cuda_graphs", cuda and kv_cache == "static")
     if graphs and not cuda:
         raise ConfigError(f"paths.{name}: cuda_graphs = true needs a CUDA device (device is {device!r})")
@@ -69,7 +75,8 @@ def resolve_layout(options: dict[str, Any], device: str, batch_size: int, kv_byt
         # Fixed shapes run batch-size buckets; more rows than the largest bucket would have no slot to go to.
         raise ConfigError(f"paths.{name}: max_batch {rows} is more than the largest fixed-shape bucket "
                           f"({MAX_FIXED_ROWS}); set max_batch <= {MAX_FIXED_ROWS}")
-    return Layout(kv_cache=kv_cache, fixed_shapes=fixed, cuda_graphs=bool(graphs), rows=rows, compiled=compiled)
+    return Layout(kv_cache=kv_cache, fixed_shapes=fixed, cuda_graphs=bool(graphs), rows=rows, compiled=compiled,
+                  batch_invariant=invariant)
 
 
 def kv_bytes_per_token(model_spec: str, dtype: str) -> int:

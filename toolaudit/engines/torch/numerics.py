@@ -109,7 +109,7 @@ def emulate(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     kind = getattr(model.config, "model_type", None)
     if kind not in EMULATED_MODEL_TYPES:
         raise ConfigError(f"numerics 'emulated' supports {', '.join(EMULATED_MODEL_TYPES)} models (got {kind!r})")
-    if getattr(model.config, "_attn_implementation", None) != "toolaudit":
+    if getattr(model.config, "_attn_implementation", None) not in ("toolaudit", "toolaudit-invariant"):
         raise ValueError("emulate() needs the engine's attention: call attention.use_grouped_attention first")
     if emulated_dtype(model) is not None:
         raise ValueError("model is already emulating low-precision numerics")

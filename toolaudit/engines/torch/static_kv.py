@@ -129,8 +129,11 @@ class StaticKV:
     """
 
     def __init__(self, model: torch.nn.Module, max_rows: int, capacity: int, fixed: bool = False,
-                 width: int = 1, graphs=None, buckets: tuple[int, ...] = BUCKETS, compiled: bool = False):
+                 width: int = 1, graphs=None, buckets: tuple[int, ...] = BUCKETS, compiled: bool = False,
+                 invariant: bool = False):
         self.model = model
+        # Batch-invariant kernels (`invariant.py`) read spans in whole column blocks: views of the buffers, no copy.
+        self.invariant = invariant
         self.device = next(model.parameters()).device
         self.fixed, self.width, self.graphs, self.buckets = fixed, width, graphs, buckets
         # The fixed-shape step through torch.compile: Inductor fuses the ~50 small kernels of a layer (norms,
@@ -183,9 +186,15 @@ class StaticKV:
             return logits
         suffix = prompt[n:]
         positions = torch.arange(n, len(prompt), device=self.device)[None]
-        self.cache.aim(slot, slot + 1, positions, len(prompt), past=n)
+        mask = None
+        span = len(prompt)
+        if self.invariant:  # whole column blocks, and the mask that says which are the prompt's
+            span = _round_up(span)
+            mask = (torch.arange(span, device=self.device)[None, :] <= positions[0, :, None])[None, None]
+        self.cache.aim(slot, slot + 1, positions, span, past=n)
         hidden = self.model.base_model(input_ids=torch.tensor([suffix], device=self.device), position_ids=positions,
-                                       past_key_values=self.cache, use_cache=True).last_hidden_state
+                                       attention_mask=mask, past_key_values=self.cache,
+                                       use_cache=True).last_hidden_state
         # A 2D input to the LM head: a [1, 1, hidden] slice takes a batched-matmul path that copies the weight.
         logits = self.head(hidden[:, -1].contiguous())[0]
         self.lengths[slot] = len(prompt)
@@ -250,6 +259,8 @@ class StaticKV:
                 return logits
             return logits[index]
         span = max(self.lengths[s] for s in self.slot_of)
+        if self.invariant:
+            span = _round_up(span)  # whole column blocks (the capacity is a multiple of them)
         real = None
         if any(c != width for c in counts):
             real = torch.arange(width, device=self.device)[None, :] < torch.tensor(counts, device=self.device)[:, None]
