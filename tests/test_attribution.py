@@ -263,3 +263,17 @@ def test_the_digest_leaves_out_what_does_not_define_the_request():
     longer = copy.deepcopy(base)
     longer["messages"].append({"role": "user", "content": "and more"})
     assert describe_difference(base, longer) == "messages differ after message 5 (baseline 5, candidate 6 messages)"
+
+
+def test_a_customer_report_counts_truncated_and_mismatched_calls_apart(tmp_path):
+    from toolaudit.report.data import customer_report
+    from toolaudit.report.markdown import render_markdown
+
+    baseline, candidate = swapped_logs()
+    store, run_id, _ = compare(tmp_path, baseline, cut(candidate, 0))
+    report = customer_report(store, run_id, "acme")
+    head = report["headline"]
+    assert (head["calls"], head["drifted_calls"], head["truncated_calls"], head["mismatched_calls"]) == (47, 1, 1, 2)
+    markdown = render_markdown(report)
+    assert "1 call(s) stopped at max_tokens on one side or both (truncated) and are not compared" in markdown
+    assert "2 paired call(s) answer different requests (mismatched)" in markdown
