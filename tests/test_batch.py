@@ -161,3 +161,23 @@ def test_import_refuses_another_path_on_a_side(tmp_path):
     bad = CliRunner().invoke(cli, ["batch", "import", str(req), str(res), "--side", "baseline", "--path",
                                    "spec-ngram", "--run", "1", "--db", db])
     assert bad.exit_code == 1 and "baseline side is path 'target'" in bad.output
+
+
+def test_import_adds_a_side_to_the_run_its_name_names(tmp_path):
+    base = {k: c.response for k, c in recorded(BASELINE).items()}
+    db = str(tmp_path / "t.duckdb")
+    files = {}
+    for side, path in (("baseline", "target"), ("candidate", "spec-ngram")):
+        req, res = tmp_path / f"req_{side}.jsonl", tmp_path / f"res_{side}.jsonl"
+        invoke("batch", "export", str(BASELINE), "--path", path, "-o", str(req), "--limit", "3")
+        batch_output([orjson.loads(x) for x in req.read_text().splitlines()], base, res)
+        files[side] = (str(req), str(res), path)
+    req, res, path = files["baseline"]
+    invoke("batch", "import", req, res, "--side", "baseline", "--path", path, "--run-name", "nightly-batch", "--db", db)
+    req, res, path = files["candidate"]
+    unknown = CliRunner().invoke(cli, ["batch", "import", req, res, "--side", "candidate", "--path", path, "--run",
+                                       "nightly-bacth", "--db", db])
+    assert unknown.exit_code == 2 and "no run named 'nightly-bacth'" in unknown.output
+    invoke("batch", "import", req, res, "--side", "candidate", "--path", path, "--run", "nightly-batch", "--db", db)
+    with Store(db, read_only=True) as store:
+        assert [(r["name"], r["status"]) for r in store.rows("SELECT * FROM runs")] == [("nightly-batch", "complete")]

@@ -60,11 +60,11 @@ def test_db_from_environment(tmp_path, db_path):
 def test_summary_errors(tmp_path, db_path):
     runner = CliRunner()
     result = runner.invoke(cli, ["summary", "--db", str(tmp_path / "none.duckdb")])
-    assert result.exit_code == 1 and "no such database" in result.output
+    assert result.exit_code == 2 and "no such database" in result.output  # nothing to read: as a missing run
     b, c = _logs(tmp_path)
     runner.invoke(cli, ["compare", str(b), str(c), "--db", str(db_path)])
     result = runner.invoke(cli, ["summary", "--db", str(db_path), "--run", "42"])
-    assert result.exit_code == 1 and "no run with id 42" in result.output
+    assert result.exit_code == 2 and "no run with id 42" in result.output
     result = runner.invoke(cli, ["summary", "--db", str(db_path), "--json", "--csv"])
     assert result.exit_code == 2
 

@@ -48,7 +48,7 @@ def test_parquet_export_of_one_run_reads_back(tmp_path):
 def test_csv_export_of_every_run(tmp_path):
     db = tmp_path / "t.duckdb"
     _two_runs(db)
-    result = CliRunner().invoke(cli, ["export", "--db", str(db), "--format", "csv", "-o", str(tmp_path / "c")])
+    result = CliRunner().invoke(cli, ["export", "--db", str(db), "--as", "csv", "-o", str(tmp_path / "c")])
     assert result.exit_code == 0, result.output
     with open(tmp_path / "c" / "tool_drift.csv") as fh:
         rows = list(csv.DictReader(fh))
@@ -56,4 +56,4 @@ def test_csv_export_of_every_run(tmp_path):
         assert len(rows) == store.query("SELECT count(*) FROM tool_drift")[1][0][0]
     assert {r["run_id"] for r in rows} == {"1", "2"}
     bad = CliRunner().invoke(cli, ["export", "--db", str(db), "-o", str(tmp_path / "x"), "--run", "9"])
-    assert bad.exit_code == 1 and "no run with id 9" in bad.output
+    assert bad.exit_code == 2 and "no run with id 9" in bad.output

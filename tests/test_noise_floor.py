@@ -74,7 +74,7 @@ def test_a_candidate_reads_beside_its_floor_paired_by_call(tmp_path):
     assert "noise floor           10 (10.00%" in text
     assert "beyond the floor      +5.00pp" in text and "10 drifted on the candidate only, 5 on the floor only" in text
     out = tmp_path / "reports"
-    report = CliRunner().invoke(cli, ["report", "--db", db, "--run", str(spec), "--customer", "acme", "--format",
+    report = CliRunner().invoke(cli, ["report", "--db", db, "--run", str(spec), "--customer", "acme", "--as",
                                       "md", "-o", str(out)])
     assert report.exit_code == 0, report.output
     markdown = next(out.rglob("*.md")).read_text()

@@ -213,14 +213,14 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
     assert '\\"note\\": \\"tenant ***\\"' in answers  # the tenant value the server echoed in its answer
     for run_id in (matrix, ok_run, hostile_run):
         run("summary", "--db", str(db), "--run", str(run_id), "--json")
-        run("report", "--db", str(db), "--run", str(run_id), "--all-customers", "--format", "html,md,json", "-o",
+        run("report", "--db", str(db), "--run", str(run_id), "--all-customers", "--as", "html,md,json", "-o",
             str(out / "reports"))
-        run("report", "--db", str(db), "--run", str(run_id), "--customer", customer, "--format", "html,md,json",
+        run("report", "--db", str(db), "--run", str(run_id), "--customer", customer, "--as", "html,md,json",
             "-o", str(out / "reports-customer"))
     for table in ("runs", "outputs", "calls"):
         run("sql", f"SELECT * FROM {table}", "--db", str(db), "--json")
-    run("export", "--db", str(db), "--format", "csv", "-o", str(out / "export-csv"))
-    run("export", "--db", str(db), "--format", "parquet", "-o", str(out / "export-parquet"))
+    run("export", "--db", str(db), "--as", "csv", "-o", str(out / "export-csv"))
+    run("export", "--db", str(db), "--as", "parquet", "-o", str(out / "export-parquet"))
     for path in ("gw-a", "gw-b", "gw-h"):
         run("fingerprint", "--path", path, "--paths", str(paths), "--json")
         run("batch", "export", str(DEMO), "--path", path, "--paths", str(paths), "--limit", str(LIMIT), "-o",

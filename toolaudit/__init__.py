@@ -24,5 +24,10 @@ class StoreError(ToolauditError):
     """The database cannot be opened or written (not DuckDB, locked, wrong schema version)."""
 
 
+class RunNotFound(StoreError):
+    """No run answers to the id or name asked for, the database holds no runs, or there is no database file to
+    read: the CLI exits 2 for it, as for a usage error (docs/reliability.md#exit-codes)."""
+
+
 class ConfigError(ToolauditError):
     """A decode-path configuration (paths.toml) or CLI option that cannot be used."""

@@ -57,7 +57,7 @@ def test_the_nightly_canary(receiver, tmp_path, tiny_paths):
     assert strict.returncode == 1, strict.stdout + strict.stderr
     assert "rule: upper bound of the 95% Wilson interval" in strict.stdout
 
-    report = toolaudit("report", "--db", str(db), "--all-customers", "--format", "json,md", "-o",
+    report = toolaudit("report", "--db", str(db), "--all-customers", "--as", "json,md", "-o",
                        str(tmp_path / "reports"))
     assert report.returncode == 0, report.stderr
     written = sorted(p.name for p in (tmp_path / "reports").rglob("*.json"))

@@ -32,7 +32,7 @@ def test_html_renders_in_headless_chromium(report_db, tmp_path):
         pytest.skip("/usr/bin/chromium not installed (apt-get install -y chromium)")
     out = tmp_path / "r"
     CliRunner().invoke(cli, ["report", "--db", str(report_db), "--run", "1", "--customer", "Zephyr Logistics",
-                             "--format", "html", "-o", str(out), "--max-call-drift", "1.5%"])
+                             "--as", "html", "-o", str(out), "--max-call-drift", "1.5%"])
     page = out / "run-1" / "zephyr-logistics.html"
     shot = tmp_path / "shot.png"
     flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -8,7 +8,7 @@ import click
 from toolaudit import __version__
 from toolaudit.cli.batch import batch
 from toolaudit.cli.collect import collect
-from toolaudit.cli.common import CONTEXT
+from toolaudit.cli.common import CONTEXT, example
 from toolaudit.cli.compare import compare
 from toolaudit.cli.export import export_cmd
 from toolaudit.cli.gate import check, report
@@ -30,7 +30,9 @@ class _Group(click.Group):
         return super().parse_args(ctx, args)
 
 
-@click.group(cls=_Group, context_settings=CONTEXT)
+@click.group(cls=_Group, context_settings=CONTEXT, epilog=example(
+    "toolaudit compare baseline.jsonl candidate.jsonl --run-name nightly --db audit.duckdb",
+    "toolaudit check --run nightly --max-call-drift 1.5% --db audit.duckdb"))
 @click.version_option(__version__, "--version", prog_name="toolaudit")
 def cli() -> None:
     """Measure how often two decode paths produce different tool calls for the same requests."""

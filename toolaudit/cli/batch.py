@@ -7,22 +7,26 @@ import click
 
 from toolaudit.cli.common import (
     db_option,
+    example,
     format_option,
     friendly_errors,
     key_options,
     output_options,
+    resolve_run,
+    run_option,
     schema_dir_or_none,
     shard_option,
 )
 from toolaudit.cli.show import show_summary
 
 
-@click.group()
+@click.group(epilog=example("toolaudit batch export traces/demo.jsonl --path spec-ngram -o spec.requests.jsonl"))
 def batch() -> None:
     """Replay requests as OpenAI Batch files, and store the Batch outputs as a run."""
 
 
-@batch.command(name="export")
+@batch.command(name="export", epilog=example("toolaudit batch export traces/demo.jsonl --path spec-ngram "
+                                             "-o spec.requests.jsonl --calls-per-session 3"))
 @click.argument("traces", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--path", "path_name", required=True, help="Decode path whose model and sampling the bodies use.")
 @click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True), help="paths.toml.")
@@ -53,21 +57,22 @@ def export_cmd(traces: tuple[str, ...], path_name: str, paths_file: str | None, 
                + (f" ({counts.bad_lines} unusable trace lines left out)" if counts.bad_lines else ""), err=True)
 
 
-@batch.command(name="import")
+@batch.command(name="import", epilog=example("toolaudit batch import spec.requests.jsonl spec.results.jsonl --side "
+                                             "candidate --path spec-ngram --run nightly-batch --db audit.duckdb"))
 @click.argument("requests", type=click.Path(dir_okay=False, exists=True))
 @click.argument("results", type=click.Path(dir_okay=False, exists=True))
 @click.option("--side", type=click.Choice(["baseline", "candidate"]), required=True,
               help="Which side of the run these results are.")
 @click.option("--path", "path_name", required=True, help="Decode path the requests were exported for.")
 @click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True), help="paths.toml.")
-@click.option("--run", "run_id", type=int, help="Batch run to add this side to (default: a new run).")
+@run_option(default="a new run", what="Batch run to add this side to:")
 @click.option("--run-name", help="Name of a new run.")
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
               help="Folder of <tool>.json schemas that override the request's.")
 @db_option
 @output_options
 @friendly_errors
-def import_cmd(requests: str, results: str, side: str, path_name: str, paths_file: str | None, run_id: int | None,
+def import_cmd(requests: str, results: str, side: str, path_name: str, paths_file: str | None, run_ref: str | None,
                run_name: str | None, schema_dir: str, db: str, fmt: str) -> None:
     """Store a Batch output file (RESULTS, for the input file REQUESTS) as one side of a batch run.
 
@@ -77,6 +82,7 @@ def import_cmd(requests: str, results: str, side: str, path_name: str, paths_fil
     from toolaudit.store import Store
 
     with Store(db) as store:
+        run_id = resolve_run(store, run_ref)
         run_id, c = import_results(store, requests, results, side, path_name, paths_file, run_id, run_name,
                                    schema_dir_or_none(schema_dir))
         click.echo(f"run {run_id} {side}: {c.requests} requests, {c.results} results ({c.result_errors} errors, "

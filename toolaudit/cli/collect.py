@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import click
 
-from toolaudit.cli.common import friendly_errors
+from toolaudit.cli.common import example, friendly_errors
 
 
-@click.command()
+@click.command(epilog=example("toolaudit collect --dir collected/ --port 4318"))
 @click.option("--dir", "folder", default="collected", show_default=True, type=click.Path(file_okay=False),
               help="Folder of the collected OTLP/JSON files (one per hour: traces-YYYYMMDDTHH.jsonl, UTC).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")

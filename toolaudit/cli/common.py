@@ -1,5 +1,6 @@
-"""What every command shares: the --db option, output options (table, --json, --csv), library errors as
-one-line messages, proportion parameters, and a progress bar on terminals (a line per step when piped)."""
+"""What every command shares: the --db option, --run ID|NAME, output options (--as table|json|csv, --json,
+--csv), library errors as one-line messages (and their exit codes), help examples, proportion parameters, and a
+progress bar on terminals (a line per step when piped)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from toolaudit import ToolauditError
-from toolaudit.report.output import format_table, plain, to_json
+from toolaudit import RunNotFound, ToolauditError
+from toolaudit.report.output import csv_cell, format_table, plain, to_json
 
 if TYPE_CHECKING:
     from toolaudit.store import Store
@@ -40,32 +41,90 @@ def db_option(func: Callable) -> Callable:
                         help="DuckDB file (or set TOOLAUDIT_DB).")(func)
 
 
+class NotFoundError(click.ClickException):
+    """No such run (by id or name), no runs, or no database to read: exit 2, as a usage error (click's)."""
+
+    exit_code = 2
+
+
 def friendly_errors(func: Callable) -> Callable:
-    """Library errors become one-line messages with exit code 1, never tracebacks."""
+    """Library errors become one-line messages, never tracebacks: exit 1, or 2 for a run or database that is not
+    there (`RunNotFound`), as for usage errors (the exit codes: docs/reliability.md#exit-codes)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except RunNotFound as exc:
+            raise NotFoundError(str(exc)) from None
         except ToolauditError as exc:
             raise click.ClickException(str(exc)) from None
 
     return wrapper
 
 
-def output_options(func: Callable) -> Callable:
-    """Adds --json and --csv; the command receives `fmt` ("table", "json" or "csv")."""
+def example(*lines: str) -> str:
+    """A command's epilog: realistic command lines, shown as written at the end of its --help."""
+    head = "Examples:" if len(lines) > 1 else "Example:"
+    return "\b\n" + head + "\n" + "\n".join(f"  {line}" for line in lines)
 
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-    @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table.")
+
+def run_option(default: str = "the latest run", name: str = "--run", dest: str = "run_ref",
+               what: str = "Run") -> Callable[[Callable], Callable]:
+    """--run ID|NAME (the command receives the text; `resolve_run` turns it into a run id once the store is open)."""
+    return click.option(name, dest, metavar="ID|NAME", help=f"{what} id or name (a name several runs share: the "
+                        f"newest of them); default: {default}.")
+
+
+def resolve_run(store: "Store", ref: str | None, option: str = "--run", before: int | None = None) -> int | None:
+    """The run id that `--run ID|NAME` names (None stays None: the command's default). A name several runs share
+    names the newest (with `before`: the newest older than that run), said on stderr. Raises RunNotFound."""
+    if ref is None:
+        return None
+    from toolaudit.store.queries import find_run
+
+    found = find_run(store, ref, before)
+    run_id = found.run["run_id"]
+    if found.others:
+        where = f" before run {before}" if before is not None else ""
+        click.echo(f"note: {option} {ref}: {len(found.others) + 1} runs{where} are named {found.run['name']!r} (runs "
+                   f"{', '.join(map(str, sorted([run_id, *found.others])))}); using the newest, run {run_id}", err=True)
+    return run_id
+
+
+OUTPUTS = ("table", "json", "csv")
+
+
+def output_options(func: Callable) -> Callable:
+    """Adds --as table|json|csv and its shortcuts --json and --csv; the command receives `fmt`."""
+
+    @click.option("--as", "as_", type=click.Choice(OUTPUTS), help="What to print: a table (default), JSON or CSV.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table (--as json).")
+    @click.option("--csv", "as_csv", is_flag=True, help="Print CSV instead of a table (--as csv).")
     @functools.wraps(func)
-    def wrapper(*args: Any, as_json: bool, as_csv: bool, **kwargs: Any) -> None:
-        if as_json and as_csv:
-            raise click.UsageError("--json and --csv cannot be used together")
-        kwargs["fmt"] = "json" if as_json else "csv" if as_csv else "table"
+    def wrapper(*args: Any, as_: str | None, as_json: bool, as_csv: bool, **kwargs: Any) -> None:
+        asked = {f for f, given in (("json", as_json), ("csv", as_csv), (as_, as_ is not None)) if given}
+        if len(asked) > 1:
+            raise click.UsageError(f"{' and '.join(sorted('--as ' + a for a in asked))} cannot be used together "
+                                   "(--json is --as json, --csv is --as csv)")
+        kwargs["fmt"] = asked.pop() if asked else "table"
         func(*args, **kwargs)
 
     return wrapper
+
+
+def deprecated_format_option(func: Callable) -> Callable:
+    """The older spelling of --as on `report` and `export`, hidden: --format names the trace format everywhere
+    else. The command receives `old_format` and passes it to `deprecated_format`."""
+    return click.option("--format", "old_format", multiple=True, hidden=True)(func)
+
+
+def deprecated_format(command: str, old: tuple[str, ...], instead: str) -> tuple[str, ...]:
+    """`--format X` given to `command`: said to be deprecated on stderr, and its values returned."""
+    if old:
+        click.echo(f"warning: `{command} --format` is deprecated (--format names a trace format in every other "
+                   f"command); use --as {instead}", err=True)
+    return old
 
 
 def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> None:
@@ -75,7 +134,7 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) 
     elif fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)
-        writer.writerows([[plain(v) for v in row] for row in rows])
+        writer.writerows([[csv_cell(v) for v in row] for row in rows])
     else:
         click.echo(format_table(columns, rows))
 

@@ -12,6 +12,7 @@ from toolaudit.cli.common import (
     Progress,
     Proportion,
     db_option,
+    example,
     format_option,
     friendly_errors,
     key_options,
@@ -29,11 +30,11 @@ def _total_bytes(paths: list[str]) -> int:
     return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 
-@click.command()
+@click.command(epilog=example("toolaudit compare baseline.jsonl candidate.jsonl --run-name nightly --db audit.duckdb"))
 @click.argument("baseline", required=False, type=click.Path(dir_okay=False))
 @click.argument("candidates", nargs=-1, type=click.Path(dir_okay=False))
 @db_option
-@click.option("--run-name", help="A name for this run (default run-<id>).")
+@click.option("--run-name", help="A name for this run (default run-<id>); other commands' --run takes it.")
 @format_option
 @key_options
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True,

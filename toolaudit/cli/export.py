@@ -4,23 +4,41 @@ from __future__ import annotations
 
 import click
 
-from toolaudit.cli.common import db_option, friendly_errors, reading
+from toolaudit.cli.common import (
+    db_option,
+    deprecated_format,
+    deprecated_format_option,
+    example,
+    friendly_errors,
+    reading,
+    resolve_run,
+    run_option,
+)
+
+FILE_FORMATS = ("parquet", "csv")
 
 
-@click.command(name="export")
+@click.command(name="export", epilog=example("toolaudit export --run nightly --as parquet -o warehouse/ "
+                                             "--db audit.duckdb"))
 @db_option
-@click.option("--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True,
-              help="File format (one file per table and view).")
+@click.option("--as", "as_", type=click.Choice(FILE_FORMATS), help="File format, one file per table and view "
+              "(default: parquet).")
+@deprecated_format_option
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder to write <table>.<format> files into.")
-@click.option("--run", "run_id", type=int, help="Only this run's rows (default: every run).")
+@run_option(default="every run", what="Only this run's rows: run")
 @friendly_errors
-def export_cmd(db: str, fmt: str, out_dir: str, run_id: int | None) -> None:
+def export_cmd(db: str, as_: str | None, old_format: tuple[str, ...], out_dir: str, run_ref: str | None) -> None:
     """Export every table and view (calls, outputs, arg_diffs, sessions, the drift views...) as files."""
     from toolaudit.store.export import export_relations
 
+    old = deprecated_format("export", old_format, "parquet|csv")
+    if old and (len(set(old)) > 1 or old[0] not in FILE_FORMATS):
+        raise click.UsageError(f"--format (now --as) takes one of {', '.join(FILE_FORMATS)}, got {', '.join(old)}")
+    if old and as_ is not None and old[0] != as_:
+        raise click.UsageError(f"--format {old[0]} and --as {as_} disagree; give --as only")
+    fmt = as_ or (old[0] if old else "parquet")
     with reading(db) as store:
-        if run_id is not None:
-            store.run_row(run_id)  # a clear error for an unknown run
+        run_id = resolve_run(store, run_ref)
         for path, rows in export_relations(store, out_dir, fmt, run_id):
             click.echo(f"{path}\t{rows} rows")

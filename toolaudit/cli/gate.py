@@ -3,26 +3,42 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import click
 
-from toolaudit.cli.common import Proportion, db_option, friendly_errors, gate_rule, reading, rule_option
+from toolaudit.cli.common import (
+    Proportion,
+    db_option,
+    deprecated_format,
+    deprecated_format_option,
+    example,
+    friendly_errors,
+    gate_rule,
+    reading,
+    resolve_run,
+    rule_option,
+    run_option,
+)
 from toolaudit.report.output import to_json
 
 
 class CannotCheck(click.ClickException):
-    """The gate could not be evaluated (no database, no such run, nothing measured): exit 2, not 1."""
+    """The gate could not be evaluated (no database, no such run, nothing measured, an unreadable file): exit 2, as
+    for a usage error; 1 means a bound is broken."""
 
     exit_code = 2
 
 
-@click.command()
+@click.command(epilog=example("toolaudit report --run nightly --all-customers --as html,md -o reports/ "
+                             "--db audit.duckdb"))
 @db_option
-@click.option("--run", "run_id", type=int, help="Run id (default: the latest run).")
+@run_option()
 @click.option("--customer", "customers", multiple=True, help="Customer to report on (repeatable).")
 @click.option("--all-customers", is_flag=True, help="One report per customer of the run.")
-@click.option("--format", "formats", multiple=True, metavar="html|md|json",
-              help="Output formats, repeatable or comma-separated (default: all three).")
+@click.option("--as", "formats", multiple=True, metavar="html|md|json",
+              help="Report formats to write, repeatable or comma-separated (default: all three).")
+@deprecated_format_option
 @click.option("-o", "--output", "out_dir", default="reports", show_default=True,
               type=click.Path(file_okay=False), help="Folder; files go to <folder>/run-<id>/<customer>.<ext>")
 @click.option("--near-tie-margin", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
@@ -35,9 +51,10 @@ class CannotCheck(click.ClickException):
 @click.option("--json", "as_json", is_flag=True,
               help="Print the files written and each customer's headline figures as one JSON object.")
 @friendly_errors
-def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customers: bool,
-           formats: tuple[str, ...], out_dir: str, near_tie_margin: float, max_call_drift: float | None,
-           max_session_drift: float | None, session_calls: float | None, as_json: bool) -> None:
+def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool,
+           formats: tuple[str, ...], old_format: tuple[str, ...], out_dir: str, near_tie_margin: float,
+           max_call_drift: float | None, max_session_drift: float | None, session_calls: float | None,
+           as_json: bool) -> None:
     """Write per-customer drift reports (HTML, Markdown, JSON) for a run.
 
     For a matrix run (`replay --candidate A --candidate B ...`): each candidate's reports, and per customer a
@@ -45,18 +62,21 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
     --max-call-drift / --max-session-drift budget), also printed here."""
     from toolaudit.analysis.frontier import Budget
     from toolaudit.report import ReportOptions, parse_formats, write_reports_detailed
-    from toolaudit.report.write import written_json
+    from toolaudit.report.write import ReportError, written_json
 
     if bool(customers) == all_customers:
         raise click.UsageError("pass --customer C (repeatable) or --all-customers")
     if session_calls is not None and max_session_drift is None:
         raise click.UsageError("--session-calls needs --max-session-drift")
-    wanted = parse_formats(formats)
+    try:
+        wanted = parse_formats(formats + deprecated_format("report", old_format, "html|md|json"))
+    except ReportError as exc:
+        raise click.UsageError(f"--as: {exc}") from None
     options = ReportOptions(near_tie_margin=near_tie_margin, max_call_drift=max_call_drift,
                             max_session_drift=max_session_drift, session_calls=session_calls)
     budget = Budget(max_call_drift, max_session_drift)
     with reading(db) as store:
-        run = store.run_row(run_id)
+        run = store.run_row(resolve_run(store, run_ref))
         written = write_reports_detailed(store, run["run_id"], None if all_customers else customers, wanted, out_dir,
                                          options)
         if as_json:
@@ -73,16 +93,19 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
         click.echo(str(w.path))
 
 
-@click.command()
+@click.command(epilog=example("toolaudit check --run nightly --max-call-drift 1.5% --against nightly "
+                             "--max-increase 0.5pp --db audit.duckdb"))
 @db_option
-@click.option("--run", "run_id", type=int, help="Run id (default: the latest run).")
+@run_option()
 @click.option("--max-call-drift", type=Proportion(),
               help="Largest allowed share of drifted calls (0.015 or 1.5%).")
 @click.option("--max-session-drift", type=Proportion(),
               help="Largest allowed share of sessions with any drifted call (judged as 1-(1-p)^calls per session).")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for --max-session-drift "
               "(default: the traces' mean, else the run's, as `frontier`).")
-@click.option("--against", type=int, metavar="RUN", help="Earlier run to compare call drift with.")
+@click.option("--against", "against_ref", metavar="ID|NAME", help="Earlier run to compare call drift with: an id, or "
+              "a name (the newest run of that name before the run checked, so `--run nightly --against nightly` "
+              "compares with the previous nightly).")
 @click.option("--max-increase", type=Proportion(points=True),
               help="Largest allowed rise in call drift vs --against (0.005, 0.5pp or 0.5%); fails only when the "
                    "rise is also significant.")
@@ -93,8 +116,8 @@ def report(db: str, run_id: int | None, customers: tuple[str, ...], all_customer
 @click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
               help="Error rows tolerated (input records the readers could not use, calls an engine failed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object (same exit codes).")
-def check(db: str, run_id: int | None, max_call_drift: float | None, max_session_drift: float | None,
-          session_calls: float | None, against: int | None, max_increase: float | None,
+def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
+          session_calls: float | None, against_ref: str | None, max_increase: float | None,
           expect_fingerprint: str | None, rule: str | None, use_upper_bound: bool, allow_errors: int,
           as_json: bool) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
@@ -105,11 +128,15 @@ def check(db: str, run_id: int | None, max_call_drift: float | None, max_session
     from toolaudit import ToolauditError
     from toolaudit.analysis.budgets import Bounds, GateUsageError, gate
 
-    bounds = Bounds(max_call_drift, max_session_drift, against, max_increase, expect_fingerprint,
+    # `against` holds the text until the store is open (validate() asks only whether it was given)
+    bounds = Bounds(max_call_drift, max_session_drift, against_ref, max_increase, expect_fingerprint,
                     gate_rule(rule, use_upper_bound), allow_errors, session_calls)
     try:
-        bounds.validate()
+        bounds.validate()  # before the database is opened: a usage error whatever the file holds
         with reading(db) as store:
+            run_id = store.run_row(resolve_run(store, run_ref))["run_id"]
+            if against_ref is not None:
+                bounds = replace(bounds, against=resolve_run(store, against_ref, "--against", before=run_id))
             verdict = gate(store, run_id, bounds)
     except GateUsageError as exc:
         raise click.UsageError(str(exc)) from None

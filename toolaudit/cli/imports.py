@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
-from toolaudit.cli.common import format_option, friendly_errors, key_options
+from toolaudit.cli.common import example, format_option, friendly_errors, key_options
 
 SHOWN_ERRORS = 5
 
 
-@click.command(name="import")
+@click.command(name="import", epilog=example("toolaudit import otel-export.json -o calls.jsonl"))
 @click.argument("trace_file", type=click.Path(dir_okay=False))
 @click.argument("logs_files", nargs=-1, type=click.Path(dir_okay=False))
 @format_option

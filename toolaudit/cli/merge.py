@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from toolaudit.cli.common import db_option, friendly_errors, output_options
+from toolaudit.cli.common import db_option, example, friendly_errors, output_options
 from toolaudit.cli.show import show_summary
 
 
-@click.command()
+@click.command(epilog=example("toolaudit merge shard-1.duckdb shard-2.duckdb@3 --run-name nightly --db audit.duckdb"))
 @click.argument("inputs", nargs=-1, required=True, metavar="SHARD.duckdb[@RUN]...")
 @db_option
 @click.option("--run-name", help="A name for the merged run (default run-<id>).")

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import click
 
-from toolaudit.cli.common import CONTEXT, friendly_errors
+from toolaudit.cli.common import CONTEXT, example, friendly_errors
 from toolaudit.report.output import to_json
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(context_settings=CONTEXT, epilog=example("toolaudit model draft --layers 8"))
 def model() -> None:
     """Prepare the models that in-process engines run (drafts for speculation)."""
 
 
-@model.command()
+@model.command(epilog=example("toolaudit model draft --layers 8 --model smollm2-135m"))
 @click.option("--layers", type=click.IntRange(1), required=True, help="Decoder layers the draft keeps (the first N).")
 @click.option("--model", "spec", default="smollm2-135m", show_default=True,
               help="The target: built-in name, model directory or .gguf file.")

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import click
 
-from toolaudit.cli.common import db_option, friendly_errors, output_options, print_rows, reading
+from toolaudit.cli.common import (
+    db_option,
+    example,
+    friendly_errors,
+    output_options,
+    print_rows,
+    reading,
+    resolve_run,
+    run_option,
+)
 from toolaudit.cli.remedies import show_run
 
 
-@click.command()
+@click.command(epilog=example("toolaudit runs --db audit.duckdb --json"))
 @db_option
 @output_options
 @friendly_errors
@@ -21,23 +30,24 @@ def runs(db: str, fmt: str) -> None:
     print_rows(columns, rows, fmt)
 
 
-@click.command()
+@click.command(epilog=example("toolaudit summary --run nightly --db audit.duckdb"))
 @db_option
-@click.option("--run", "run_id", type=int, help="Run id (default: the latest run).")
+@run_option()
 @output_options
 @friendly_errors
-def summary(db: str, run_id: int | None, fmt: str) -> None:
+def summary(db: str, run_ref: str | None, fmt: str) -> None:
     """Summarise a run: drifted calls with a 95% interval, session drift, a row per customer."""
 
     with reading(db) as store:
-        show_run(store, run_id, fmt, db)
+        show_run(store, resolve_run(store, run_ref), fmt, db)
 
 
 CONFINED = ("\n`toolaudit sql` reaches nothing but the database (no files, network or extensions, and settings "
             "locked); pass --allow-files to let the query read or write files")
 
 
-@click.command()
+@click.command(epilog=example("toolaudit sql \"FROM argument_drift ORDER BY calls_with_diff DESC LIMIT 10\" "
+                             "--db audit.duckdb"))
 @click.argument("query")
 @db_option
 @click.option("--allow-files", is_flag=True, help="Let the query read and write files (read_csv, COPY ... TO, "

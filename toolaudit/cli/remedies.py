@@ -8,11 +8,14 @@ import click
 from toolaudit.cli.common import (
     Proportion,
     db_option,
+    example,
     friendly_errors,
     output_options,
     print_rows,
     reading,
+    resolve_run,
     rule_option,
+    run_option,
 )
 from toolaudit.cli.show import show_summary
 from toolaudit.report.output import format_table, pct, to_json
@@ -91,9 +94,10 @@ def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=
     show_summary(run_summary(store, run_id), fmt, db)
 
 
-@click.command(name="frontier")
+@click.command(name="frontier", epilog=example("toolaudit frontier --run demo-matrix --max-session-drift 5% "
+                                               "--db audit.duckdb"))
 @db_option
-@click.option("--run", "run_id", type=int, help="Matrix run id, or any run (default: the latest run).")
+@run_option(what="Matrix run (or any run):")
 @click.option("--max-call-drift", type=Proportion(), help="Call drift budget for the recommendation (1.5%).")
 @click.option("--max-session-drift", type=Proportion(), help="Session drift budget for the recommendation.")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for session drift (default: "
@@ -101,7 +105,7 @@ def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=
 @rule_option
 @output_options
 @friendly_errors
-def frontier_cmd(db: str, run_id: int | None, max_call_drift: float | None, max_session_drift: float | None,
+def frontier_cmd(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
                  session_calls: float | None, rule: str | None, fmt: str) -> None:
     """Candidates of a remedy matrix side by side, and per customer the fastest one within the budget.
 
@@ -112,4 +116,4 @@ def frontier_cmd(db: str, run_id: int | None, max_call_drift: float | None, max_
 
     budget = Budget(max_call_drift, max_session_drift, gate_rule(rule))
     with reading(db) as store:
-        show_matrix(store, run_id, fmt, budget, session_calls)
+        show_matrix(store, resolve_run(store, run_ref), fmt, budget, session_calls)

@@ -11,6 +11,7 @@ from toolaudit.cli.common import (
     Progress,
     Proportion,
     db_option,
+    example,
     format_option,
     friendly_errors,
     key_options,
@@ -100,7 +101,8 @@ class _LazyBar:
             self.progress = None
 
 
-@click.command()
+@click.command(epilog=example("toolaudit replay traces/demo.jsonl --baseline target --candidate spec-ngram "
+                             "--calls-per-session 3 --run-name nightly --db audit.duckdb"))
 @click.argument("traces", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--baseline", default="target", show_default=True, help="Baseline decode path name.")
 @click.option("--candidate", "candidates", multiple=True, default=("spec-ngram",), show_default=True,
@@ -115,7 +117,7 @@ class _LazyBar:
 @click.option("--resume", type=int, metavar="RUN", help="Finish an interrupted replay run.")
 @click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
               help="Calls per engine call and per transaction (a kill loses at most one chunk).")
-@click.option("--run-name", help="A name for this run.")
+@click.option("--run-name", help="A name for this run (default run-<id>); other commands' --run takes it.")
 @click.option("--noise-floor", is_flag=True, help="Also decode the baseline again with other batch neighbours (half "
               "its batch size) and show every candidate's drift beside that floor, with the excess paired by call.")
 @click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
@@ -179,7 +181,7 @@ DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
 DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
 
 
-@click.command()
+@click.command(epilog=example("toolaudit demo --db demo.duckdb"))
 @db_option
 @click.option("--limit", type=click.IntRange(1), help=f"Replay only the first N calls of the sample (default: "
               f"{DEMO_CALLS}; --matrix: every session).")
@@ -237,7 +239,7 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                    f"{100 * max_session_drift:g}% --db {db}")
 
 
-@click.command(name="fingerprint")
+@click.command(name="fingerprint", epilog=example("toolaudit fingerprint --path spec-ngram --json"))
 @click.option("--path", "path_name", required=True, help="Decode path name.")
 @click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True), help="paths.toml.")
 @click.option("--json", "as_json", is_flag=True, help="Show the components as JSON.")

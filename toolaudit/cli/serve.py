@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from toolaudit.cli.common import friendly_errors
+from toolaudit.cli.common import example, friendly_errors
 
 
-@click.command()
+@click.command(epilog=example("toolaudit serve --path spec-ngram --port 8000"))
 @click.option("--path", "path_name", required=True,
               help="Decode path to serve: one whose engine runs in process (torch, hf, vllm, in-process plug-ins).")
 @click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True),

@@ -6,7 +6,8 @@ import click
 
 from toolaudit.cli.common import print_rows
 from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
-from toolaudit.report.output import format_table, pct, to_json
+from toolaudit.compare.vocabulary import ArgDiffKind
+from toolaudit.report.output import format_table, json_value, pct, to_json
 
 
 def problem_lines(s: dict, db: str | None = None) -> list[str]:
@@ -128,11 +129,22 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
                    f"({worst['customer']}, {worst['tool_name']}): {worst['drift_kind']}: {worst['detail']}")
         if worst.get("first_divergence") is not None:
             margin = worst["baseline_margin"]
-            click.echo(f"  first divergent token #{worst['first_divergence']}: {worst['baseline_token']!r} -> "
-                       f"{worst['candidate_token']!r} (baseline top-2 margin "
+            click.echo(f"  first divergent token #{worst['first_divergence']}: {json_value(worst['baseline_token'])} "
+                       f"-> {json_value(worst['candidate_token'])} (baseline top-2 margin "
                        f"{'n/a' if margin is None else f'{margin:.3f}'})")
         for d in worst["arg_diffs"][:5]:
-            click.echo(f"  {d['arg_path']}: {d['baseline_value']} -> {d['candidate_value']} ({d['diff_kind']})")
+            click.echo(f"  {d['arg_path']}: {arg_value(d, 'baseline')} -> {arg_value(d, 'candidate')} "
+                       f"({d['diff_kind']})")
         if not worst["arg_diffs"]:
-            click.echo(f"  baseline:  {(worst['baseline_text'] or '')[:160]!r}")
-            click.echo(f"  candidate: {(worst['candidate_text'] or '')[:160]!r}")
+            click.echo(f"  baseline:  {json_value((worst['baseline_text'] or '')[:160])}")
+            click.echo(f"  candidate: {json_value((worst['candidate_text'] or '')[:160])}")
+
+
+def arg_value(diff: dict, side: str) -> str:
+    """One side's value of an argument diff as JSON (`10`, `"BRONZE"`, `null`), or `(absent)` where that side has
+    no such argument (an `added` argument's baseline, a `missing` one's candidate), as the HTML report writes it."""
+    value = diff[f"{side}_value"]
+    if value is not None:
+        return value  # stored as JSON text
+    absent = ArgDiffKind.ADDED if side == "baseline" else ArgDiffKind.MISSING
+    return "(absent)" if diff["diff_kind"] == absent.value else "null"

@@ -16,6 +16,7 @@ from toolaudit import TraceError
 from toolaudit.ingest import registry
 from toolaudit.ingest.calls import indexed, rekeyed
 from toolaudit.ingest.formats.base import Keys
+from toolaudit.ingest.formats.spread import fix_hint
 from toolaudit.ingest.held import HeldRecords
 from toolaudit.ingest.records import (
     CALL_INDEX_KEY,
@@ -69,8 +70,16 @@ def open_source(path: str | Path, fmt: str | None = None, session_key: str = DEF
 
 
 def check(src: TraceSource, stats: TraceStats, first_errors: list[TraceLineError]) -> None:
-    """Raise TraceError when the file held nothing, or no usable call (see `TraceSource.check`)."""
-    src.check(stats, first_errors, registry.names())
+    """Raise TraceError when the file held nothing, or no usable call (see `TraceSource.check`); for a JSON array
+    or pretty-printed records that the format reads one line at a time, with the one-line fix (`spread.fix_hint`)."""
+    try:
+        src.check(stats, first_errors, registry.names())
+    except TraceError as exc:
+        first = min(first_errors, key=lambda e: e.line, default=None)
+        hint = fix_hint(src.source, src.fmt, None if first is None else first.message)
+        if not hint:
+            raise
+        raise TraceError(exc.path, exc.line, exc.field, exc.message + hint) from None
 
 
 def read_trace(

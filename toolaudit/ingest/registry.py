@@ -23,6 +23,7 @@ from toolaudit import ConfigError
 from toolaudit.ingest.formats.base import load_line
 from toolaudit.ingest.formats.contract import Sample, TraceFormat
 from toolaudit.ingest.formats.otlp_docs import first_document, is_pretty
+from toolaudit.ingest.formats.spread import first_element, starts_array
 
 GROUP = "toolaudit.formats"
 BUILTIN = {"openai": "toolaudit.ingest.formats.openai", "otel": "toolaudit.ingest.formats.otel",
@@ -114,15 +115,18 @@ def detect_format(path: str) -> tuple[str, int | None]:
     formats = list(registered().values())
     pending: tuple[str, int, set[str]] | None = None  # (first "could be" format, its line, all that said so)
     seen_bytes = seen_lines = 0
-    if is_pretty(path):  # one JSON document over many lines (`json.dump(..., indent=2)`): its value decides
+    # one JSON array of records (`json.dump(records, f)`): its first element decides; one JSON document over many
+    # lines (`json.dump(..., indent=2)`): its value decides
+    document = first_element(path, _MAX_BYTES) if starts_array(path) else None
+    if document is None and is_pretty(path):
         document = first_document(path, _MAX_BYTES)
-        if document is not None:
-            one = Sample(b"", document, True)
-            verdicts = [(reg.format.name, _ask(reg, one, f"{path}:1")) for reg in formats]
-            for wanted in (True, None):
-                for name, verdict in verdicts:
-                    if verdict is wanted:
-                        return name, 1
+    if document is not None:
+        one = Sample(b"", document, True)
+        verdicts = [(reg.format.name, _ask(reg, one, f"{path}:1")) for reg in formats]
+        for wanted in (True, None):
+            for name, verdict in verdicts:
+                if verdict is wanted:
+                    return name, 1
     with open(path, "rb") as handle:
         for line_no, raw in enumerate(handle, start=1):
             seen_bytes += len(raw)

@@ -11,7 +11,7 @@ import orjson
 
 from toolaudit.analysis.stats import pct
 
-__all__ = ["fmt_cell", "format_table", "pct", "plain", "to_json"]
+__all__ = ["csv_cell", "fmt_cell", "format_table", "json_value", "pct", "plain", "to_json"]
 
 
 def plain(value: Any) -> Any:
@@ -27,12 +27,35 @@ def to_json(value: Any) -> str:
     return orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
 
 
+def json_value(value: Any) -> str:
+    """A value as one line of JSON (`null`, `true`, `{"a": 1}`), as text output shows JSON-ish data: never Python's
+    `None` / `True` / `{'a': 1}`. A string is quoted, as JSON writes it."""
+    try:
+        return orjson.dumps(value, default=plain, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # nested past orjson's 254 levels, or a value JSON cannot hold
+        return str(value)
+
+
 def fmt_cell(value: Any) -> str:
+    """A table cell: NULL empty, booleans and nested values (lists, structs, maps) as JSON, floats to 4 digits."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, (list, tuple, dict)):
+        return json_value(value)
     return str(plain(value))
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: NULL empty, booleans and nested values as JSON, numbers in full."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, dict)):
+        return json_value(value)
+    return plain(value)
 
 
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit import StoreError
+from toolaudit import RunNotFound, StoreError
 from toolaudit.compare.join import MISMATCHES_SHOWN
 from toolaudit.ingest.shards import Shard, merge_counts, shard_from_options
 from toolaudit.store import Store
@@ -62,16 +62,16 @@ def _options(run: dict) -> dict[str, Any]:
 
 def _pick(path: str, run_id: int | None) -> dict:
     if not os.path.exists(path):
-        raise StoreError(f"{path}: no such database")
+        raise RunNotFound(f"{path}: no such database")
     runs = source_runs(path)
     if not runs:
-        raise StoreError(f"{path}: holds no runs")
+        raise RunNotFound(f"{path}: holds no runs")
     if run_id is None:
         return runs[-1]
     for run in runs:
         if run["run_id"] == run_id:
             return run
-    raise StoreError(f"{path}: no run with id {run_id}")
+    raise RunNotFound(f"{path}: no run with id {run_id}")
 
 
 def _check(labels: list[str], runs: list[dict]) -> list[Shard]:

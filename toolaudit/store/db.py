@@ -14,7 +14,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from toolaudit import StoreError, __version__
+from toolaudit import RunNotFound, StoreError, __version__
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store.migrations import MIGRATIONS
 from toolaudit.store.recovery import LIVE, live_key, settle_dead_runs
@@ -92,7 +92,7 @@ class Store:
         self._publisher: SnapshotPublisher | None = None
         self._writing: set[int] = set()  # runs this store made or resumed and has not finished
         if read_only and not Path(self.path).exists():
-            raise StoreError(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
+            raise RunNotFound(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
         _check_header(self.path)
         self._created = not read_only and not Path(self.path).exists()  # removed again if nothing is written
         try:
@@ -305,11 +305,11 @@ class Store:
         if run_id is None:
             rows = self.rows("SELECT * FROM runs WHERE matrix_id IS NULL ORDER BY run_id DESC LIMIT 1")
             if not rows:
-                raise StoreError(f"{self.path}: no runs yet; run `toolaudit compare` or `replay` first")
+                raise RunNotFound(f"{self.path}: no runs yet; run `toolaudit compare` or `replay` first")
             return rows[0]
         rows = self.rows("SELECT * FROM runs WHERE run_id = ?", [run_id])
         if not rows:
-            raise StoreError(f"{self.path}: no run with id {run_id} (see `toolaudit runs`)")
+            raise RunNotFound(f"{self.path}: no run with id {run_id} (see `toolaudit runs`)")
         return rows[0]
 
     def update_options(self, run_id: int, values: dict) -> None:

@@ -6,8 +6,10 @@ A `customer` argument narrows a query to that customer's calls (`(none)` for cal
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from toolaudit import RunNotFound
 from toolaudit.compare.vocabulary import SEVERITY, MatchStatus
 from toolaudit.store.db import Store
 
@@ -26,6 +28,38 @@ def list_runs(store: Store) -> tuple[list[str], list[tuple]]:
                count(c.run_id) FILTER (c.drifted) AS drifted_calls
         FROM runs r LEFT JOIN calls c USING (run_id)
         GROUP BY ALL ORDER BY r.run_id""")
+
+
+@dataclass(frozen=True)
+class RunMatch:
+    """The run a `--run ID|NAME` value names, and the other runs that share its name (newest first)."""
+
+    run: dict
+    named: bool  # found by its name rather than its id
+    others: list[int]
+
+
+def find_run(store: Store, ref: int | str, before: int | None = None) -> RunMatch:
+    """The run an id or a name names. Digits are an id first, else a name; a name shared by several runs names the
+    newest (with `before`, the newest older than that run: `check --against NAME`). Raises RunNotFound."""
+    text = str(ref).strip()
+    if text.isdigit():
+        rows = store.rows("SELECT * FROM runs WHERE run_id = ?", [int(text)])
+        if rows:
+            return RunMatch(rows[0], False, [])
+    older = "" if before is None else " AND run_id < ?"
+    rows = store.rows(f"SELECT * FROM runs WHERE name = ?{older} ORDER BY run_id DESC",
+                      [text] + ([] if before is None else [before]))
+    if rows:
+        return RunMatch(rows[0], True, [r["run_id"] for r in rows[1:]])
+    known = store.query("SELECT name FROM runs GROUP BY name ORDER BY max(run_id) DESC LIMIT 6")[1]
+    if not known:
+        raise RunNotFound(f"{store.path}: no runs yet; run `toolaudit compare` or `replay` first")
+    what = f"no run with id {text}" if text.isdigit() else f"no run named {text!r}"
+    if before is not None:
+        what += f" before run {before}"
+    names = ", ".join(name for (name,) in known[:5]) + (", ..." if len(known) > 5 else "")
+    raise RunNotFound(f"{store.path}: {what} (runs: {names}; see `toolaudit runs`)")
 
 
 def slice_counts(store: Store, run_id: int, customer: str | None = None) -> dict[str, Any]:

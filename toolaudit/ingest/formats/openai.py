@@ -3,7 +3,8 @@ per line, session, customer and call index in `request.metadata` (or where --ses
 
 The log is read where it is: scanned in byte ranges (by worker processes, for compare), a call found again by
 its line's byte offset, so memory stays flat however big the log is. It is also the format a file is read as
-when no format claims it: its line parser explains what is wrong with each line.
+when no format claims it: its line parser explains what is wrong with each line. A log written as one JSON array
+of records, or as pretty-printed records, is read whole instead (`openai_docs.py`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,16 @@ class OpenAILog(TraceSource):
             self._handle = None
 
 
+def open_log(path: str, keys: Keys, require_response: bool = True, detected: bool = True) -> TraceSource:
+    """The log where it is, line by line; a JSON array of records or pretty-printed records read whole."""
+    from toolaudit.ingest.formats.openai_docs import read_documents
+    from toolaudit.ingest.formats.spread import is_documents
+
+    if is_documents(path):
+        return read_documents(str(path), keys, require_response, detected)
+    return OpenAILog(path, keys, require_response, detected)
+
+
 def detect(sample: Sample) -> bool:
     """`{"request": ..., "response": ...}` that is not a Responses API record (nor an OTLP export)."""
     record = sample.value
@@ -87,6 +98,6 @@ def detect(sample: Sample) -> bool:
 
 
 FORMAT = TraceFormat(
-    name="openai", description="OpenAI Chat Completions logs, one {request, response} per line", detect=detect,
-    open=OpenAILog,
+    name="openai", description="OpenAI Chat Completions logs, one {request, response} per line (or one JSON array "
+    "of them, or pretty-printed)", detect=detect, open=open_log,
     record_word="line", looks_like="an OpenAI Chat Completions log line")
