@@ -277,3 +277,14 @@ def test_a_customer_report_counts_truncated_and_mismatched_calls_apart(tmp_path)
     markdown = render_markdown(report)
     assert "1 call(s) stopped at max_tokens on one side or both (truncated) and are not compared" in markdown
     assert "2 paired call(s) answer different requests (mismatched)" in markdown
+
+
+def test_a_pretty_printed_log_without_session_keys_pairs_by_request_too(tmp_path):
+    """An OpenAI log written as one JSON array (read whole) keeps its calls without a session for compare."""
+    baseline = traffic(sessions=2, with_keys=False)
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(baseline, indent=2))
+    c = write_jsonl(tmp_path / "c.jsonl", with_drift(baseline, 1)[::-1])
+    with Store(tmp_path / "a.duckdb") as store:
+        _, counts = compare_logs(store, b, c, CompareOptions(schema_dir=None))
+    assert counts.pairing["by"] == "request" and (counts.matched, counts.drifted) == (10, 1)
