@@ -3,8 +3,8 @@
 
 The story: a nightly canary sends the same recorded agent requests to a target-only endpoint (baseline) and
 to a speculative-decoding endpoint (candidate). The baseline answers with BFCL's ground truth; the candidate
-answers identically except for pure reformattings (not drift), text-only differences, and injected drifts
-recorded in example_expected.json. The work is done in scripts/tracegen/ (example_sessions, drifts,
+answers identically except for pure reformattings (not drift), text-only differences, one answer cut at
+max_tokens (truncated: not compared) and injected drifts, all recorded in example_expected.json. The work is done in scripts/tracegen/ (example_sessions, drifts,
 example_logs).
 
 Standard library only; seeded with random.Random(7), so reruns are byte-identical.
@@ -43,7 +43,8 @@ def main(argv=None) -> None:
     c = expected["counts"]
     print(
         f"{c['sessions_matched']} matched sessions, {c['calls_matched']} matched calls, "
-        f"{c['drifted_calls']} drifts, {c['reformatted_calls']} reformatted, {c['text_only_calls']} text-only "
+        f"{c['drifted_calls']} drifts, {c['truncated_calls']} truncated, {c['reformatted_calls']} reformatted, "
+        f"{c['text_only_calls']} text-only "
         f"-> {ns.out_dir}"
     )
 

@@ -305,8 +305,10 @@ def responses_line(call: Call, n: int) -> str:
                        "name": tc["function"]["name"], "arguments": tc["function"]["arguments"],
                        "status": "completed"})
     usage = call.response["usage"]
+    cut = call.finish == "length"  # an answer cut at max_tokens: the Responses API calls it incomplete
     response = {"id": f"resp_{call.span_id}", "object": "response", "created_at": call.response["created"],
-                "model": call.response.get("model"), "status": "completed", "output": output,
+                "model": call.response.get("model"), "status": "incomplete" if cut else "completed",
+                **({"incomplete_details": {"reason": "max_output_tokens"}} if cut else {}), "output": output,
                 "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
                           "total_tokens": usage["total_tokens"]}, "metadata": call.request["metadata"]}
     return dumps({"request": request, "response": response})

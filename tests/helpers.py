@@ -79,7 +79,11 @@ def greedy(model, prompts: list[list[int]], settings=None) -> list[list[int]]:
 
 
 def torch_path_toml(name: str, model_dir: Path, *, batch_size: int = 1, max_tokens: int = 12,
-                    speculative: bool = False, prefix_caching: bool = True, prefill: str | None = None) -> str:
+                    speculative: bool = False, prefix_caching: bool = True, prefill: str | None = None,
+                    stop: tuple[str, ...] | None = None) -> str:
+    """A torch path on a tiny model. Random weights never end an answer, so every answer stops at max_tokens
+    (finish reason `length`: truncated, not compared); `stop` strings end them, for tests that need compared
+    pairs."""
     text = f"""
 [paths.{name}]
 engine = "torch"
@@ -91,6 +95,8 @@ prefix_caching = {str(prefix_caching).lower()}
 """
     if prefill is not None:
         text += f"prompt = {{ prefill = {json.dumps(prefill)} }}\n"
+    if stop is not None:
+        text += f"stop = {json.dumps(list(stop))}\n"
     if speculative:
         text += ('speculative = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 1, '
                  'prompt_lookup_max = 3 }\n')

@@ -103,10 +103,17 @@ def test_two_imports_complete_a_run_that_agrees_with_compare(tmp_path):
         missing = [k for k in keys if k not in cand]
         assert counts["requests"] == len(keys) and counts["unknown"] == 1
         assert counts["missing"] == len(missing) and counts["result_errors"] == 2
-        # every request is accounted for: a call row each (matched or error)
+        # every request is accounted for: a call row each (matched, truncated as compare finds it, or error)
         statuses = dict(store.query("SELECT match_status, count(*) FROM calls WHERE run_id = ? GROUP BY 1",
                                     [run_id])[1])
-        assert statuses == {"matched": len(keys) - len(missing) - 2, "error": len(missing) + 2}
+        truncated = store.query("SELECT session_id, call_index FROM calls WHERE run_id = 1 "
+                                "AND match_status = 'truncated'")[1]
+        assert len(truncated) == 1 and store.query("SELECT session_id, call_index FROM calls WHERE run_id = ? "
+                                                   "AND match_status = 'truncated'", [run_id])[1] == truncated
+        assert statuses == {"matched": len(keys) - len(missing) - 3, "truncated": 1, "error": len(missing) + 2}
+        digests = store.query("SELECT count(DISTINCT request_digest), count(*) FROM outputs WHERE run_id = ? "
+                              "GROUP BY session_id, call_index", [run_id])[1]
+        assert {d for d, _ in digests} == {1}  # both sides' requests (another model) are the same request
         errors = {(r[0], r[1]): r[2] for r in store.query("SELECT session_id, call_index, detail FROM calls "
                                                           "WHERE run_id = ? AND match_status = 'error'", [run_id])[1]}
         assert "boom" in errors[broken] and "HTTP 400: bad tools" in errors[http]
@@ -138,7 +145,7 @@ def test_two_imports_complete_a_run_that_agrees_with_compare(tmp_path):
         assert fixed.paired == len(missing) + 2 and fixed.missing == len(missing)
         statuses = dict(store.query("SELECT match_status, count(*) FROM calls WHERE run_id = ? GROUP BY 1",
                                     [run_id])[1])
-        assert statuses == {"matched": len(keys) - len(missing), "error": len(missing)}
+        assert statuses == {"matched": len(keys) - len(missing) - 1, "truncated": 1, "error": len(missing)}
         assert store.query("SELECT count(*) FROM outputs WHERE run_id = ?", [run_id])[1][0][0] == 2 * len(keys)
         assert store.query("SELECT count(*) FROM staged_results WHERE run_id = ?", [run_id])[1][0][0] == \
             2 * len(missing)  # only the calls still waiting for a candidate result

@@ -144,10 +144,14 @@ def test_example_logs_report_exactly_the_injected_drifts(tmp_path, db_path):
     want_paths = {(d["session_id"], int(d["call_index"]), d["path"]) for d in expected["drifts"] if d.get("path")}
     assert want_paths <= paths
     unmatched = {(r["session_id"], r["match_status"]) for r in store.rows(
-        "SELECT DISTINCT session_id, match_status FROM calls WHERE run_id = ? AND match_status <> 'matched'",
-        [run_id])}
+        "SELECT DISTINCT session_id, match_status FROM calls WHERE run_id = ? "
+        "AND match_status NOT IN ('matched', 'truncated')", [run_id])}
     assert unmatched == {(s, "baseline_only") for s in expected["unmatched"]["baseline_only"]} | {
         (s, "candidate_only") for s in expected["unmatched"]["candidate_only"]}
+    truncated = {(r["session_id"], r["call_index"]) for r in store.rows(
+        "SELECT session_id, call_index FROM calls WHERE run_id = ? AND match_status = 'truncated'", [run_id])}
+    assert truncated == {(t["session_id"], t["call_index"]) for t in expected["truncated"]}
+    assert (counts.truncated, counts.mismatched) == (1, 0)  # the example's requests agree pair by pair
     text_only = {(r["session_id"], r["call_index"]) for r in store.rows(
         "SELECT session_id, call_index FROM calls WHERE run_id = ? AND drift_kind = 'text_only'", [run_id])}
     assert text_only == {(t["session_id"], int(t["call_index"])) for t in expected["text_only"]}
@@ -206,32 +210,42 @@ def test_call_indices_and_duplicates_match_a_sequential_read(tmp_path):
 
 def test_identical_pairs_get_each_sides_own_schema_verdict(tmp_path, db_path):
     """The candidate side is scanned without validating; an identical pair reuses the baseline's verdict only
-    when that cannot differ (same tools, no schema errors). Otherwise the candidate is validated on its own."""
-    from conftest import SEARCH_TOOL
+    when that cannot differ (same tools, no schema errors). Otherwise the candidate is validated on its own.
+    Tools that differ make another request (mismatched, not compared); the same tools written in another key
+    order are the same request, validated on the candidate's own."""
+    from conftest import CLOSE_TOOL, SEARCH_TOOL
 
     lenient = json.loads(json.dumps(SEARCH_TOOL))
     del lenient["function"]["parameters"]["properties"]["limit"]["minimum"]
+    reordered = json.loads(json.dumps(SEARCH_TOOL, sort_keys=True))
+    reordered["function"] = dict(reversed(list(reordered["function"].items())))
     zero = {"query": "a", "limit": 0}
     baseline = [line(session="invalid", calls=[tool_call("search_tickets", {"query": 5})]),
                 line(session="tools", calls=[tool_call("search_tickets", zero)], tools=[lenient]),
+                line(session="order", calls=[tool_call("search_tickets", {"query": 7})]),
                 line(session="ok", calls=[tool_call("search_tickets", {"query": "a"})])]
     candidate = [line(session="invalid", calls=[tool_call("search_tickets", '{ "query" : 5 }')]),
                  line(session="tools", calls=[tool_call("search_tickets", zero)]),
+                 line(session="order", calls=[tool_call("search_tickets", {"query": 7})],
+                      tools=[reordered, CLOSE_TOOL]),
                  line(session="ok", calls=[tool_call("search_tickets", {"query": "a"})]),
                  line(session="only", calls=[tool_call("search_tickets", {"limit": 2})])]
     store, run_id, counts = run_compare(tmp_path, db_path, baseline, candidate)
     rows = calls_by_key(store, run_id)
     verdicts = {s: (rows[(s, 0)]["drift_kind"], rows[(s, 0)]["baseline_valid"], rows[(s, 0)]["candidate_valid"])
-                for s in ("invalid", "tools", "ok")}
-    assert verdicts == {"invalid": ("identical", False, False), "tools": ("identical", True, False),
+                for s in ("invalid", "order", "ok")}
+    assert verdicts == {"invalid": ("identical", False, False), "order": ("identical", False, False),
                         "ok": ("identical", True, True)}
+    assert rows[("tools", 0)]["match_status"] == "mismatched" and rows[("tools", 0)]["drift_kind"] is None
+    assert rows[("tools", 0)]["detail"] == ("different requests: tools differ (candidate only: close_ticket; "
+                                              "definitions differ: search_tickets)")
     errors = {(r[0], r[1]): r[2] for r in store.query(
         "SELECT session_id, side, schema_errors FROM outputs WHERE run_id = ?", [run_id])[1]}
     assert errors[("invalid", "baseline")] and errors[("invalid", "baseline")] == errors[("invalid", "candidate")]
-    assert errors[("tools", "baseline")] is None and "minimum" in errors[("tools", "candidate")]
+    assert errors[("order", "baseline")] and errors[("order", "baseline")] == errors[("order", "candidate")]
     assert errors[("ok", "baseline")] is None and errors[("ok", "candidate")] is None
     assert "required" in errors[("only", "candidate")]  # a call in one log only still gets its verdict
-    assert (counts.matched, counts.candidate_only, counts.kinds) == (3, 1, {"identical": 3})
+    assert (counts.matched, counts.mismatched, counts.candidate_only, counts.kinds) == (3, 1, 1, {"identical": 3})
 
 
 def test_interrupted_compare_keeps_whole_writes(tmp_path, db_path, monkeypatch):

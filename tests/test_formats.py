@@ -31,6 +31,10 @@ from toolaudit.ingest.traces import TraceCall, TraceLineError, TraceStats, read_
 from toolaudit.store import Store
 
 SHAPES = ["otel", "openinference", "langfuse", "responses"]
+# OpenInference spans record no finish reason, nor does a Langfuse observation whose output is the assistant message
+# alone (the fixtures' cut answer is one): there an answer cut at max_tokens cannot be told from a broken one, and
+# is compared (an unparseable drift) where the other shapes store it as truncated.
+FINISH_REASON_LOST = {"openinference", "langfuse"}
 
 
 def tables(store: Store, run_id: int) -> dict:
@@ -65,9 +69,16 @@ def openai_result(tmp_path_factory):
 def test_each_shape_finds_exactly_the_drifts_of_the_openai_logs(shape, fixtures, openai_result, tmp_path):
     want, want_counts = openai_result
     b, c = fixtures / f"{shape}_baseline.jsonl", fixtures / f"{shape}_candidate.jsonl"
+    expected = json.loads((REPO / "traces/example_expected.json").read_text())
+    truncated = {(t["session_id"], t["call_index"]) for t in expected["truncated"]}
     with Store(tmp_path / "f.duckdb") as store:
         run_id, counts = compare_logs(store, b, c, CompareOptions(schema_dir=None))
         got = tables(store, run_id)
+        if shape in FINISH_REASON_LOST:
+            assert [r[4:6] for r in got["calls"] if r[:2] in truncated] == [("matched", "unparseable")]
+            assert [r[4:6] for r in want["calls"] if r[:2] in truncated] == [("truncated", None)]
+            got["calls"], want = [r for r in got["calls"] if r[:2] not in truncated], {
+                **want, "calls": [r for r in want["calls"] if r[:2] not in truncated]}
         assert got["calls"] == want["calls"]
         assert got["arg_diffs"] == want["arg_diffs"]
         assert got["outputs"] == want["outputs"]
@@ -84,7 +95,6 @@ def test_each_shape_finds_exactly_the_drifts_of_the_openai_logs(shape, fixtures,
                                                  .splitlines() if x.strip()])
         assert stats.calls == getattr(want_counts, side).calls and stats.errors == 0
         assert (stats.skipped > 0) == (shape != "responses")
-    expected = json.loads((REPO / "traces/example_expected.json").read_text())
     drifted = {(r[0], r[1]): r[5] for r in got["calls"] if r[5] not in (None, "identical", "text_only")}
     assert drifted == {(d["session_id"], d["call_index"]): d["kind"] for d in expected["drifts"]}
 

@@ -31,12 +31,18 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
             build_tiny_model(tmp_path_factory.mktemp("echo"), echo=True))
 
 
+# Random weights never end an answer (each would stop at max_tokens: truncated, not compared); these stop strings
+# end the tiny model's at its first "e" or newline and the echo model's (which repeats the prefill's newline) at once.
+STOP = ("e", "\n")
+
+
 @pytest.fixture
 def paths_file(tmp_path, models) -> Path:
     tiny, echo = models
-    text = (torch_path_toml("tiny", tiny, batch_size=4) + torch_path_toml("tiny-spec", tiny, batch_size=4,
-                                                                           speculative=True)
-            + torch_path_toml("tiny-b1", tiny, batch_size=1) + torch_path_toml("echo", echo, batch_size=4))
+    text = (torch_path_toml("tiny", tiny, batch_size=4, stop=STOP)
+            + torch_path_toml("tiny-spec", tiny, batch_size=4, speculative=True, stop=STOP)
+            + torch_path_toml("tiny-b1", tiny, batch_size=1, stop=STOP)
+            + torch_path_toml("echo", echo, batch_size=4, stop=STOP))
     path = tmp_path / "paths.toml"
     path.write_text(text)
     return path

@@ -89,7 +89,9 @@ def test_replay_with_a_noise_floor_decodes_the_baseline_twice(tmp_path):
 
     model = build_tiny_model(tmp_path / "tiny")
     paths = tmp_path / "paths.toml"
-    table = f'engine = "torch"\nmodel = "{model}"\ndtype = "float32"\nbatch_size = 4\nmax_tokens = 8\n'
+    # random weights never end an answer (cut at max_tokens: truncated, not compared): stop strings end them
+    table = (f'engine = "torch"\nmodel = "{model}"\ndtype = "float32"\nbatch_size = 4\nmax_tokens = 8\n'
+             'stop = ["e", "a", "\\n"]\n')
     paths.write_text(f"[paths.tiny]\n{table}\n[paths.tiny-spec]\n{table}speculative = {{ method = \"ngram\", "
                      "num_speculative_tokens = 3 }\n")
     db = str(tmp_path / "r.duckdb")

@@ -249,9 +249,21 @@ def test_expected_drifts_really_differ(example):
     }
 
 
+def test_the_truncated_call_stopped_at_max_tokens(example):
+    """The candidate answer cut at max_tokens: finish_reason length, an unfinished tool call; not a drift."""
+    base, cand, expected = example
+    assert len(expected["truncated"]) == expected["counts"]["truncated_calls"] == 1
+    for t in expected["truncated"]:
+        key = (t["session_id"], t["call_index"])
+        assert key not in {(d["session_id"], d["call_index"]) for d in expected["drifts"]}
+        choice = cand[key]["response"]["choices"][0]
+        assert choice["finish_reason"] == "length" and choice["message"]["content"] == t["candidate"]
+        assert base[key]["response"]["choices"][0]["finish_reason"] == "tool_calls"
+
+
 def test_every_other_matched_call_is_the_same_after_canonicalisation(example):
     base, cand, expected = example
-    drifted = {(d["session_id"], d["call_index"]) for d in expected["drifts"]}
+    drifted = {(d["session_id"], d["call_index"]) for d in expected["drifts"] + expected["truncated"]}
     reformatted = {(r["session_id"], r["call_index"]) for r in expected["reformatted"]}
     text_only = {(t["session_id"], t["call_index"]) for t in expected["text_only"]}
     for key in set(base) & set(cand):

@@ -203,11 +203,12 @@ def r_unparseable(style):
     def recipe(rng, call):
         a = call["answer"]
         text = json.dumps({"name": a["name"], "arguments": a["args"]}, ensure_ascii=False)
-        if style == "truncated":
+        if style == "truncated":  # cut at max_tokens (finish_reason "length"): truncated, not compared
             broken = text[: max(12, len(text) * 2 // 3)]
         else:  # hermes-style block with the closing brace dropped
             broken = "<tool_call>\n" + text[:-1] + "\n</tool_call>"
-        return drift_entry(call, "unparseable", None, a["name"], broken), ("text", broken, style)
+        kind = "truncated" if style == "truncated" else "unparseable"
+        return drift_entry(call, kind, None, a["name"], broken), ("text", broken, style)
 
     return recipe
 

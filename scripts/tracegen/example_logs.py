@@ -35,7 +35,8 @@ DESCRIPTION = (
     "null for tool_name_changed / call_count_changed / unparseable; there baseline/candidate hold the tool "
     "names, the call counts, or the baseline tool name and the raw candidate text. arg_kind is "
     "value_changed / type_changed / added / missing for argument drifts, else null. Reformatted calls "
-    "differ only in key order, whitespace, ids, created and system_fingerprint: not drift."
+    "differ only in key order, whitespace, ids, created and system_fingerprint: not drift. Truncated calls "
+    "(the candidate stopped at max_tokens, finish_reason length) are not compared: not drift either."
 )
 REFORMAT_CHANGES = ["arguments key order/whitespace", "tool_call id", "response id", "created", "system_fingerprint"]
 
@@ -191,7 +192,9 @@ def build(bfcl_dir: Path) -> tuple[list[dict], list[dict], dict]:
     order = list(range(len(all_calls)))
     rng.shuffle(order)
     shuffled = [all_calls[i] for i in order]
-    drifts = inject_drifts(rng, night, shuffled)
+    injected = inject_drifts(rng, night, shuffled)
+    drifts = [d for d in injected if d["kind"] != "truncated"]
+    truncated = [d for d in injected if d["kind"] == "truncated"]
     text_only = add_text_only(night, shuffled)
     reformatted = add_reformatted(rng, night, shuffled, other_fingerprint)
     base_keys, cand_keys = line_order(rng, night, unmatched)
@@ -204,11 +207,13 @@ def build(bfcl_dir: Path) -> tuple[list[dict], list[dict], dict]:
             "baseline_calls": len(base_keys),
             "candidate_calls": len(cand_keys),
             "drifted_calls": len(drifts),
+            "truncated_calls": len(truncated),
             "text_only_calls": len(text_only),
             "reformatted_calls": len(reformatted),
             "customers": {c: sum(1 for s in matched if s["customer"] == c) for c in CUSTOMERS},
         },
         "drifts": sorted(drifts, key=by_call),
+        "truncated": sorted(truncated, key=by_call),
         "text_only": sorted(text_only, key=by_call),
         "reformatted": sorted(reformatted, key=by_call),
         "unmatched": {

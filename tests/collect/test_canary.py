@@ -30,8 +30,10 @@ def tiny_paths(tmp_path_factory, model_available):
     root = tmp_path_factory.mktemp("canary-model")
     model = build_tiny_model(root / "tiny")
     paths = root / "paths.toml"
-    paths.write_text(torch_path_toml("target", model, max_tokens=8) + torch_path_toml("candidate", model,
-                                                                                       max_tokens=8))
+    # random weights never end an answer (cut at max_tokens: truncated, not compared): stop strings end them
+    stop = ("e", "a", "\n")
+    paths.write_text(torch_path_toml("target", model, max_tokens=8, stop=stop)
+                     + torch_path_toml("candidate", model, max_tokens=8, stop=stop))
     return paths
 
 

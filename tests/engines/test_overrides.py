@@ -59,4 +59,19 @@ def test_replay_cli_numerics_option(tmp_path):
     assert result.exit_code == 1 and "Error: numerics: no path of this run accepts it" in result.output
     result = CliRunner().invoke(cli, ["replay", "--resume", "1", "--numerics", "native", "--db",
                                       str(tmp_path / "x.duckdb")])
-    assert result.exit_code == 2 and "do not pass trace files, --collected, --numerics or --shard" in result.output
+    assert result.exit_code == 2 and "do not pass trace files, --collected, --numerics, --max-tokens, --shard or " \
+        in result.output
+
+
+def test_max_tokens_reaches_every_path_whatever_its_engine(tmp_path):
+    """`replay --max-tokens` / `demo --max-tokens`: a common key, set on every path (an answer cut there is
+    truncated, not compared), and part of each path's config (its fingerprint)."""
+    file = tmp_path / "paths.toml"
+    file.write_text(PATHS)
+    options = ReplayOptions(traces=[str(DEMO)], baseline="t-bf16", candidate="h-bf16", candidates=["h-bf16", "remote"],
+                            paths_file=str(file), max_tokens=192)
+    base, others = resolve_paths(options)
+    assert [p.max_tokens for p in (base, *others)] == [192, 192, 192]
+    assert base.config_dict()["max_tokens"] == 192 and base.options == {"numerics": "native", "threads": 1}
+    assert resolve_paths(ReplayOptions(traces=[str(DEMO)], baseline="t-bf16", candidate="remote",
+                                       paths_file=str(file)))[0].max_tokens == 96

@@ -123,7 +123,7 @@ def test_released_migrations_are_never_edited():
     import hashlib
 
     released = {1: "06843fb7b8c4331e", 2: "1628222e1ca0f18b", 3: "447ca400bba5e140", 4: "f9ce5d3de2ebe7f5",
-                5: "74fef413f4d87360", 6: "f9ce5d3de2ebe7f5", 7: "dbb019af52ea4fc4"}
+                5: "74fef413f4d87360", 6: "f9ce5d3de2ebe7f5", 7: "dbb019af52ea4fc4", 8: "ac66b880125ccb84"}
     assert {v: hashlib.sha256(sql.encode()).hexdigest()[:16] for v, _, sql in MIGRATIONS if v in released} == released
 
 
@@ -175,3 +175,45 @@ def test_a_version_7_database_reads_through_the_new_names_and_the_old(tmp_path):
         assert acme["compounded_session_drift"] == acme["compounded_session_drift_run_rates"]  # deprecated alias
     with Store(path) as store:  # a resumed replay numbers its next chunk after the old ones
         assert store.next_chunk_no(1) == 2
+
+
+def test_a_version_8_database_opens_its_old_calls_read_as_before_and_new_runs_store_finish_and_digest(tmp_path):
+    """Migration 9 adds `outputs.finish_reason` and `outputs.request_digest`: a file written before it opens
+    (read-only too: it is upgraded first), its rows keep their figures with both columns NULL (unknown, so
+    nothing is called truncated or mismatched after the fact), and a new comparison writes both."""
+    import duckdb
+    from conftest import line, tool_call, write_jsonl
+
+    from toolaudit.analysis.figures import run_summary
+    from toolaudit.compare.logs import CompareOptions, compare_logs
+
+    path = tmp_path / "v8.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMP NOT NULL)")
+    for version, name, sql in MIGRATIONS[:8]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [version, name])
+    con.execute("""INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name)
+                   VALUES (1, 'old', 'compare', 'complete', now(), 'baseline', 'candidate')""")
+    con.execute("SELECT nextval('run_id_seq')")  # as create_run took the id
+    for i, kind in enumerate(["identical", "unparseable", "identical"]):
+        con.execute("""INSERT INTO calls (run_id, session_id, call_index, tool_name, match_status, drift_kind,
+                       drifted) VALUES (1, 's', ?, 't', 'matched', ?, ?)""", [i, kind, kind != "identical"])
+        for side in ("baseline", "candidate"):
+            con.execute("INSERT INTO outputs (run_id, session_id, call_index, side, text, parse_status) "
+                        "VALUES (1, 's', ?, ?, 'x', 'ok')", [i, side])
+    con.execute(SESSIONS_SQL, [1, 1])
+    con.close()
+    with Store(path, read_only=True) as store:
+        assert store.schema_version() == MIGRATIONS[-1][0] == 9
+        assert store.query("SELECT count(*) FROM outputs WHERE finish_reason IS NULL AND request_digest IS NULL")[1] \
+            == [(6,)]
+        old = run_summary(store, 1)
+        assert (old["calls"], old["drifted_calls"], old["not_compared"]) == (3, 1, {"truncated": 0, "mismatched": 0})
+    log = write_jsonl(tmp_path / "log.jsonl", [line(session="n", calls=[tool_call("close_ticket", {"ticket_id": 1})])])
+    with Store(path) as store:
+        run_id, _ = compare_logs(store, log, log, CompareOptions(schema_dir=None))
+        assert run_id == 2
+        rows = store.query("SELECT finish_reason, length(request_digest) FROM outputs WHERE run_id = 2")[1]
+        assert rows == [("tool_calls", 64), ("tool_calls", 64)]

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
+from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 
@@ -121,6 +122,9 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "drift_kinds": q.drift_kind_counts(store, rid),
         "unmatched_calls": {"baseline_only": unmatched.get("baseline_only", 0),
                             "candidate_only": unmatched.get("candidate_only", 0)},
+        # paired, stored, and left out of every figure above (compare.attribution)
+        "not_compared": {"truncated": unmatched.get(MatchStatus.TRUNCATED.value, 0),
+                         "mismatched": unmatched.get(MatchStatus.MISMATCHED.value, 0)},
         "error_rows": q.trace_error_count(store, rid),
         "first_errors": q.first_trace_errors(store, rid),
         "errors_sql": q.trace_errors_sql(rid),

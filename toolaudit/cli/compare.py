@@ -10,6 +10,7 @@ import click
 from toolaudit.cli.collect import check_collected, collected_options, select
 from toolaudit.cli.common import (
     Progress,
+    Proportion,
     db_option,
     example,
     format_option,
@@ -43,6 +44,13 @@ def _total_bytes(paths: list[str]) -> int:
               "\"candidate\"); with several candidate logs, one per log in order (default: the file names).")
 @click.option("--workers", type=click.IntRange(1, 64), help="Processes that parse the logs (default: one per core "
               "for logs over 64 MB, else 1).")
+@click.option("--pair-by", type=click.Choice(["auto", "session", "request"]), default="auto", show_default=True,
+              help="Pair calls by session and call index, or by request (digest of messages, tools and tool "
+                   "settings, and occurrence). auto: by request when a log's calls carry no session at the "
+                   "session key, or all share one and pairing by it puts different requests together.")
+@click.option("--max-mismatched", type=Proportion(), default="0", show_default=True,
+              help="Largest allowed share of paired calls whose two requests differ (stored as mismatched, not "
+                   "compared); above it compare exits 1. 0: any mismatch fails (the pairing is then wrong).")
 @shard_option
 @collected_options
 @click.option("--baseline-service", metavar="NAME", help="With --collected: the baseline is the spans of this "
@@ -57,7 +65,8 @@ def _total_bytes(paths: list[str]) -> int:
 @interruptible
 def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name: str | None, trace_format: str,
             session_key: str, customer_key: str, schema_dir: str, baseline_name: str,
-            candidate_names: tuple[str, ...], workers: int | None, shard, collected: str | None,
+            candidate_names: tuple[str, ...], workers: int | None, pair_by: str, max_mismatched: float, shard,
+            collected: str | None,
             since: str | None, sample: int | None, per_customer: bool, seed: str, baseline_service: str | None,
             candidate_services: tuple[str, ...], ray_address: str | None, ray_workers: int | None,
             fmt: str) -> None:
@@ -71,7 +80,7 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
 
     Or two deployments that export to one `toolaudit collect`: `compare --collected DIR --baseline-service A
     --candidate-service B`, told apart by their resource attribute service.name."""
-    from toolaudit.compare.coverage import pairing_problem
+    from toolaudit.compare.coverage import mismatch_problem, pairing_problem
     from toolaudit.compare.logs import CompareOptions, compare_logs
     from toolaudit.compare.matrix import compare_matrix, default_names
     from toolaudit.ingest.gaps import gap_warnings
@@ -105,7 +114,8 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
     options = CompareOptions(session_key=session_key, customer_key=customer_key,
                              schema_dir=schema_dir_or_none(schema_dir), run_name=run_name,
                              baseline_name=baseline_name, candidate_name=(candidate_names or ("candidate",))[0],
-                             workers=workers, format=None if trace_format == "auto" else trace_format, shard=shard)
+                             workers=workers, format=None if trace_format == "auto" else trace_format, shard=shard,
+                             pair_by=pair_by)
     scans = None
     if ray is not None:  # the scans on a Ray cluster; the rows are written here as in process
         from toolaudit.compare.ray_scan import RayScans
@@ -135,7 +145,13 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
                 continue  # the baseline is the same file for every candidate: said once
             for warning in gap_warnings(counts.gaps[side], path, session_key, customer_key):
                 click.echo(f"warning: {warning}", err=True)
-    problems = {name: pairing_problem(counts, session_key) for name, counts in runs.items()}
+    for name, counts in runs.items():
+        if counts.pairing.get("by") == "request" and pair_by == "auto":
+            click.echo(f"note: {name + ': ' if len(runs) > 1 else ''}calls paired by request "
+                       f"({counts.pairing['reason']}); each distinct request is its own session in the store",
+                       err=True)
+    problems = {name: pairing_problem(counts, session_key) or mismatch_problem(counts, max_mismatched)
+                for name, counts in runs.items()}
     failed = [f"{name}: {p}" if len(runs) > 1 else p for name, p in problems.items() if p]
     if failed:
         raise click.ClickException("; ".join(failed))

@@ -122,6 +122,8 @@ class _LazyBar:
               "its batch size) and show every candidate's drift beside that floor, with the excess paired by call.")
 @click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
               "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics).")
+@click.option("--max-tokens", type=click.IntRange(1), help="Set every path's max_tokens (an answer cut there is "
+              "stored as truncated, not compared).")
 @format_option
 @key_options
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
@@ -135,8 +137,9 @@ class _LazyBar:
 @interruptible
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
-           run_name: str | None, noise_floor: bool, numerics: str | None, trace_format: str, session_key: str,
-           customer_key: str, schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
+           run_name: str | None, noise_floor: bool, numerics: str | None, max_tokens: int | None,
+           trace_format: str, session_key: str, customer_key: str, schema_dir: str, shard, collected: str | None,
+           since: str | None, sample: int | None,
            per_customer: bool, seed: str, ray_address: str | None, ray_workers: int | None, verbose: bool,
            fmt: str) -> None:
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
@@ -149,9 +152,10 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     check_collected(collected, since, sample, per_customer, seed)
     if resume is None and not traces and collected is None:
         raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
-    if resume is not None and (traces or shard or numerics or collected or noise_floor):
-        raise click.UsageError("--resume takes its traces, paths, numerics, shard and noise floor from the run; do "
-                               "not pass trace files, --collected, --numerics, --shard or --noise-floor")
+    if resume is not None and (traces or shard or numerics or collected or noise_floor or max_tokens):
+        raise click.UsageError("--resume takes its traces, paths, numerics, max_tokens, shard and noise floor from "
+                               "the run; do not pass trace files, --collected, --numerics, --max-tokens, --shard or "
+                               "--noise-floor")
     if collected is not None and traces:
         raise click.UsageError("give trace files or --collected DIR, not both")
     if collected is not None:
@@ -163,7 +167,8 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             run_name=run_name, chunk=chunk, session_key=session_key,
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
                             trace_format=None if trace_format == "auto" else trace_format,
-                            shard=shard.as_dict() if shard else None, numerics=numerics, noise_floor=noise_floor)
+                            shard=shard.as_dict() if shard else None, numerics=numerics, noise_floor=noise_floor,
+                            max_tokens=max_tokens)
     _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
 
 
@@ -173,6 +178,7 @@ MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-dra
 # useful interval, small enough for a replay of minutes on emulated bf16 (docs/benchmarks.md). Two chunks of
 # 90: every chunk ends with the batch draining (chunks of 96 replayed in 203 s against 211 s for 64).
 DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
+DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
 
 
 @click.command(epilog=example("toolaudit demo --db demo.duckdb"))
@@ -190,11 +196,15 @@ DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
 @click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
               help="Decode the baseline a second time with other batch neighbours (batch 8 against 16) and show "
                    "the drift beside that floor (the demo's calls cost about half again as long).")
+@click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
+              help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
+                   "compared).")
 @verbose_option
 @output_options
 @friendly_errors
 @interruptible
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, noise_floor: bool,
+         max_tokens: int,
          verbose: bool, fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
     from toolaudit.engines import make_engine
@@ -211,7 +221,7 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                             chunk=ReplayOptions.chunk if matrix else DEMO_CHUNK,
                             run_name="demo-matrix" if matrix else "demo",
                             schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics,
-                            noise_floor=noise_floor and not matrix)
+                            noise_floor=noise_floor and not matrix, max_tokens=max_tokens)
     # What the baseline engine says of itself: the numerics it resolved `--numerics` to, on which CPU.
     components = make_engine(resolve_paths(options)[0]).fingerprint_components()
     floor = " and the noise floor target-floor (batch 8)" if options.noise_floor else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from toolaudit.cli.common import print_rows
+from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
 from toolaudit.compare.vocabulary import ArgDiffKind
 from toolaudit.report.output import format_table, json_value, pct, to_json
 
@@ -35,6 +36,18 @@ def problem_lines(s: dict, db: str | None = None) -> list[str]:
         reasons = ", ".join(f"{n} {reason}" for reason, n in list(info["reasons"].items())[:4])
         label = f"skipped ({side})"
         lines.append(f"  {label:<21} {info['count']} records, not model calls" + (f": {reasons}" if reasons else ""))
+    return lines
+
+
+def not_compared_lines(nc: dict) -> list[str]:
+    """The paired calls left out of the figures (truncated, mismatched), each with what to do about it."""
+    lines = []
+    if nc.get("truncated"):
+        lines.append(f"  truncated calls       {nc['truncated']} (stopped at max_tokens, not compared)")
+        lines.append(f"    {TRUNCATION_HINT}")
+    if nc.get("mismatched"):
+        lines.append(f"  mismatched calls      {nc['mismatched']} (different requests, not compared)")
+        lines.append(f"    {MISMATCH_HINT}")
     return lines
 
 
@@ -79,6 +92,7 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
         f"  session drift         observed {pct(s['observed_session_drift'])}, "
         f"compounded from run-wide tool rates {pct(s['compounded_session_drift_run_rates'])}",
         f"  unmatched calls       baseline only {un['baseline_only']}, candidate only {un['candidate_only']}",
+        *not_compared_lines(s.get("not_compared") or {}),
         f"  error rows            {s['error_rows']}",
         *problem_lines(s, db),
         *floor_lines(s.get("noise_floor")),

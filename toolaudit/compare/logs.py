@@ -4,7 +4,8 @@ In two steps. The scan (here): both files are opened as trace sources in their f
 (`toolaudit.ingest.sources`: an OpenAI log or an OTLP export scanned where it is, a format read whole held as
 records) and read in chunks (by worker processes for big files) into compact digests (`scan`), which stream
 into a DuckDB staging table (`store.staging`; an OTLP export's chunks once its ranges are settled), and call
-indices are assigned there (a repeated key is an error row), so memory stays flat however many calls an OpenAI
+indices are assigned there (a repeated key is an error row; calls pair by session and call index, or by request
+digest when the session key cannot pair them: `pairing`), so memory stays flat however many calls an OpenAI
 log holds. The join (`join`): pairs whose canonical tool calls agree (~99%) and calls in one log only (counted as
 unmatched, never as drift) are written with INSERT ... SELECT straight from their digests; the rest are found
 again in their source (a log line by byte offset, an export's call from its compact copy, a held record by
@@ -21,11 +22,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from toolaudit import ConfigError
 from toolaudit.compare.join import Join
+from toolaudit.compare.pairing import Pairing, choose
 from toolaudit.compare.pairs import Analyzer
 from toolaudit.compare.recorder import Recorder
 from toolaudit.compare.scan import ChunkResult, digest, settled, tools_key
 from toolaudit.compare.scans import LocalScans, Scans
+from toolaudit.ingest.formats.openai_lines import NO_SESSION
 from toolaudit.ingest.gaps import CallGaps
 from toolaudit.ingest.reading import check, open_source
 from toolaudit.ingest.records import (
@@ -59,6 +63,7 @@ class CompareOptions:
     format: str | None = None  # a registered trace format for both files (toolaudit.ingest.registry); None: detect
     shard: Shard | None = None  # only this shard's sessions (see toolaudit.ingest.shards)
     memory_limit: str | None = "384MB"  # DuckDB's, while the digests are staged and joined (it spills past it)
+    pair_by: str = "auto"  # "auto" | "session" | "request" (see compare.pairing)
 
 
 @dataclass
@@ -71,8 +76,12 @@ class RunCounts:
     matched: int = 0
     baseline_only: int = 0
     candidate_only: int = 0
+    truncated: int = 0  # pairs with an answer cut at max_tokens: stored, not compared (compare.attribution)
+    mismatched: int = 0  # pairs of different requests: stored, not compared
     drifted: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
+    mismatches: list[dict[str, Any]] = field(default_factory=list)  # the first few mismatched pairs, explained
+    pairing: dict[str, str] = field(default_factory=dict)  # {by, reason}: how the calls were paired
     formats: dict[str, str] = field(default_factory=dict)
     skipped_reasons: dict[str, dict[str, int]] = field(default_factory=dict)
     # sharded runs only: {index, count, elsewhere: {side: records stored by other shards}}, so that per side
@@ -102,11 +111,14 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
         open_trace(path).close()
     with tempfile.TemporaryDirectory(prefix="toolaudit-") as tmp:
         # a file in a format read whole is read here (Langfuse joins records across lines)
-        sources = [open_source(p, options.format, options.session_key, options.customer_key) for p in paths]
+        # calls without a session are kept: paired by request, or made error rows when pairing by session
+        sources = [open_source(p, options.format, options.session_key, options.customer_key, sessionless=True)
+                   for p in paths]
         counts = RunCounts(formats={"baseline": sources[0].fmt, "candidate": sources[1].fmt},
                            skipped_reasons={"baseline": sources[0].skipped, "candidate": sources[1].skipped})
         run_options: dict[str, Any] = {"session_key": options.session_key, "customer_key": options.customer_key,
-                                       "schema_dir": options.schema_dir, "formats": counts.formats}
+                                       "schema_dir": options.schema_dir, "formats": counts.formats,
+                                       "pair_by": options.pair_by}
         if options.shard is not None:
             run_options["shard"] = options.shard.as_dict()
             counts.shard = {**options.shard.as_dict(), "elsewhere": {"baseline": 0, "candidate": 0}}
@@ -177,6 +189,7 @@ class _Comparison:
                 for side, chunks in enumerate(waiting):
                     if chunks:
                         self._settle(stage, side, chunks, line_base[side])
+            self._pair_keys(stage)
             self._duplicates(stage)
             for side, found in stage.call_gaps(tools_key([])).items():
                 self.counts.gaps["candidate" if side else "baseline"] = CallGaps(*found)
@@ -230,6 +243,32 @@ class _Comparison:
             base += chunk.lines
         chunks.clear()  # their notes: what re-reading needs is the source's now
 
+    def _pair_keys(self, stage: Staging) -> None:
+        """Pair by session or by request (`pairing.choose`); pairing by session, a call without a session is an
+        error row, as in a sequential read."""
+        key = self.options.session_key
+
+        def mismatched() -> int:
+            stage.index()
+            return stage.mismatched_by_key()
+
+        pairing: Pairing = choose(self.options.pair_by, stage.sessions(), key, mismatched)
+        self.counts.pairing = pairing.as_dict()
+        if pairing.by == "request":
+            if self.shard is not None:
+                raise ConfigError(f"pairing by request ({pairing.reason}) cannot be sharded: a shard holds whole "
+                                  f"sessions; name a session key that separates sessions (--session-key), or "
+                                  f"leave out --shard")
+            stage.by_request()
+            return
+        for row in stage.take_sessionless():
+            side = row["side"]
+            stats = self._stats(side)
+            stats.calls -= 1
+            stats.errors += 1
+            self.recorder.error(side, self.sources[side].error_at(
+                row["offset"], row["shown"], key, NO_SESSION + ", or pair by request: --pair-by request"))
+
     def _duplicates(self, stage: Staging) -> None:
         """A second call with the same (session, call index) is an error row, as in a sequential read."""
         for dup in stage.index():
@@ -261,6 +300,9 @@ class _Comparison:
         counts.drifted += joined.drifted
         counts.baseline_only += joined.baseline_only
         counts.candidate_only += joined.candidate_only
+        counts.truncated += joined.truncated
+        counts.mismatched += joined.mismatched
+        counts.mismatches.extend(joined.mismatches)
 
     def _check(self, line: int, offset: int) -> tuple[int, bool | None, str | None]:
         """The schema verdict of a candidate call scanned without validating."""

@@ -5,7 +5,8 @@ the store cannot shift others; the store writes the buffer (for `compare`, `stor
 and the agreeing pairs' rows that it computes in SQL).
 
 `Analyzer` holds the per-run caches (compiled schemas per tools list) and turns one call pair into rows: parse
-verdict, schema validity, drift kind, argument diffs.
+verdict, schema validity, drift kind, argument diffs; or, for a pair of different requests or a cut answer, the
+match status that keeps it out of the comparison (`compare.attribution`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from toolaudit.compare.attribution import NotCompared, not_compared
 from toolaudit.compare.diff import diff_outputs
+from toolaudit.compare.request_digest import describe_difference
 from toolaudit.compare.vocabulary import CallDiff, DriftKind, MatchStatus
 from toolaudit.ingest import deepjson
 from toolaudit.store import RowBuffer, json_text
@@ -26,6 +29,18 @@ from toolaudit.validate.schemas import CompiledSchema, SchemaRegistry, tool_sche
 # Engine evidence columns of `outputs` (replays fill them; recorded logs have none).
 EVIDENCE_COLUMNS = ("token_ids", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "tokens_per_s",
                     "drafted_tokens", "accepted_tokens", "forward_passes", "error")
+
+
+class Outcome(NamedTuple):
+    """How a pair was stored: `matched` with its verdict, or a status that kept it out of the comparison."""
+
+    status: MatchStatus
+    verdict: CallDiff | None  # None when not compared
+    detail: str | None = None  # why not compared
+
+    @property
+    def kind(self) -> DriftKind | None:
+        return None if self.verdict is None else DriftKind(self.verdict.kind)
 
 
 class Divergence(NamedTuple):
@@ -58,6 +73,8 @@ class OutputRow:
     schema_errors: str | None = None
     system_fingerprint: str | None = None
     evidence: dict[str, Any] | None = None  # EVIDENCE_COLUMNS, for engine outputs
+    finish_reason: str | None = None
+    request_digest: str | None = None
 
 
 @dataclass
@@ -71,11 +88,15 @@ class SideOutput:
     line: int | None = None
     system_fingerprint: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # engine evidence for the outputs table
+    finish_reason: str | None = None  # as the response or engine gave it ("stop", "length", "tool_calls"...)
+    request_digest: str | None = None  # of the request this answers (compare.request_digest); None: unknown
+    request: dict | None = None  # that request, to say what differs when the two sides' digests do (not stored)
 
     def row(self, schema_errors: str | None = None) -> OutputRow:
         p = self.parsed
         return OutputRow(self.path_name, self.raw, tool_calls_json(p.calls), p.status, p.format, p.error,
-                         self.source, self.line, schema_errors, self.system_fingerprint, self.extra or None)
+                         self.source, self.line, schema_errors, self.system_fingerprint, self.extra or None,
+                         self.finish_reason, self.request_digest)
 
 
 def message_raw_text(message: dict | None) -> str:
@@ -119,7 +140,8 @@ def write_output(rows: RowBuffer, run_id: int, session_id: str, call_index: int,
     rows.add("outputs", run_id=run_id, session_id=session_id, call_index=call_index, side=side,
               path_name=out.path_name, source=out.source, line=out.line, text=out.text, tool_calls=out.tool_calls,
               parse_status=out.parse_status, parse_format=out.parse_format, parse_error=out.parse_error,
-              schema_errors=out.schema_errors, system_fingerprint=out.system_fingerprint, **(out.evidence or {}))
+              schema_errors=out.schema_errors, system_fingerprint=out.system_fingerprint,
+              finish_reason=out.finish_reason, request_digest=out.request_digest, **(out.evidence or {}))
 
 
 class Analyzer:
@@ -185,8 +207,15 @@ class Analyzer:
         self.pending_issues.clear()
 
     def pair(self, rows: RowBuffer, session_id: str, call_index: int, customer: str | None, tools: list,
-             baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None) -> CallDiff:
-        """Diff one matched pair and append its calls, outputs and arg_diffs rows."""
+             baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None) -> Outcome:
+        """Diff one pair and append its calls, outputs and arg_diffs rows; a pair of different requests or with a
+        cut answer is stored under its own match status instead, not compared (`compare.attribution`)."""
+        skipped = not_compared(baseline.request_digest, candidate.request_digest, baseline.finish_reason,
+                               candidate.finish_reason,
+                               lambda: describe_difference(baseline.request, candidate.request))
+        if skipped is not None:
+            self._not_compared(rows, session_id, call_index, customer, baseline, candidate, skipped, divergence)
+            return Outcome(skipped.status, None, skipped.detail)
         schemas = self.schemas_for(tools)
         errors_by_side: dict[int, list] = {}
 
@@ -214,4 +243,16 @@ class Analyzer:
             rows.add("arg_diffs", run_id=self.run_id, session_id=session_id, call_index=call_index,
                       call_position=d.call_position, tool_name=d.tool_name, arg_path=d.path, diff_kind=d.kind.value,
                       baseline_value=json_text(d.baseline), candidate_value=json_text(d.candidate))
-        return verdict
+        return Outcome(MatchStatus.MATCHED, verdict)
+
+    def _not_compared(self, rows: RowBuffer, session_id: str, call_index: int, customer: str | None,
+                      baseline: SideOutput, candidate: SideOutput, why: NotCompared,
+                      divergence: Divergence | None) -> None:
+        """A pair kept out of the comparison: its calls row (no verdict; where the token streams part, when known)
+        and both outputs, as recorded."""
+        tool_name = (baseline.parsed.calls[0].name if baseline.parsed.calls
+                     else candidate.parsed.calls[0].name if candidate.parsed.calls else None)
+        write_call(rows, self.run_id, session_id, call_index, why.status, customer=customer, tool_name=tool_name,
+                   exact_text_match=baseline.raw == candidate.raw, detail=why.detail, divergence=divergence)
+        for side_name, out in (("baseline", baseline), ("candidate", candidate)):
+            write_output(rows, self.run_id, session_id, call_index, side_name, out.row())

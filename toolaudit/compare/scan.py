@@ -29,8 +29,16 @@ import pyarrow.parquet as pq
 
 from toolaudit.compare.diff import call_signature
 from toolaudit.compare.pairs import Analyzer, message_raw_text, tool_calls_json
+from toolaudit.compare.request_digest import request_digest
 from toolaudit.ingest.gaps import has_content
-from toolaudit.ingest.records import RawCall, TraceLineError, TraceStats, first_message, system_fingerprint
+from toolaudit.ingest.records import (
+    RawCall,
+    TraceLineError,
+    TraceStats,
+    finish_reason,
+    first_message,
+    system_fingerprint,
+)
 from toolaudit.ingest.shards import Shard
 from toolaudit.ingest.sources import Scanned, TraceSource
 from toolaudit.validate.records import ToolCall
@@ -60,6 +68,8 @@ class Digest(NamedTuple):
     system_fingerprint: str | None
     tools_hash: bytes  # tools_key of the request's tools
     has_content: bool  # a message of the request says something (see ingest.gaps)
+    finish_reason: str | None  # the recorded response's ("length": cut at max_tokens, see compare.attribution)
+    request_digest: bytes  # SHA-256 of the canonical request (compare.request_digest): the same request?
 
 
 # What the join needs of one scanned line (the caller adds side, absolute line and original line)...
@@ -67,7 +77,8 @@ DIGEST_COLUMNS: dict[str, pa.DataType] = {
     "line": pa.int64(), "offset": pa.int64(), "session_id": pa.string(), "explicit_index": pa.int64(),
     "customer": pa.string(), "sig": pa.binary(), "simple": pa.bool_(), "text_hash": pa.binary(),
     "raw_hash": pa.binary(), "status": pa.string(), "valid": pa.bool_(), "no_errors": pa.bool_(),
-    "tool_name": pa.string(), "tools_hash": pa.binary(), "has_content": pa.bool_(),
+    "tool_name": pa.string(), "tools_hash": pa.binary(), "has_content": pa.bool_(), "finish_reason": pa.string(),
+    "request_digest": pa.binary(),
 }
 # ... and what only its outputs row needs: written by the worker to a Parquet file per chunk, read back by DuckDB
 # in the one INSERT ... SELECT that writes the outputs rows (so the bulk never passes through the parent).
@@ -161,7 +172,8 @@ def digest(item: RawCall, offset: int, analyzer: Analyzer | SchemaCache, validat
     return Digest(item.line, offset, item.session_id, item.explicit_index, item.customer, signature_hash(calls),
                   simple, parsed.text.strip(), parsed.status, parsed.format, parsed.error, message_raw_text(message),
                   tool_calls_json(calls), valid, schema_errors, calls[0].name if calls else None,
-                  system_fingerprint(response), key, has_content(item.request))
+                  system_fingerprint(response), key, has_content(item.request), finish_reason(response),
+                  request_digest(item.request, key))
 
 
 def tools_key(tools: list) -> bytes:
@@ -216,7 +228,7 @@ def scan_chunk(side: int, start: int, end: int, schema_dir: str | None, shard: S
             d = digest(item, item.key, cache, validate)
             rows.append((position, d.offset, d.session_id, d.explicit_index, d.customer, d.signature, d.simple,
                          _text_hash(d.text), _text_hash(d.raw), d.status, d.valid, d.schema_errors is None,
-                         d.tool_name, d.tools_hash, d.has_content))
+                         d.tool_name, d.tools_hash, d.has_content, d.finish_reason, d.request_digest))
             outs.append((position, d.raw, d.tool_calls, d.fmt, d.error, d.schema_errors, d.system_fingerprint))
     result.table = _table(rows, DIGEST_COLUMNS)
     if outs:

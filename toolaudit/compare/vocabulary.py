@@ -41,12 +41,18 @@ SEVERITY: tuple[DriftKind, ...] = (DriftKind.SCHEMA_BROKEN, DriftKind.TOOL_NAME_
 
 
 class MatchStatus(Vocabulary):
-    """How a stored call came to be: a matched pair, a call one side lacks, or an engine failure (retried)."""
+    """How a stored call came to be. Only `matched` pairs are compared, so only they count in drift figures
+    (numerator and denominator alike): a call one side lacks, an engine failure (retried), a pair whose two sides
+    answer different requests (`mismatched`: the pairing is wrong, not the candidate), and a pair where either
+    side stopped at max_tokens (`truncated`: a cut answer says nothing about the candidate's decoding) are
+    counted apart and shown, never as drift."""
 
     MATCHED = "matched"
     BASELINE_ONLY = "baseline_only"
     CANDIDATE_ONLY = "candidate_only"
     ERROR = "error"
+    MISMATCHED = "mismatched"  # the two sides' request digests differ
+    TRUNCATED = "truncated"  # either side's finish reason is `length` (max_tokens)
 
     @classmethod
     def only(cls, side: str) -> "MatchStatus":

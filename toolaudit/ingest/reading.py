@@ -45,9 +45,10 @@ def use_format(fmt: str | None) -> Iterator[None]:
 
 def open_source(path: str | Path, fmt: str | None = None, session_key: str = DEFAULT_SESSION_KEY,
                 customer_key: str = DEFAULT_CUSTOMER_KEY, require_response: bool = True,
-                logs: tuple[str | Path, ...] = ()) -> TraceSource:
+                logs: tuple[str | Path, ...] = (), sessionless: bool = False) -> TraceSource:
     """The file in `fmt` (None: `use_format`'s, else detected). A whole-file format is read here. `logs`: OTLP/JSON
-    logs exports whose records are joined to an OTLP span export's spans (`otlp_logs`)."""
+    logs exports whose records are joined to an OTLP span export's spans (`otlp_logs`). `sessionless`: keep the
+    calls without a session (session "", OpenAI logs: see `Keys.sessionless`)."""
     source = str(path)
     open_trace(path).close()
     forced = fmt or _format_override.get()
@@ -55,7 +56,7 @@ def open_source(path: str | Path, fmt: str | None = None, session_key: str = DEF
     if forced is not None and forced not in known:
         raise TraceError(source, None, None, f"unknown format {forced!r} (known: {', '.join(known)})")
     trace_format = registry.get(forced or registry.detect_format(source)[0])
-    keys = Keys.from_options(session_key, customer_key)
+    keys = Keys.from_options(session_key, customer_key, sessionless)
     if trace_format.open is not None:
         opened = trace_format.open(source, keys, require_response, forced is None)
     else:

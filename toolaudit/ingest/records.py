@@ -55,6 +55,16 @@ def system_fingerprint(response: dict | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def finish_reason(response: dict | None) -> str | None:
+    """A ChatCompletion's first choice's finish reason as recorded ("stop", "length", "tool_calls"...), or None
+    (absent, or not a string)."""
+    choices = (response or {}).get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        value = choices[0].get("finish_reason")
+        return value if isinstance(value, str) else None
+    return None
+
+
 def first_message(response: dict | None) -> dict | None:
     """A ChatCompletion's first choice's message, or None when it has none."""
     choices = (response or {}).get("choices")

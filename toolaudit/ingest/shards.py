@@ -88,8 +88,9 @@ def _same(what: str, values: list[Any]) -> Any:
     return values[0]
 
 
-def merge_counts(kind: str, counts: list[dict]) -> dict:
-    """The `counts` of one unsharded run from its shards' (what each read of the whole input must agree)."""
+def merge_counts(kind: str, counts: list[dict], mismatches_shown: int = 5) -> dict:
+    """The `counts` of one unsharded run from its shards' (what each read of the whole input must agree);
+    `mismatches_shown`: how many mismatched pairs a compare run's counts name (`compare.join`)."""
     merged: dict[str, Any] = {}
     if kind == "compare":
         for side in ("baseline", "candidate"):
@@ -98,13 +99,18 @@ def merge_counts(kind: str, counts: list[dict]) -> dict:
             for key in ("calls", "errors"):
                 out[key] = sum(s.get(key, 0) for s in stats)
             merged[side] = out
-        for key in ("matched", "baseline_only", "candidate_only", "drifted"):
+        for key in ("matched", "baseline_only", "candidate_only", "truncated", "mismatched", "drifted"):
             merged[key] = sum(c.get(key, 0) for c in counts)
         kinds: dict[str, int] = {}
         for c in counts:
             for k, n in (c.get("kinds") or {}).items():
                 kinds[k] = kinds.get(k, 0) + n
         merged["kinds"] = kinds
+        # each shard's first mismatched pairs by baseline line: together they hold the whole run's first ones
+        mismatches = sorted((m for c in counts for m in c.get("mismatches") or []),
+                            key=lambda m: (m.get("baseline_line") or 0, m.get("candidate_line") or 0))
+        merged["mismatches"] = mismatches[:mismatches_shown]
+        merged["pairing"] = _same("pairing", [c.get("pairing") or {} for c in counts])
         merged["formats"] = _same("formats", [c.get("formats") for c in counts])
         merged["skipped_reasons"] = _same("skipped reasons", [c.get("skipped_reasons") for c in counts])
     else:  # replay: the trace statistics describe the whole files; the rest of the replay block is per shard

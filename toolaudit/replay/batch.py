@@ -24,6 +24,7 @@ import orjson
 
 from toolaudit import ConfigError, StoreError
 from toolaudit.compare.pairs import Analyzer, write_call, write_output
+from toolaudit.compare.request_digest import digest_hex
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.engines import EngineResult
 from toolaudit.engines.fingerprint import fingerprint
@@ -122,6 +123,7 @@ class _Request:
     line: int
     customer: str | None
     tools: list
+    digest: str  # of the request body (compare.request_digest): the two sides' must agree to be compared
 
 
 def _error_row(errors: RowBuffer, run_id: int, side: str, source: str, line: int, message: str, raw: bytes,
@@ -156,7 +158,7 @@ def _read_requests(path: str, run_id: int, side: str, errors: RowBuffer) -> dict
                        f"{requests[key[:2]].line})", raw, "custom_id")
             continue
         tools = body.get("tools")
-        requests[key[:2]] = _Request(n, key[2], tools if isinstance(tools, list) else [])
+        requests[key[:2]] = _Request(n, key[2], tools if isinstance(tools, list) else [], digest_hex(body))
     return requests
 
 
@@ -244,6 +246,7 @@ def import_results(store: Store, requests_path: str, results_path: str, side: st
         todo.append(key)
         data = orjson.loads(orjson.dumps(result))
         data["request_line"] = req.line
+        data["request_digest"] = req.digest
         staged.add("staged_results", run_id=run_id, session_id=key[0], call_index=key[1], side=side,
                    path_name=path.name, wall_share_s=None, result=orjson.dumps(data).decode())
     sb.stage(store, run_id, side, staged, errors)
@@ -255,12 +258,14 @@ def import_results(store: Store, requests_path: str, results_path: str, side: st
     return run_id, counts
 
 
-def _result(text: str) -> tuple[EngineResult, int | None]:
+def _result(text: str) -> tuple[EngineResult, int | None, str | None]:
+    """A staged result, the line of its request and the request's digest (None: staged by an older toolaudit)."""
     data = orjson.loads(text)
     line = data.pop("request_line", None)
+    digest = data.pop("request_digest", None)
     data["top2"] = [tuple(p) for p in data.get("top2") or ()]
     known = EngineResult.__dataclass_fields__
-    return EngineResult(**{k: v for k, v in data.items() if k in known}), line
+    return EngineResult(**{k: v for k, v in data.items() if k in known}), line, digest
 
 
 def _pair(store: Store, run_id: int, options: dict, requests: dict[tuple[str, int], _Request],
@@ -269,10 +274,11 @@ def _pair(store: Store, run_id: int, options: dict, requests: dict[tuple[str, in
     written, unstage = [], []
     for session_id, call_index, b_path, b_text, c_path, c_text in sb.staged_pairs(store, run_id, keys):
         req = requests[(session_id, call_index)]
-        (b_res, b_line), (c_res, c_line) = _result(b_text), _result(c_text)
+        (b_res, b_line, b_digest), (c_res, c_line, c_digest) = _result(b_text), _result(c_text)
         outs = []
-        for side, res, name, line in (("baseline", b_res, b_path, b_line), ("candidate", c_res, c_path, c_line)):
-            out = side_output(res, PathConfig(name=name), 0.0)
+        for side, res, name, line, digest in (("baseline", b_res, b_path, b_line, b_digest),
+                                              ("candidate", c_res, c_path, c_line, c_digest)):
+            out = side_output(res, PathConfig(name=name), 0.0, digest)
             out.source, out.line = options.get(f"{side}_requests"), line
             outs.append(out)
         written.append((session_id, call_index))

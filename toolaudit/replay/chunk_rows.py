@@ -1,10 +1,12 @@
 """One chunk's engine results as rows: each engine call's timings (`replay_chunks`), each call pair through the
-`Analyzer` (calls, outputs, argument diffs), failed calls as error rows that a resume retries. Rows go into a
+`Analyzer` (calls, outputs, argument diffs; a pair with an answer cut at max_tokens is stored as truncated, not
+compared), failed calls as error rows that a resume retries. Rows go into a
 `RowBuffer` that the schedule stores in one transaction with the rest of the chunk."""
 
 from __future__ import annotations
 
 from toolaudit.compare.pairs import write_call, write_output
+from toolaudit.compare.request_digest import digest_hex
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.engines import EngineResult
 from toolaudit.engines.paths import PathConfig
@@ -59,8 +61,9 @@ class ChunkRows:
         for i, call in enumerate(chunk):
             b_res, c_res = base[i], cand[i]
             # a call's share of its engine call's wall time: batched decoding has no per-request wall time
-            b_out = side_output(b_res, self.baseline, shares[0][i])
-            c_out = side_output(c_res, m.path, shares[1][i])
+            digest = digest_hex(call.request)
+            b_out = side_output(b_res, self.baseline, shares[0][i], digest)
+            c_out = side_output(c_res, m.path, shares[1][i], digest)
             if b_res.error or c_res.error:
                 m.errors += 1
                 message = "; ".join(f"{side}: {r.error}" for side, r in (("baseline", b_res), ("candidate", c_res))

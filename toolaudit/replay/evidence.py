@@ -13,8 +13,11 @@ from toolaudit.engines.paths import PathConfig
 from toolaudit.validate.toolcalls import parse_message, parse_text
 
 
-def side_output(result: EngineResult, path: PathConfig, wall_share: float) -> SideOutput:
-    """An engine result as the analysis sees it, with its decode evidence for the outputs table."""
+def side_output(result: EngineResult, path: PathConfig, wall_share: float,
+                request_digest: str | None = None) -> SideOutput:
+    """An engine result as the analysis sees it, with its decode evidence for the outputs table, its finish reason
+    and the digest of the request it answers (`compare.request_digest`: both paths of a replay decode the same
+    recorded request, so their digests agree by construction)."""
     if result.message is not None:
         parsed, raw = parse_message(result.message), message_raw_text(result.message)
     else:
@@ -26,7 +29,8 @@ def side_output(result: EngineResult, path: PathConfig, wall_share: float) -> Si
         "drafted_tokens": result.drafted_tokens, "accepted_tokens": result.accepted_tokens,
         "forward_passes": result.forward_passes, "error": result.error,
     }
-    return SideOutput(parsed, raw, path.name, system_fingerprint=result.system_fingerprint, extra=evidence)
+    return SideOutput(parsed, raw, path.name, system_fingerprint=result.system_fingerprint, extra=evidence,
+                      finish_reason=result.finish_reason, request_digest=request_digest)
 
 
 def first_divergence(base: EngineResult, cand: EngineResult,

@@ -55,6 +55,8 @@ class ReplayOptions:
     # Also decode the baseline path again under another batch composition (`noise_floor_path`), as one more
     # candidate: its drift against the baseline is the floor every candidate's drift is read beside.
     noise_floor: bool = False
+    # Overrides every path's `max_tokens` (a common key): an answer cut there is truncated, not compared.
+    max_tokens: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -139,6 +141,8 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
     if repeated:
         raise ConfigError(f"candidate path {repeated[0]!r} given twice")
     chosen = apply_overrides([paths[options.baseline], *(paths[n] for n in names)], options.overrides)
+    if options.max_tokens is not None:
+        chosen = [replace(p, max_tokens=options.max_tokens) for p in chosen]
     # The baseline against itself: decoded in the same batches both copies always agree and measure nothing, so
     # the second copy is the noise-floor path (other batch neighbours).
     chosen = [chosen[0], *(noise_floor_path(chosen[0]) if n == options.baseline else p

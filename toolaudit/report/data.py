@@ -97,7 +97,7 @@ def customer_report(store: Store, run_id: int | None, customer: str,
     run = store.run_row(run_id)
     rid = run["run_id"]
     head = _headline(store, rid, customer)
-    if head["calls"] == 0 and head["unmatched_calls"] == 0 and head["error_calls"] == 0:
+    if not any(head[k] for k in ("calls", "unmatched_calls", "error_calls", "truncated_calls", "mismatched_calls")):
         raise ReportError(f"customer {customer!r} has no calls in run {rid}")
     session_calls = options.session_calls or head["mean_calls_per_session"] or 1.0
     rate = wilson(head["drifted_calls"], head["calls"])
@@ -163,6 +163,8 @@ def _headline(store: Store, rid: int, customer: str) -> dict[str, Any]:
             "unmatched_calls": statuses.get(MatchStatus.BASELINE_ONLY.value, 0)
             + statuses.get(MatchStatus.CANDIDATE_ONLY.value, 0),
             "error_calls": statuses.get(MatchStatus.ERROR.value, 0),
+            "truncated_calls": statuses.get(MatchStatus.TRUNCATED.value, 0),
+            "mismatched_calls": statuses.get(MatchStatus.MISMATCHED.value, 0),
             "drift_kinds": drift_kind_counts(store, rid, customer), "sessions": f.sessions,
             "sessions_with_drift": f.sessions_with_drift, "observed_session_drift": f.observed_session_drift,
             "compounded_session_drift_own_rates": f.compounded_own_rates,

@@ -4,6 +4,7 @@ Everything here returns unescaped text; each renderer escapes it for its own for
 
 from __future__ import annotations
 
+from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
 from toolaudit.report.data import KIND_COLUMNS
 from toolaudit.report.output import pct
 
@@ -26,6 +27,12 @@ def headline_sentences(r: dict) -> list[str]:
     if h["error_calls"]:
         lines.append(f"{h['error_calls']:,} call(s) failed on a decode path (engine error) and are not "
                      "counted as drift; see the errors column.")
+    if h.get("truncated_calls"):
+        lines.append(f"{h['truncated_calls']:,} call(s) stopped at max_tokens on one side or both (truncated) and "
+                     f"are not compared, nor counted in the drift rate: {TRUNCATION_HINT}.")
+    if h.get("mismatched_calls"):
+        lines.append(f"{h['mismatched_calls']:,} paired call(s) answer different requests (mismatched) and are "
+                     f"not compared, nor counted in the drift rate: {MISMATCH_HINT}.")
     n5 = r["session_length"][4]
     lines.append(f"At this rate a 5-call session drifts with probability {pct(n5['p'])} "
                  f"(95% CI {pct(n5['low'])} to {pct(n5['high'])}).")

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from toolaudit import RunNotFound, StoreError
+from toolaudit.compare.join import MISMATCHES_SHOWN
 from toolaudit.ingest.shards import Shard, merge_counts, shard_from_options
 from toolaudit.store import Store
 from toolaudit.store.merge import merge_into, merged_before, source_runs
@@ -124,7 +125,8 @@ def merge_runs(store: Store, inputs: list[str], run_name: str | None = None) -> 
     missing = sorted(set(range(1, count + 1)) - set(merged))
     order = sorted(range(len(runs)), key=lambda i: shards[i].index)
     runs, labels, picked = [runs[i] for i in order], [labels[i] for i in order], [picked[i] for i in order]
-    counts = merge_counts(runs[0]["kind"], [orjson.loads(r["counts"]) if r["counts"] else {} for r in runs])
+    counts = merge_counts(runs[0]["kind"], [orjson.loads(r["counts"]) if r["counts"] else {} for r in runs],
+                          MISMATCHES_SHOWN)
     options = {k: v for k, v in _options(runs[0]).items() if k not in _PER_SHARD_OPTIONS}
     if "run_name" in _options(runs[0]):
         options["run_name"] = run_name

@@ -230,4 +230,11 @@ CREATE TABLE staged_results (
 ALTER TABLE replay_batches RENAME TO replay_chunks;
 ALTER TABLE replay_chunks RENAME COLUMN batch_no TO chunk_no;
 """ + views_sql(("path_performance", "customer_drift"), version=8) + replay_batches_alias()),
+    # Only the candidate's doing counts as drift: a pair is compared when both sides answer the same request
+    # (request_digest) and neither was cut at max_tokens (finish_reason `length`); match statuses `mismatched`
+    # and `truncated` need no schema change (match_status is VARCHAR). Rows written before hold NULL: unknown.
+    (9, "finish reasons and request digests of outputs", """
+ALTER TABLE outputs ADD COLUMN finish_reason VARCHAR;
+ALTER TABLE outputs ADD COLUMN request_digest VARCHAR;
+"""),
 ]

@@ -29,7 +29,7 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "token_ids": pa.list_(pa.int32()), "prompt_tokens": pa.int32(), "completion_tokens": pa.int32(),
         "latency_s": pa.float64(), "ttft_s": pa.float64(), "tokens_per_s": pa.float64(),
         "drafted_tokens": pa.int32(), "accepted_tokens": pa.int32(), "forward_passes": pa.int32(),
-        "error": pa.string(),
+        "error": pa.string(), "finish_reason": pa.string(), "request_digest": pa.string(),
     },
     "arg_diffs": {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "call_position": pa.int32(),

@@ -1,8 +1,8 @@
 """The SQL half of `compare`, and the one writer of a compare run's rows.
 
 Scanned digests are appended to a DuckDB staging table, and call indices, the join by (session, call index),
-and the rows of every agreeing or unmatched pair are computed there, so memory stays flat as logs grow (DuckDB
-spills past its memory limit) and only the ~1% of pairs that differ come back to Python. Those pairs' rows
+and the rows of every agreeing, truncated or unmatched pair are computed there, so memory stays flat as logs
+grow (DuckDB spills past its memory limit) and only the ~1% of pairs that differ come back to Python. Those pairs' rows
 (built by `compare.pairs.Analyzer` into a `RowBuffer`), the run's trace error and schema issue rows, and the
 agreeing pairs' rows (INSERT ... SELECT from the digests) are all written here, through the `Store`'s
 transactions: `Staging.write` and `Staging.write_agreeing`.
@@ -11,6 +11,15 @@ Call indices follow `traces.CallIndexer` exactly: within a session, in line orde
 and moves the next implicit index to at least `e + 1`; an implicit one takes the next index. With `I` the implicit
 rows so far (this one included) and `M` the largest `e + 1 - I` of the explicit rows so far, an implicit row's
 index is `I - 1 + max(0, M)`. A repeated (session, index) is a duplicate: an error row, as in a sequential read.
+
+Pairing by request (`by_request`, when the logs carry no session key, or one every call shares) keys each call
+by its request digest instead: session `request-<first 20 hex digits of the digest>`, call index the call's
+occurrence among the calls with that digest, in line order; the same rule then pairs the two logs.
+
+A pair is compared only when both sides answer the same request and neither was cut at max_tokens
+(`compare.attribution`): a pair whose request digests differ goes to Python with the differing pairs (which
+describes what differs, and stores it as `mismatched`); a pair with a `length` finish reason on either side is
+written here as `truncated`.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from toolaudit.compare.attribution import LENGTH, TRUNCATED_BOTH, TRUNCATED_ONE
 from toolaudit.compare.vocabulary import DriftKind, MatchStatus
 from toolaudit.store.db import Store
 from toolaudit.store.rows import RowBuffer
@@ -32,15 +42,32 @@ _SAME_TEXT = (f"CASE WHEN b.text_hash = c.text_hash THEN '{DriftKind.IDENTICAL.v
               f"ELSE '{DriftKind.TEXT_ONLY.value}' END")
 # rows per transaction of the final inserts: DuckDB keeps a transaction's new primary-key entries in memory
 ROWS_PER_COMMIT = 500_000
-# how a (session, call index) key is resolved
-FAST, BASELINE_ONLY, CANDIDATE_ONLY, DIFFER = 0, 1, 2, 3
+# how a (session, call index) key is resolved (DIFFER: in Python, the pairs of different requests included)
+FAST, BASELINE_ONLY, CANDIDATE_ONLY, DIFFER, TRUNCATED = 0, 1, 2, 3, 4
 SIDES = ("baseline", "candidate")
+REQUEST_SESSION = "request-"  # the session of calls paired by request: this, then 20 hex digits of the digest
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _truncated_detail(cut: str, other: str) -> str:
+    return (_sql_text(TRUNCATED_ONE.format(side=SIDES[0] if cut == "b" else SIDES[1],
+                                           other=SIDES[1] if cut == "b" else SIDES[0]))
+            + f" || coalesce({other}.finish_reason, 'no finish reason')")
+
+
+_TRUNCATED_DETAIL = (f"CASE WHEN b.finish_reason = '{LENGTH}' AND c.finish_reason = '{LENGTH}' "
+                     f"THEN {_sql_text(TRUNCATED_BOTH)} WHEN b.finish_reason = '{LENGTH}' "
+                     f"THEN {_truncated_detail('b', 'c')} ELSE {_truncated_detail('c', 'b')} END")
 
 _CREATE_SCAN = f"""
 CREATE OR REPLACE TEMP TABLE {SCAN} (
     side UTINYINT, line BIGINT, shown BIGINT, "offset" BIGINT, session_id VARCHAR, explicit_index BIGINT,
     customer VARCHAR, sig BLOB, simple BOOLEAN, text_hash BLOB, raw_hash BLOB, status VARCHAR, valid BOOLEAN,
-    no_errors BOOLEAN, tool_name VARCHAR, tools_hash BLOB, has_content BOOLEAN)"""
+    no_errors BOOLEAN, tool_name VARCHAR, tools_hash BLOB, has_content BOOLEAN, finish_reason VARCHAR,
+    request_digest BLOB)"""
 
 _WINDOW = "PARTITION BY side, session_id ORDER BY line ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 _INDEX = f"""
@@ -64,12 +91,15 @@ FROM c WINDOW k AS (PARTITION BY side, session_id, call_index ORDER BY line)"""
 _PAIRS = f"""
 CREATE OR REPLACE TEMP TABLE {PAIRS} AS
 WITH s AS (
-    SELECT i.side, i.line, i.session_id, i.call_index, x.sig, x.simple, x.status, x.tools_hash, x.no_errors
+    SELECT i.side, i.line, i.session_id, i.call_index, x.sig, x.simple, x.status, x.tools_hash, x.no_errors,
+           x.finish_reason, x.request_digest
     FROM {INDEX} i JOIN {SCAN} x USING (side, line) WHERE i.rank = 1),
 j AS (
     SELECT b.line AS bl, c.line AS cl, coalesce(b.session_id, c.session_id) AS session_id,
            coalesce(b.call_index, c.call_index) AS call_index,
            CASE WHEN b.line IS NULL THEN {CANDIDATE_ONLY} WHEN c.line IS NULL THEN {BASELINE_ONLY}
+                WHEN b.request_digest <> c.request_digest THEN {DIFFER}
+                WHEN b.finish_reason = '{LENGTH}' OR c.finish_reason = '{LENGTH}' THEN {TRUNCATED}
                 WHEN b.simple AND c.simple AND b.status = c.status AND b.sig = c.sig THEN {FAST}
                 ELSE {DIFFER} END AS how,
            b.tools_hash = c.tools_hash AND b.no_errors AS same_schemas
@@ -80,24 +110,27 @@ SELECT row_number() OVER () - 1 AS seq, bl, cl, session_id, call_index, how,
        how = {CANDIDATE_ONLY} OR (how = {FAST} AND NOT same_schemas) AS check_candidate
 FROM j"""
 
-# matched pairs that agree, and calls in one log only: calls and outputs rows straight from the digests
+# matched pairs that agree, truncated pairs, and calls in one log only: calls and outputs rows straight from the
+# digests (a truncated pair has no verdict: neither kind nor validity)
 _FAST_CALLS = f"""
 INSERT INTO calls BY NAME
 SELECT $run_id AS run_id, p.session_id, p.call_index,
        coalesce(b.customer, c.customer) AS customer,
-       CASE WHEN p.how = {FAST} THEN coalesce(nullif(b.tool_name, ''), c.tool_name)
+       CASE WHEN p.how IN ({FAST}, {TRUNCATED}) THEN coalesce(nullif(b.tool_name, ''), c.tool_name)
             ELSE coalesce(b.tool_name, c.tool_name) END AS tool_name,
        CASE p.how WHEN {FAST} THEN '{MatchStatus.MATCHED.value}' WHEN {BASELINE_ONLY}
-            THEN '{MatchStatus.BASELINE_ONLY.value}' ELSE '{MatchStatus.CANDIDATE_ONLY.value}' END AS match_status,
+            THEN '{MatchStatus.BASELINE_ONLY.value}' WHEN {TRUNCATED} THEN '{MatchStatus.TRUNCATED.value}'
+            ELSE '{MatchStatus.CANDIDATE_ONLY.value}' END AS match_status,
        CASE WHEN p.how = {FAST} THEN {_SAME_TEXT} END AS drift_kind,
        CASE WHEN p.how = {FAST} THEN false END AS drifted,
-       CASE WHEN p.how = {FAST} THEN b.raw_hash = c.raw_hash END AS exact_text_match,
+       CASE WHEN p.how IN ({FAST}, {TRUNCATED}) THEN b.raw_hash = c.raw_hash END AS exact_text_match,
        CASE WHEN p.how = {FAST} THEN b.valid END AS baseline_valid,
        CASE WHEN p.how = {FAST} THEN CASE WHEN p.check_candidate THEN v.valid ELSE b.valid END END
            AS candidate_valid,
        CASE WHEN p.how = {FAST} THEN 0 END AS arg_diff_count,
        CASE p.how WHEN {BASELINE_ONLY} THEN 'present in the baseline log only'
-            WHEN {CANDIDATE_ONLY} THEN 'present in the candidate log only' END AS detail
+            WHEN {CANDIDATE_ONLY} THEN 'present in the candidate log only'
+            WHEN {TRUNCATED} THEN {_TRUNCATED_DETAIL} END AS detail
 FROM {PAIRS} p
 LEFT JOIN {SCAN} b ON b.side = 0 AND b.line = p.bl
 LEFT JOIN {SCAN} c ON c.side = 1 AND c.line = p.cl
@@ -107,11 +140,13 @@ WHERE p.how <> {DIFFER} AND p.seq >= $lo AND p.seq < $hi"""
 # the outputs rows of those pairs: one row per side present, keyed by (side, line)
 _OUT = f"""
 CREATE OR REPLACE TEMP TABLE {OUT} AS
-SELECT o.side, o.line, o.session_id, o.call_index, x.shown, x.status, o.check_candidate
+SELECT o.side, o.line, o.session_id, o.call_index, x.shown, x.status, o.check_candidate, x.finish_reason,
+       lower(hex(x.request_digest)) AS request_digest
 FROM (SELECT 0 AS side, bl AS line, session_id, call_index, false AS check_candidate FROM {PAIRS}
-      WHERE how IN ({FAST}, {BASELINE_ONLY})
+      WHERE how IN ({FAST}, {BASELINE_ONLY}, {TRUNCATED})
       UNION ALL
-      SELECT 1, cl, session_id, call_index, check_candidate FROM {PAIRS} WHERE how IN ({FAST}, {CANDIDATE_ONLY})) o
+      SELECT 1, cl, session_id, call_index, check_candidate FROM {PAIRS}
+      WHERE how IN ({FAST}, {CANDIDATE_ONLY}, {TRUNCATED})) o
 JOIN {SCAN} x ON x.side = o.side AND x.line = o.line"""
 
 # streamed from the workers' Parquet files; a candidate scanned without validating takes its checked verdict,
@@ -125,7 +160,7 @@ SELECT $run_id AS run_id, o.session_id, o.call_index, CASE WHEN o.side = 0 THEN 
        o.shown AS line, w.raw AS text, w.tool_calls, o.status AS parse_status, w.fmt AS parse_format,
        w.error AS parse_error,
        CASE WHEN o.check_candidate THEN v.schema_errors ELSE w.schema_errors END AS schema_errors,
-       w.fingerprint AS system_fingerprint
+       w.fingerprint AS system_fingerprint, o.finish_reason, o.request_digest
 FROM read_parquet({{files}}, filename = true) w
 JOIN {CHUNKS} k ON k.file = w.filename
 JOIN {OUT} o ON o.side = k.side AND o.line = w.line + k.base
@@ -173,6 +208,35 @@ class Staging:
         return _dicts(self.con.execute(
             f"SELECT i.side, i.line, x.shown, x.\"offset\", i.session_id, i.call_index, i.first_shown "
             f"FROM {INDEX} i JOIN {SCAN} x USING (side, line) WHERE i.rank > 1 ORDER BY i.side, i.line"))
+
+    def sessions(self) -> dict[int, tuple[int, int, int]]:
+        """Per side: (calls, calls without a session, distinct sessions of the others)."""
+        rows = self.con.execute(
+            f"SELECT side, count(*), count(*) FILTER (WHERE session_id = ''), "
+            f"count(DISTINCT nullif(session_id, '')) FROM {SCAN} GROUP BY side").fetchall()
+        return {row[0]: (row[1], row[2], row[3]) for row in rows}
+
+    def mismatched_by_key(self) -> int:
+        """Pairs by (session, call index) whose two requests differ (call indices assigned: `index`)."""
+        return self.con.execute(
+            f"SELECT count(*) FROM {INDEX} b JOIN {INDEX} c USING (session_id, call_index) "
+            f"JOIN {SCAN} xb ON xb.side = 0 AND xb.line = b.line JOIN {SCAN} xc ON xc.side = 1 AND xc.line = c.line "
+            f"WHERE b.side = 0 AND c.side = 1 AND b.rank = 1 AND c.rank = 1 "
+            f"AND xb.request_digest <> xc.request_digest").fetchall()[0][0]
+
+    def by_request(self) -> None:
+        """Key every call by its request: session `request-<digest>`, index its occurrence (see the module
+        docstring)."""
+        self.con.execute(f"UPDATE {SCAN} SET session_id = '{REQUEST_SESSION}' || "
+                         f"left(lower(hex(request_digest)), 20), explicit_index = NULL")
+
+    def take_sessionless(self) -> list[dict[str, Any]]:
+        """The calls without a session (side, line, shown, offset), in line order, taken out of the stage."""
+        rows = _dicts(self.con.execute(f"SELECT side, line, shown, \"offset\" FROM {SCAN} WHERE session_id = '' "
+                                       f"ORDER BY side, line"))
+        if rows:
+            self.con.execute(f"DELETE FROM {SCAN} WHERE session_id = ''")
+        return rows
 
     def call_gaps(self, no_tools_hash: bytes) -> dict[int, tuple[int, int, int, int, int]]:
         """Per side: (calls, without message content, without tools, without customer, distinct sessions)."""

@@ -88,7 +88,9 @@ def test_float32_pair_does_not_drift_and_accepts_drafts(replayed):
     f, n = replayed["float32"]["figures"], replayed["float32"]["calls"]
     assert f["status"] == "complete"
     assert f["staged_results"] == 0
-    assert f["calls"] == [{"match_status": "matched", "n": n, "drifted": 0}]
+    # every pair compared, or both answers cut at max_tokens (truncated: not compared); none drifted
+    assert {c["match_status"] for c in f["calls"]} <= {"matched", "truncated"}
+    assert sum(c["n"] for c in f["calls"]) == n and sum(c["drifted"] for c in f["calls"]) == 0
     assert f["drifted_calls"] == []
     perf = {p["side"]: p for p in f["path_performance"]}
     assert perf["baseline"]["calls"] == perf["candidate"]["calls"] == n
@@ -107,7 +109,7 @@ def test_bfloat16_pair_completes_with_divergence_evidence(replayed):
     assert f["status"] == "complete"
     assert f["staged_results"] == 0
     assert sum(c["n"] for c in f["calls"]) == n
-    assert all(c["match_status"] == "matched" for c in f["calls"])
+    assert all(c["match_status"] in ("matched", "truncated") for c in f["calls"])  # truncated: not compared
     perf = {p["side"]: p for p in f["path_performance"]}
     assert perf["candidate"]["accepted_tokens"] > 0
     assert perf["baseline"]["errors"] == perf["candidate"]["errors"] == 0

@@ -30,11 +30,14 @@ class Keys:
 
     session: str | None = None
     customer: str | None = None
+    # A call without a session is kept with session "" rather than made an error row (OpenAI logs): `compare`
+    # can pair such calls by request (compare.pairing), and turns them into error rows when it pairs by session.
+    sessionless: bool = False
 
     @classmethod
-    def from_options(cls, session_key: str | None, customer_key: str | None) -> Keys:
+    def from_options(cls, session_key: str | None, customer_key: str | None, sessionless: bool = False) -> Keys:
         return cls(None if session_key in (None, "", DEFAULT_SESSION_KEY) else session_key,
-                   None if customer_key in (None, "", DEFAULT_CUSTOMER_KEY) else customer_key)
+                   None if customer_key in (None, "", DEFAULT_CUSTOMER_KEY) else customer_key, sessionless)
 
 
 @dataclass(frozen=True)
@@ -248,9 +251,8 @@ def _shared_tools(text: str, single: bool) -> tuple:
 
 def chat_response(message: dict, finish_reason: str | None, response_id: Any = None, model: Any = None,
                   created: Any = None, usage: dict | None = None, fingerprint: Any = None) -> dict:
-    """A ChatCompletion around one assistant message."""
-    if finish_reason is None:
-        finish_reason = "tool_calls" if message.get("tool_calls") else "stop"
+    """A ChatCompletion around one assistant message. A finish reason the record does not give stays None (not
+    made up: "length" is what tells a cut answer, `compare.attribution`)."""
     response: dict[str, Any] = {"object": "chat.completion"}
     if response_id is not None:
         response["id"] = str(response_id)

@@ -176,7 +176,8 @@ def _observation(obs: Any, trace_id: str | None, traces: dict, keys: Keys, line:
     if output is not None:
         usage = obs.get("usage") if isinstance(obs.get("usage"), dict) else obs.get("usageDetails")
         usage = usage if isinstance(usage, dict) else {}
-        response = chat_response(langfuse_fields.answer(output), None, model=obs.get("model"),
+        response = chat_response(langfuse_fields.answer(output), langfuse_fields.finish_reason(output),
+                                 model=obs.get("model"),
                                  created=int(start.timestamp()),
                                  usage=usage_block(usage.get("input", usage.get("promptTokens")),
                                                    usage.get("output", usage.get("completionTokens"))))

@@ -68,6 +68,16 @@ def _message(message: Any, where: str, default_role: str | None) -> dict:
     return out
 
 
+def finish_reason(output: Any) -> str | None:
+    """The finish reason of an observation's `output` when it is a whole ChatCompletion, else None (a message
+    alone does not say)."""
+    if isinstance(output, dict) and isinstance(output.get("choices"), list) and output["choices"]:
+        choice = output["choices"][0]
+        value = choice.get("finish_reason") if isinstance(choice, dict) else None
+        return value if isinstance(value, str) else None
+    return None
+
+
 def answer(output: Any) -> dict:
     """The assistant message of an observation's `output`."""
     if isinstance(output, str):

@@ -65,7 +65,7 @@ def span_to_call(span: Span, keys: Keys) -> Call | str:
     if answer is not None:
         usage = _json(span.attr(PREFIX + "usage_details"), PREFIX + "usage_details")
         usage = usage if isinstance(usage, dict) else {}
-        response = chat_response(answer, None, model=observation["model"],
+        response = chat_response(answer, langfuse_fields.finish_reason(output), model=observation["model"],
                                  created=span.start // 1_000_000_000 if span.start else None,
                                  usage=usage_block(usage.get("prompt_tokens", usage.get("input")),
                                                    usage.get("completion_tokens", usage.get("output"))))

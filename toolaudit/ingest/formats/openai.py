@@ -35,6 +35,7 @@ class OpenAILog(TraceSource):
         self.session_key = keys.session or DEFAULT_SESSION_KEY
         self.customer_key = keys.customer or DEFAULT_CUSTOMER_KEY
         self.require_response = require_response
+        self.sessionless = keys.sessionless
         self._handle: BinaryIO | None = None
 
     def __getstate__(self) -> dict:  # a worker process started by spawn gets the path, not the open file
@@ -52,7 +53,7 @@ class OpenAILog(TraceSource):
             for line_no, here, raw in RangeLines(handle, start, end, stats):
                 stats.records += 1
                 yield line_no, parse_line(raw, self.source, line_no, self.session_key, self.customer_key,
-                                          self.require_response, here)
+                                          self.require_response, here, self.sessionless)
 
     def positions(self, start: int, end: int, scanned: Scanned) -> int:
         return scanned.stats.lines
@@ -65,7 +66,7 @@ class OpenAILog(TraceSource):
 
     def reread(self, key: int, line: int) -> RawCall:
         item = parse_line(self._line(key), self.source, line, self.session_key, self.customer_key,
-                          self.require_response, key)
+                          self.require_response, key, self.sessionless)
         if not isinstance(item, RawCall):
             raise TraceError(self.source, line, None, "changed while it was read: a line that was a call is not")
         return item

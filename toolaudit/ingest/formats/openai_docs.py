@@ -95,7 +95,8 @@ def read_documents(path: str, keys: Keys, require_response: bool, detected: bool
             if problem is not None:
                 errors.append(_numbered(line_error(raw.encode(), path, line, None, problem), number))
                 continue
-            item = parse_line(raw.encode(), path, line, session_key, customer_key, require_response, len(calls))
+            item = parse_line(raw.encode(), path, line, session_key, customer_key, require_response, len(calls),
+                              keys.sessionless)
             if isinstance(item, TraceLineError):
                 errors.append(_numbered(item, number))
             else:

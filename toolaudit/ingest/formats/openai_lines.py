@@ -97,9 +97,14 @@ def _hint(record: Any) -> str:
     return mixed(record, "openai")
 
 
+NO_SESSION = ("missing or not a string: cannot tell which session this call belongs to (use --session-key to "
+              "name another field)")
+
+
 def parse_line(raw: bytes, source: str, line_no: int, session_key: str, customer_key: str,
-               require_response: bool, key: int = 0) -> RawCall | TraceLineError:
-    """Everything about one line that does not depend on other lines. `key`: the line's byte offset."""
+               require_response: bool, key: int = 0, sessionless: bool = False) -> RawCall | TraceLineError:
+    """Everything about one line that does not depend on other lines. `key`: the line's byte offset.
+    `sessionless`: a line without a session is a call of session "" (compare pairs it by request)."""
     raw = without_bom(raw)
     try:
         record = orjson.loads(raw)
@@ -122,9 +127,9 @@ def parse_line(raw: bytes, source: str, line_no: int, session_key: str, customer
 
     session_id = as_key(get_dotted(record, _split(session_key)))
     if session_id is None:
-        return line_error(raw, source, line_no, session_key,
-                          "missing or not a string: cannot tell which session this call belongs to "
-                          "(use --session-key to name another field)")
+        if not sessionless:
+            return line_error(raw, source, line_no, session_key, NO_SESSION)
+        session_id = ""
     customer = as_key(get_dotted(record, _split(customer_key)))
     explicit = get_dotted(record, _CALL_INDEX_PARTS)
     index = None
