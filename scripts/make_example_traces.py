@@ -4,8 +4,8 @@
 The story: a nightly canary sends the same recorded agent requests to a target-only endpoint (baseline) and
 to a speculative-decoding endpoint (candidate). The baseline answers with BFCL's ground truth; the candidate
 answers identically except for pure reformattings (not drift), text-only differences, one answer cut at
-max_tokens (truncated: not compared) and injected drifts, all recorded in example_expected.json. The work is done in scripts/tracegen/ (example_sessions, drifts,
-example_logs).
+max_tokens (truncated: not compared) and injected drifts, all recorded in example_expected.json. The work is
+done in scripts/tracegen/ (example_sessions, drifts, example_logs).
 
 Standard library only; seeded with random.Random(7), so reruns are byte-identical.
 
