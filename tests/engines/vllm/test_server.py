@@ -146,7 +146,8 @@ def test_noise_floor_reads_tool_calls_fingerprint_and_no_drift(runs):
     assert noise["counts"].errors == 0 and noise["counts"].replayed == LIMIT
     assert noise["run"]["status"] == "complete"
     assert json.loads(noise["run"]["options"])["noise_floor"] is True
-    assert [c["match_status"] for c in noise["calls"]] == ["matched"] * LIMIT
+    # every call paired: compared, or (an answer stopped at max_tokens) set apart as truncated, never mismatched
+    assert {c["match_status"] for c in noise["calls"]} <= {"matched", "truncated"} and len(noise["calls"]) == LIMIT
     outs = noise["outputs"]
     assert len(outs) == 2 * LIMIT and all(o["error"] is None for o in outs)
     # vLLM's hermes parser turned <tool_call> blocks into tool_calls on at least one answer
@@ -155,7 +156,7 @@ def test_noise_floor_reads_tool_calls_fingerprint_and_no_drift(runs):
     assert len(fingerprints) == 1 and next(iter(fingerprints)).startswith("vllm-0.32")
     assert all(o["completion_tokens"] > 0 and o["prompt_tokens"] > 0 for o in outs)
     # greedy float32, the same server: the same tool calls (and tokens) on both sides
-    assert [c["drifted"] for c in noise["calls"]] == [False] * LIMIT
+    assert all(c["drifted"] is False for c in noise["calls"] if c["match_status"] == "matched")
     assert all(c["first_divergence"] is None for c in noise["calls"])
 
 
