@@ -284,7 +284,7 @@ def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny
     tables = [t for t in TABLES if t not in PER_INVOCATION]
     name = "replay (torch" + (", path-major)" if schedule else ")")
     run_kills(launcher, Scenario(name, argv, inputs / "empty.duckdb", recover, tables, per_invocation=("counts",),
-                                 setup=schedule, points=POINTS), tmp_path, show_table)
+                                 setup=schedule, points=POINTS // 2), tmp_path, show_table)
 
 
 def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, show_table):
