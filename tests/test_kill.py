@@ -1,4 +1,4 @@
-"""kill -9 anywhere: `compare`, `replay` (torch engine: 20 points call-major, 20 path-major), `merge` and
+"""kill -9 anywhere: `compare`, `replay` (torch engine: 10 points call-major, 10 path-major), `merge` and
 `batch import`, each SIGKILLed at 20 seeded points of its progress (`killpoints.py`: just before its N-th SQL
 statement, N drawn from 1..the statements of an uninterrupted run), then recovered as a user would: `replay
 --resume RUN` (or the command again, when the kill came before the run row), the same `compare`, `merge` or
