@@ -68,10 +68,14 @@ def test_a_candidate_reads_beside_its_floor_paired_by_call(tmp_path):
     summary = CliRunner().invoke(cli, ["summary", "--db", db, "--run", str(matrix), "--json"])
     data = json.loads(summary.stdout)
     assert data["run_id"] == spec and data["noise_floor"]["excess"]["estimate"] == pytest.approx(0.05)
+    (tool,) = data["noise_floor"]["tools"]  # one tool: its row is the whole run's
+    assert (tool["tool_name"], tool["calls"], tool["only_candidate"], tool["only_floor"]) == ("search", 100, 10, 5)
+    assert tool["floor_drift_rate"] == pytest.approx(0.10) and tool["excess"] == pytest.approx(0.05)
     globex = next(c for c in data["customers"] if c["customer"] == "globex")
     assert globex["floor_drift_rate"] == 0 and globex["excess"] == 0
     text = CliRunner().invoke(cli, ["summary", "--db", db, "--run", str(matrix)]).output
     assert "noise floor           10 (10.00%" in text
+    assert "search  100    15.00%  10.00% (5.52%-17.44%)  +5.00pp" in text
     assert "beyond the floor      +5.00pp" in text and "10 drifted on the candidate only, 5 on the floor only" in text
     out = tmp_path / "reports"
     report = CliRunner().invoke(cli, ["report", "--db", db, "--run", str(spec), "--customer", "acme", "--as",

@@ -151,10 +151,10 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
 
 
 def _floor(store: Store, run_id: int) -> dict[str, Any] | None:
-    from toolaudit.analysis.floor import floor_figures
+    from toolaudit.analysis.floor import floor_figures, tool_floors
 
     figures = floor_figures(store, run_id)
-    return None if figures is None else figures.as_dict()
+    return None if figures is None else {**figures.as_dict(), "tools": tool_floors(store, run_id)}
 
 
 def _with_floors(store: Store, run_id: int, customers: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -84,3 +84,22 @@ def customer_floors(store: Store, run_id: int) -> dict[str, FloorFigures]:
         if figures is not None:
             out[customer] = figures
     return out
+
+
+def tool_floors(store: Store, run_id: int) -> list[dict[str, Any]]:
+    """Per tool, the candidate's drift, the floor's and the excess paired by call (empty without a floor)."""
+    if is_floor(store, run_id):
+        return []
+    member = floor_run(store, run_id)
+    if member is None:
+        return []
+    out = []
+    for t in q.paired_drift_by_tool(store, run_id, member["run_id"]):
+        n = t["calls"]
+        candidate, floor = wilson(t["both"] + t["only_a"], n), wilson(t["both"] + t["only_b"], n)
+        excess = paired_difference(t["only_a"], t["only_b"], n)
+        out.append({"tool_name": t["tool_name"], "calls": n, "drift_rate": candidate.p,
+                    "floor_drift_rate": floor.p, "floor_ci_low": floor.low, "floor_ci_high": floor.high,
+                    "excess": excess.estimate, "excess_ci_low": excess.low, "excess_ci_high": excess.high,
+                    "only_candidate": t["only_a"], "only_floor": t["only_b"], "both": t["both"]})
+    return out

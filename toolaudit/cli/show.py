@@ -112,6 +112,15 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
             click.echo(f"  drifted calls with token evidence: {s['drifted_with_token_evidence']}, median "
                        f"top-2 margin at first divergence {s['median_drift_margin']:.3f} logits")
         click.echo("")
+    tools = (s.get("noise_floor") or {}).get("tools") or []
+    if tools:
+        click.echo(format_table(
+            ["tool", "calls", "drift", "floor (95% CI)", "excess (95% CI)"],
+            [[t["tool_name"] or "-", t["calls"], pct(t["drift_rate"]),
+              f"{pct(t['floor_drift_rate'])} ({pct(t['floor_ci_low'])}-{pct(t['floor_ci_high'])})",
+              f"{signed(t['excess'])} ({signed(t['excess_ci_low'])} to {signed(t['excess_ci_high'])})"]
+             for t in tools]))
+        click.echo("")
     cols = ["customer", "calls", "drifted", "drift", "95% CI", "sessions", "observed", "compounded (run rates)"]
     rows = [[c["customer"], c["calls"], c["drifted_calls"], pct(c["drift_rate"]),
              f"{pct(c['ci_low'])}-{pct(c['ci_high'])}", c["sessions"], pct(c["observed_session_drift"]),

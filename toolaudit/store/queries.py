@@ -249,3 +249,16 @@ def customer_names(store: Store, run_id: int) -> list[str]:
     """The customers with matched calls in a run."""
     return [r[0] for r in store.query(f"""SELECT DISTINCT customer FROM calls WHERE run_id = ? AND {_MATCHED}
                                           ORDER BY 1""", [run_id])[1]]
+
+
+def paired_drift_by_tool(store: Store, run_a: int, run_b: int) -> list[dict[str, Any]]:
+    """`paired_drift` per tool (the baseline's tool name), most calls first."""
+    rows = store.rows(f"""
+        WITH a AS (SELECT session_id, call_index, tool_name, drifted FROM calls WHERE run_id = ? AND {_MATCHED}),
+        b AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED})
+        SELECT a.tool_name, count(*) AS calls, count(*) FILTER (a.drifted AND b.drifted) AS both,
+               count(*) FILTER (a.drifted AND NOT b.drifted) AS only_a,
+               count(*) FILTER (b.drifted AND NOT a.drifted) AS only_b
+        FROM a JOIN b USING (session_id, call_index) GROUP BY a.tool_name ORDER BY calls DESC, a.tool_name""",
+                      [run_a, run_b])
+    return [{k: (v if k == "tool_name" else int(v or 0)) for k, v in row.items()} for row in rows]
