@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from toolaudit.analysis.runs import run_options
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store import Store
@@ -79,15 +80,6 @@ class RunFigures:
         return self.figures.observed_session_drift or 0.0
 
 
-def run_options(run: dict) -> dict[str, Any]:
-    """The options a run was started with (its JSON column), `{}` when absent or unreadable."""
-    try:
-        options = orjson.loads(run["options"]) if run.get("options") else {}
-    except orjson.JSONDecodeError:
-        return {}
-    return options if isinstance(options, dict) else {}
-
-
 def run_figures(store: Store, run_id: int | None) -> RunFigures:
     run = store.run_row(run_id)
     return RunFigures(run["run_id"], run["name"], run["status"], slice_figures(store, run["run_id"]),
@@ -151,19 +143,26 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
 
 
 def _floor(store: Store, run_id: int) -> dict[str, Any] | None:
-    from toolaudit.analysis.floor import floor_figures, tool_floors
+    """The run beside its noise floor (`analysis.floor`): the whole run, with its tools."""
+    from toolaudit.analysis.floor import floor_figures, floor_member, tool_floors
 
-    figures = floor_figures(store, run_id)
-    return None if figures is None else {**figures.as_dict(), "tools": tool_floors(store, run_id)}
+    member = floor_member(store, run_id)
+    if member is None:
+        return None
+    tools = [{"tool_name": t.tool_name, "calls": t.calls, "drift_rate": t.candidate.p, "floor_drift_rate": t.floor.p,
+              "floor_ci_low": t.floor.low, "floor_ci_high": t.floor.high, "excess": t.excess.estimate,
+              "excess_ci_low": t.excess.low, "excess_ci_high": t.excess.high, "only_candidate": t.only_candidate,
+              "only_floor": t.only_floor, "both": t.both} for t in tool_floors(store, run_id, member)]
+    return {**floor_figures(store, run_id, member=member).as_dict(), "tools": tools}
 
 
 def _with_floors(store: Store, run_id: int, customers: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each customer's row with its noise floor and the candidate's excess over it (None without a floor)."""
-    from toolaudit.analysis.floor import customer_floors
+    from toolaudit.analysis.floor import floor_figures, floor_member
 
-    floors = customer_floors(store, run_id)
+    member = floor_member(store, run_id)
     for row in customers:
-        f = floors.get(row["customer"])
+        f = None if member is None else floor_figures(store, run_id, row["customer"], member)
         row.update(floor_drift_rate=None if f is None else f.floor.p,
                    excess=None if f is None else f.excess.estimate,
                    excess_ci_low=None if f is None else f.excess.low,

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
-
+from toolaudit.analysis.runs import run_options
 from toolaudit.analysis.stats import Difference, Rate, paired_difference, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
@@ -32,6 +31,7 @@ class FloorFigures:
     only_candidate: int  # drifted on the candidate, not on the floor: the candidate's doing
     only_floor: int
     both: int
+    tool_name: str | None = None  # set on the per-tool figures
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -42,64 +42,45 @@ class FloorFigures:
         return out
 
 
-def floor_run(store: Store, run_id: int) -> dict | None:
-    """The noise-floor member of the matrix `run_id` belongs to (or is), other than `run_id` itself."""
+def is_noise_floor(run: dict) -> bool:
+    """A run row of the baseline against itself: same path names, or its options say so (`runs.same_decoding`)."""
+    name = run.get("baseline_name")
+    same = name is not None and name == run.get("candidate_name")
+    return same or run_options(run).get("noise_floor") is True
+
+
+def floor_member(store: Store, run_id: int) -> dict | None:
+    """The noise-floor member of the matrix `run_id` belongs to (or is), other than `run_id`; None when there is
+    none or `run_id` is itself the floor (a floor is not read beside itself)."""
     run = store.run_row(run_id)
+    if run["kind"] != "matrix" and is_noise_floor(run):
+        return None
     matrix = run["run_id"] if run["kind"] == "matrix" else run["matrix_id"]
     if matrix is None:
         return None
-    for member in store.matrix_members(matrix):
-        options = orjson.loads(member["options"]) if member["options"] else {}
-        if member["run_id"] != run_id and options.get("noise_floor") is True:
-            return member
-    return None
+    return next((m for m in store.matrix_members(matrix) if m["run_id"] != run_id and is_noise_floor(m)), None)
 
 
-def is_floor(store: Store, run_id: int) -> bool:
-    run = store.run_row(run_id)
-    return bool(run["options"]) and orjson.loads(run["options"]).get("noise_floor") is True
-
-
-def floor_figures(store: Store, run_id: int, customer: str | None = None) -> FloorFigures | None:
-    """`run_id`'s drift beside its matrix's noise floor (None without one, or for the floor run itself)."""
-    if is_floor(store, run_id):
-        return None
-    member = floor_run(store, run_id)
+def floor_figures(store: Store, run_id: int, customer: str | None = None,
+                  member: dict | None = None) -> FloorFigures | None:
+    """`run_id`'s drift beside its matrix's noise floor (None without one, or for the floor run itself). `member`:
+    the floor run, when the caller has looked it up already (`floor_member`)."""
+    member = member or floor_member(store, run_id)
     if member is None:
         return None
-    t = q.paired_drift(store, run_id, member["run_id"], customer)
+    (t,) = q.paired_drift(store, run_id, member["run_id"], customer)
+    return _figures(member, t)
+
+
+def tool_floors(store: Store, run_id: int, member: dict) -> list[FloorFigures]:
+    """Per tool (the baseline's tool name), the candidate beside the floor on that tool's calls."""
+    return [_figures(member, t) for t in q.paired_drift(store, run_id, member["run_id"], by_tool=True)]
+
+
+def _figures(member: dict, t: dict[str, Any]) -> FloorFigures:
     n = t["calls"]
     return FloorFigures(
         floor_run_id=member["run_id"], floor_path=member["candidate_name"], calls=n,
         candidate=wilson(t["both"] + t["only_a"], n), floor=wilson(t["both"] + t["only_b"], n),
         excess=paired_difference(t["only_a"], t["only_b"], n), only_candidate=t["only_a"], only_floor=t["only_b"],
-        both=t["both"])
-
-
-def customer_floors(store: Store, run_id: int) -> dict[str, FloorFigures]:
-    """Per customer, the candidate beside the floor on that customer's calls only."""
-    out = {}
-    for customer in q.customer_names(store, run_id):
-        figures = floor_figures(store, run_id, customer)
-        if figures is not None:
-            out[customer] = figures
-    return out
-
-
-def tool_floors(store: Store, run_id: int) -> list[dict[str, Any]]:
-    """Per tool, the candidate's drift, the floor's and the excess paired by call (empty without a floor)."""
-    if is_floor(store, run_id):
-        return []
-    member = floor_run(store, run_id)
-    if member is None:
-        return []
-    out = []
-    for t in q.paired_drift_by_tool(store, run_id, member["run_id"]):
-        n = t["calls"]
-        candidate, floor = wilson(t["both"] + t["only_a"], n), wilson(t["both"] + t["only_b"], n)
-        excess = paired_difference(t["only_a"], t["only_b"], n)
-        out.append({"tool_name": t["tool_name"], "calls": n, "drift_rate": candidate.p,
-                    "floor_drift_rate": floor.p, "floor_ci_low": floor.low, "floor_ci_high": floor.high,
-                    "excess": excess.estimate, "excess_ci_low": excess.low, "excess_ci_high": excess.high,
-                    "only_candidate": t["only_a"], "only_floor": t["only_b"], "both": t["both"]})
-    return out
+        both=t["both"], tool_name=t.get("tool_name"))

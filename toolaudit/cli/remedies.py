@@ -82,11 +82,11 @@ def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls:
 def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None) -> None:
     """A run as `summary` shows it: a matrix as its frontier, any other run as its summary."""
     from toolaudit.analysis.figures import run_summary
-    from toolaudit.analysis.floor import is_floor
+    from toolaudit.analysis.floor import is_noise_floor
 
     run = store.run_row(run_id)
     if run["kind"] == "matrix":
-        members = [m for m in store.matrix_members(run["run_id"]) if not is_floor(store, m["run_id"])]
+        members = [m for m in store.matrix_members(run["run_id"]) if not is_noise_floor(m)]
         if len(members) != 1:  # candidates side by side (the floor among them)
             show_matrix(store, run["run_id"], fmt, budget)
             return

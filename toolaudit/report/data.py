@@ -28,6 +28,7 @@ from typing import Any
 from toolaudit import ToolauditError, __version__
 from toolaudit.analysis.budgets import flatten, routing_advice
 from toolaudit.analysis.figures import run_options, slice_figures
+from toolaudit.analysis.floor import floor_figures, is_noise_floor
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store import Store
@@ -74,13 +75,6 @@ def slugs(customers: Sequence[str]) -> dict[str, str]:
             slug = f"{slug}-{hashlib.sha1(name.encode()).hexdigest()[:6]}"
         out[name] = slug
     return out
-
-
-def is_noise_floor(run: dict) -> bool:
-    """Baseline against itself: same path names, or options say so."""
-    name = run.get("baseline_name")
-    same = name is not None and name == run.get("candidate_name")
-    return same or run_options(run).get("noise_floor") is True
 
 
 def margin_bins(threshold: float) -> list[tuple[float, float]]:
@@ -201,8 +195,6 @@ def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None
     """The run's own noise floor (the baseline decoded again in the same replay, `--noise-floor`) with the
     candidate's excess over it paired by call; else the latest other noise-floor run, measured on this
     customer's calls only; None when none covers it."""
-    from toolaudit.analysis.floor import floor_figures
-
     own = floor_figures(store, rid, customer)
     if own is not None and own.calls:
         run = store.run_row(own.floor_run_id)

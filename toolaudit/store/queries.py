@@ -231,34 +231,20 @@ def input_overlap(store: Store, run_id: int, other_id: int) -> dict[str, int]:
         FROM a FULL OUTER JOIN b USING (session_id, call_index)""", [run_id, other_id])[0]
 
 
-def paired_drift(store: Store, run_a: int, run_b: int, customer: str | None = None) -> dict[str, int]:
+
+def paired_drift(store: Store, run_a: int, run_b: int, customer: str | None = None,
+                 by_tool: bool = False) -> list[dict[str, Any]]:
     """Calls matched in both runs (same session and call index), split by which run drifted on them: the 2x2
-    table a paired comparison of two drift rates needs (a candidate against its noise floor)."""
+    table a paired comparison of two drift rates needs (a candidate against its noise floor). One row, or one
+    per tool (run A's tool name, most calls first) with `by_tool`."""
     where, params = _slice(customer)
-    row = store.rows(f"""
-        WITH a AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where}),
-        b AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where})
-        SELECT count(*) AS calls, count(*) FILTER (a.drifted AND b.drifted) AS both,
-               count(*) FILTER (a.drifted AND NOT b.drifted) AS only_a,
-               count(*) FILTER (b.drifted AND NOT a.drifted) AS only_b
-        FROM a JOIN b USING (session_id, call_index)""", [run_a, *params, run_b, *params])[0]
-    return {k: int(v or 0) for k, v in row.items()}
-
-
-def customer_names(store: Store, run_id: int) -> list[str]:
-    """The customers with matched calls in a run."""
-    return [r[0] for r in store.query(f"""SELECT DISTINCT customer FROM calls WHERE run_id = ? AND {_MATCHED}
-                                          ORDER BY 1""", [run_id])[1]]
-
-
-def paired_drift_by_tool(store: Store, run_a: int, run_b: int) -> list[dict[str, Any]]:
-    """`paired_drift` per tool (the baseline's tool name), most calls first."""
+    tool, group = ("a.tool_name, ", "GROUP BY a.tool_name ORDER BY calls DESC, a.tool_name") if by_tool else ("", "")
     rows = store.rows(f"""
-        WITH a AS (SELECT session_id, call_index, tool_name, drifted FROM calls WHERE run_id = ? AND {_MATCHED}),
-        b AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED})
-        SELECT a.tool_name, count(*) AS calls, count(*) FILTER (a.drifted AND b.drifted) AS both,
+        WITH a AS (SELECT session_id, call_index, tool_name, drifted FROM calls
+                   WHERE run_id = ? AND {_MATCHED}{where}),
+        b AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where})
+        SELECT {tool}count(*) AS calls, count(*) FILTER (a.drifted AND b.drifted) AS both,
                count(*) FILTER (a.drifted AND NOT b.drifted) AS only_a,
                count(*) FILTER (b.drifted AND NOT a.drifted) AS only_b
-        FROM a JOIN b USING (session_id, call_index) GROUP BY a.tool_name ORDER BY calls DESC, a.tool_name""",
-                      [run_a, run_b])
-    return [{k: (v if k == "tool_name" else int(v or 0)) for k, v in row.items()} for row in rows]
+        FROM a JOIN b USING (session_id, call_index) {group}""", [run_a, *params, run_b, *params])
+    return [{k: v if k == "tool_name" else int(v or 0) for k, v in row.items()} for row in rows]
