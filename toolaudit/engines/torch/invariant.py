@@ -40,14 +40,10 @@ COLUMN_BLOCK = 256  # columns per block of the value product (the static cache g
 
 def tiled(x: torch.Tensor, product) -> torch.Tensor:
     """`product(x)` for x [..., rows, k] computed on tiles of exactly TILE rows of the flattened leading dims."""
-    shape = x.shape
-    flat = x.reshape(-1, shape[-1])
-    rows = flat.shape[0]
-    padded = -(-rows // TILE) * TILE
-    if padded != rows:
-        flat = torch.cat([flat, flat.new_zeros(padded - rows, shape[-1])])
-    out = torch.cat([product(flat[i:i + TILE]) for i in range(0, padded, TILE)])
-    return out[:rows].reshape(*shape[:-1], out.shape[-1])
+    flat = x.reshape(-1, x.shape[-1])
+    padded, tiles = _tile_rows(flat)
+    out = torch.cat([product(padded[tile]) for tile in tiles])
+    return out[:flat.shape[0]].reshape(*x.shape[:-1], out.shape[-1])
 
 
 def tile_linears(model: torch.nn.Module) -> int:
@@ -64,37 +60,27 @@ def tile_linears(model: torch.nn.Module) -> int:
 def invariant_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Attention whose result for a query depends only on that query and its visible columns (see module doc).
 
-    query [rows, heads, q, dim]; key/value [rows, kv_heads, span, dim] where span is a multiple of
-    COLUMN_BLOCK (the static cache hands out such views) or is padded here; attention_mask boolean
-    [rows or 1, 1, q, <= span] (True = attend), or None for a causal prompt. Rounding as `grouped_attention`
-    for emulating models (`numerics.ROUND_TO`).
+    query [rows, heads, q, dim]; key/value [rows, kv_heads, span, dim] with span a multiple of COLUMN_BLOCK and
+    attention_mask boolean [rows or 1, 1, >= q, span] (True = attend): what `StaticKV(invariant=True)` hands out
+    for prompts and steps alike. Rounding as `grouped_attention` for emulating models (`numerics.ROUND_TO`).
     """
+    rows, heads, q_len, dim = query.shape
+    kv_heads, span = key.shape[1], key.shape[2]
+    if span % COLUMN_BLOCK or attention_mask is None or attention_mask.dtype != torch.bool \
+            or attention_mask.shape[-1] != span:
+        raise ValueError("invariant_attention reads whole column blocks under an explicit boolean mask: run it on "
+                         "StaticKV(invariant=True)")
     rounding = getattr(module, ROUND_TO, None)
     rnd = (lambda t: t) if rounding is None else partial(round_to, dtype=rounding)
     query = rnd(query)
-    rows, heads, q_len, dim = query.shape
-    kv_heads, span = key.shape[1], key.shape[2]
     scale = scaling if scaling is not None else dim ** -0.5
-    padded = -(-span // COLUMN_BLOCK) * COLUMN_BLOCK
-    if padded != span:
-        key = torch.nn.functional.pad(key, (0, 0, 0, padded - span))
-        value = torch.nn.functional.pad(value, (0, 0, 0, padded - span))
-    if attention_mask is None:
-        columns = torch.arange(padded, device=query.device)
-        attention_mask = (columns[None, :] <= torch.arange(span - q_len, span, device=query.device)[:, None])
-        attention_mask = attention_mask[None, None]
-    else:
-        if attention_mask.dtype != torch.bool:
-            attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2
-        attention_mask = attention_mask[:, :, -q_len:]
-        if attention_mask.shape[-1] < padded:
-            attention_mask = torch.nn.functional.pad(attention_mask, (0, padded - attention_mask.shape[-1]))
+    attention_mask = attention_mask[:, :, -q_len:]
     group = heads // kv_heads
     m = group * q_len
     q = query.reshape(rows, kv_heads, m, dim)
-    scores = rnd(_scores(q, key))  # [rows, kv_heads, m, padded]
+    scores = rnd(_scores(q, key))  # [rows, kv_heads, m, span]
     scores = scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale
-    scores.view(rows, kv_heads, group, q_len, padded).masked_fill_(~attention_mask[:, :, None], float("-inf"))
+    scores.view(rows, kv_heads, group, q_len, span).masked_fill_(~attention_mask[:, :, None], float("-inf"))
     probs = rnd(torch.softmax(scores, dim=-1).to(value.dtype))
     out = rnd(_values(probs, value).to(value.dtype)).view(rows, heads, q_len, dim)
     return out.transpose(1, 2).contiguous(), None
