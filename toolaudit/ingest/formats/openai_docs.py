@@ -38,35 +38,40 @@ def _records(text: str) -> Iterator[tuple[int, str, str | None]]:
     again reliably), with an error naming it."""
     at = skip_white(text, 0)
     while at < len(text):
-        if text[at] == "[":
+        if text[at] != "[":
+            end = yield from _value(text, at)
+            if end is None:
+                return
+            at = skip_white(text, end)
+            continue
+        at = skip_white(text, at + 1)
+        if text[at:at + 1] == "]":
             at = skip_white(text, at + 1)
-            if text[at:at + 1] == "]":
+            continue
+        while True:
+            end = yield from _value(text, at)
+            if end is None:
+                return
+            at = skip_white(text, end)
+            if text[at:at + 1] == ",":
                 at = skip_white(text, at + 1)
                 continue
-            while True:
-                try:
-                    _, end = _DECODER.raw_decode(text, at)
-                except (ValueError, RecursionError) as exc:
-                    yield at, text[at:at + _PEEK], f"not valid JSON: {exc}"
-                    return
-                yield at, text[at:end], None
-                at = skip_white(text, end)
-                if text[at:at + 1] == ",":
-                    at = skip_white(text, at + 1)
-                    continue
-                if text[at:at + 1] == "]":
-                    at = skip_white(text, at + 1)
-                    break
-                yield at, text[at:at + _PEEK], "not valid JSON: expected ',' or ']' after an array element"
-                return
-            continue
-        try:
-            _, end = _DECODER.raw_decode(text, at)
-        except (ValueError, RecursionError) as exc:
-            yield at, text[at:at + _PEEK], f"not valid JSON: {exc}"
+            if text[at:at + 1] == "]":
+                at = skip_white(text, at + 1)
+                break
+            yield at, text[at:at + _PEEK], "not valid JSON: expected ',' or ']' after an array element"
             return
-        yield at, text[at:end], None
-        at = skip_white(text, end)
+
+
+def _value(text: str, at: int) -> Iterator[tuple[int, str, str | None]]:
+    """Yield the JSON value at `at` as a record (or the error there); return where it ends (None on an error)."""
+    try:
+        _, end = _DECODER.raw_decode(text, at)
+    except (ValueError, RecursionError) as exc:
+        yield at, text[at:at + _PEEK], f"not valid JSON: {exc}"
+        return None
+    yield at, text[at:end], None
+    return end
 
 
 def read_documents(path: str, keys: Keys, require_response: bool, detected: bool):
