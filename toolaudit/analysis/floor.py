@@ -2,7 +2,7 @@
 
 The baseline path decoded a second time under another batch composition (`replay --noise-floor`, on by default in
 `demo`) drifts against itself wherever low-precision outputs depend on their batch: in bf16 on a CPU the same
-greedy path at batch 16 and at batch 1 differed on 20 of 90 demo calls, more than speculation did. A candidate
+greedy path at batch 16 and at batch 1 differed on 7 of 32 demo calls, as often as speculation did. A candidate
 replayed in the same run is read beside that floor: its excess over the floor, paired by call (a call the floor
 already flips is not the candidate's doing), with an interval on the difference (`stats.paired_difference`).
 """

@@ -2,7 +2,7 @@
 forward pass (the path key `batch_invariant = true`).
 
 Why: in bf16, batch composition alone moves greedy outputs (the same path at batch 16 and at batch 1 differed on
-20 of 90 demo calls, more than speculation did), so a drift figure mixes the candidate's doing with batching
+7 of 32 demo calls, as often as speculation did), so a drift figure mixes the candidate's doing with batching
 noise. The causes are reductions whose order follows the shapes: a GEMM picks its kernel and blocking from the
 row count (oneDNN's bf16 LM head at 48+ rows, its float32 down projection at 2+ rows give other bits than one
 row alone), and attention reduces over as many columns as the longest row has. vLLM (`VLLM_BATCH_INVARIANT`) and
