@@ -39,11 +39,16 @@ class EngineRequest:
 
     `messages` and `tools` are OpenAI Chat Completions shapes (tools as `{"type": "function", "function": ...}`
     or bare function objects); engines render them into whatever their model needs.
+    `sample` is which of a call's samples this request is (a sampled replay sends each call N times, as
+    consecutive requests with the same key and samples 0..N-1): engines seed it with
+    `completion.row_seed(path.seed, key, sample)` and may decode a call's samples together (shared prompt KV,
+    or one request with `n`), as long as each result stays the draw of its own seed.
     """
 
     key: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
+    sample: int = 0
 
 
 @dataclass

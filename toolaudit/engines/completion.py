@@ -6,9 +6,12 @@ from __future__ import annotations
 import hashlib
 
 
-def row_seed(seed: int, key: str) -> int:
-    """A per-request seed: a sampled replay of a request does not depend on which batch it landed in."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:8], "big") & (2**63 - 1)
+def row_seed(seed: int, key: str, sample: int = 0) -> int:
+    """A per-request seed from (path seed, call key, sample index): a sampled replay of a request does not depend
+    on which batch it landed in, a rerun draws the same samples, and sample i of a call is independent of sample
+    j (sample 0 keeps the seed replays had before samples existed)."""
+    text = f"{seed}:{key}" if sample == 0 else f"{seed}:{key}:{sample}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & (2**63 - 1)
 
 
 def cut_after_stop(text: str, start: int, stops: tuple[str, ...]) -> str:

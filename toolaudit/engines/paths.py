@@ -32,7 +32,7 @@ MAX_FEW_SHOT = 2
 
 COMMON_KEYS = frozenset({
     "engine", "model", "dtype", "device", "batch_size", "max_tokens", "temperature", "seed", "stop",
-    "speculative", "prompt", "prefix_caching",
+    "speculative", "prompt", "prefix_caching", "top_p", "top_k", "samples",
 })
 _SPEC_KEYS = {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model"}
 _PROMPT_KEYS = {"few_shot", "prefill"}
@@ -70,6 +70,9 @@ class PathConfig:
     max_tokens: int = 96
     temperature: float = 0.0
     seed: int = 0
+    top_p: float = 1.0  # nucleus sampling: the target's (and, inside rejection sampling, the draft's) kept mass
+    top_k: int = 0  # keep the k most likely tokens when sampling; 0: all
+    samples: int = 1  # decodes per call (temperature > 0): the outcome distribution a sampled replay compares
     stop: tuple[str, ...] | None = None  # None: `</tool_call>` when the prefill opens a tool call, else none
     prefix_caching: bool = True  # reuse prompt KV across calls and paths (vLLM's enable_prefix_caching)
     speculative: SpeculativeConfig | None = None
@@ -82,6 +85,22 @@ class PathConfig:
         if self.stop is not None:
             return self.stop
         return ("</tool_call>",) if self.prompt.prefill.lstrip().startswith("<tool_call>") else ()
+
+    @property
+    def sampled(self) -> bool:
+        return self.temperature > 0
+
+    def sampling_components(self) -> dict[str, Any]:
+        """top_p, top_k and samples for a fingerprint, only where set: paths that never set them keep their
+        earlier fingerprints."""
+        out: dict[str, Any] = {}
+        if self.top_p != 1.0:
+            out["top_p"] = self.top_p
+        if self.top_k:
+            out["top_k"] = self.top_k
+        if self.samples != 1:
+            out["samples"] = self.samples
+        return out
 
     def config_dict(self) -> dict[str, Any]:
         """Plain, JSON-ready values for fingerprints and the run record (name excluded: it is a label). Options
@@ -176,6 +195,15 @@ def parse_path(name: str, table: Any, source: str | None = None) -> PathConfig:
     if temperature < 0:
         raise fail("temperature", "must be >= 0")
     seed = _get(table, "seed", int, 0, fail)
+    top_p = float(_get(table, "top_p", (int, float), 1.0, fail))
+    if not 0 < top_p <= 1:
+        raise fail("top_p", f"must be in (0, 1] (got {top_p})")
+    top_k = _get(table, "top_k", int, 0, fail)
+    if top_k < 0:
+        raise fail("top_k", f"must be >= 0, 0 for all tokens (got {top_k})")
+    samples = _positive_int(table, "samples", 1, fail)
+    if samples > 1 and temperature == 0:
+        raise fail("samples", "needs temperature > 0: greedy decoding gives the same answer every time")
     prefix_caching = _get(table, "prefix_caching", bool, True, fail)
     stop = table.get("stop")
     if stop is not None:
@@ -188,7 +216,7 @@ def parse_path(name: str, table: Any, source: str | None = None) -> PathConfig:
     return PathConfig(
         name=name, engine=engine, model=_get(table, "model", str, DEFAULT_MODEL, fail), dtype=dtype,
         device=device, batch_size=batch_size, max_tokens=max_tokens, temperature=temperature, seed=seed,
-        stop=stop, prefix_caching=prefix_caching, speculative=_parse_speculative(table.get("speculative"), fail),
+        top_p=top_p, top_k=top_k, samples=samples, stop=stop, prefix_caching=prefix_caching, speculative=_parse_speculative(table.get("speculative"), fail),
         prompt=_parse_prompt(table.get("prompt"), fail), options=engine_spec.parse_options(table, fail),
     )
 

@@ -131,7 +131,7 @@ class TorchEngine(LocalEngine):
         settings = DecodeSettings(
             max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos,
             stop_strings=p.stop_strings, piece=self._piece,
-            seeds=tuple(row_seed(p.seed, r.key) for r in requests),
+            seeds=tuple(row_seed(p.seed, r.key, r.sample) for r in requests), top_p=p.top_p, top_k=p.top_k,
         )
         cache = prefix_cache_for(self._model) if p.prefix_caching else None
         outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, self._proposer(), cache,
@@ -151,7 +151,7 @@ class TorchEngine(LocalEngine):
             return NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max)
         cache = prefix_cache_for(self._draft) if self.path.prefix_caching else None
         return DraftModelProposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache,
-                                  new_kv=self._new_kv(self._draft))
+                                  new_kv=self._new_kv(self._draft), top_p=self.path.top_p, top_k=self.path.top_k)
 
     def _new_kv(self, model):
         """The loop's KV factory for `model` under this path's layout (None: the loop's growing `KVBatch`).
@@ -211,7 +211,7 @@ class TorchEngine(LocalEngine):
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                                              "model"),
             "sampling": {"temperature": p.temperature, "seed": p.seed, "max_tokens": p.max_tokens,
-                         "stop": list(p.stop_strings)},
+                         "stop": list(p.stop_strings), **p.sampling_components()},
             "prompt": self._prompt(),
             "device": device_name(p.device),
             "torch_threads": self.threads_identity,

@@ -23,6 +23,7 @@ import torch
 from .kv import KVBatch
 from .prefix_cache import PrefixCache
 from .proposers import NewKV, Proposer
+from .sampling import warp
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class DecodeSettings:
     stop_strings: tuple[str, ...] = ()
     piece: Callable[[int], str] | None = None  # token id -> text, needed only for stop strings
     seeds: tuple[int, ...] | None = None
+    top_p: float = 1.0
+    top_k: int = 0
 
 
 @dataclass
@@ -196,8 +199,8 @@ def _choose(logits: torch.Tensor, drafts: list[list[int]], rows: list[_Row], set
     chosen, margins, pairs = [], [], []
     for i, d in enumerate(drafts):
         if settings.temperature > 0:
-            tokens = _sample_row(logits[i, : len(d) + 1].float(), d, None if dists is None else dists[i],
-                                 settings.temperature, rows[i].generator)
+            p = warp(logits[i, : len(d) + 1], settings.temperature, settings.top_p, settings.top_k)
+            tokens = _sample_row(p, d, None if dists is None else dists[i], rows[i].generator)
         else:
             tokens = []
             for j, t in enumerate(d):
@@ -212,15 +215,15 @@ def _choose(logits: torch.Tensor, drafts: list[list[int]], rows: list[_Row], set
     return chosen, margins, pairs
 
 
-def _sample_row(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, temperature: float,
+def _sample_row(p: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
                 generator: torch.Generator) -> list[int]:
-    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) for one row.
+    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) for one row, over the target's sampling
+    distributions `p` [positions, vocab] (temperature, top-k and top-p applied: `sampling.warp`).
 
     Accept proposal x with probability min(1, p(x)/q(x)); on rejection sample from norm(max(0, p - q)).
     For n-gram proposals q is a point mass on x, so the residual is p with x removed. If every proposal is
     accepted, the position after them is sampled from p. Without proposals this is plain sampling.
     """
-    p = torch.softmax(logits / temperature, dim=-1)
     tokens = []
     for j, x in enumerate(drafts):
         px = float(p[j, x])

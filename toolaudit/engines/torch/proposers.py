@@ -13,6 +13,7 @@ import torch
 
 from .kv import KVBatch
 from .prefix_cache import PrefixCache
+from .sampling import warp
 
 # (rows, columns, width) -> an empty batch KV cache (`KVBatch` or `StaticKV`) for at most `rows` rows of at most
 # `columns` tokens, whose steps are usually `width` tokens wide (k + 1 when verifying k proposals)
@@ -131,8 +132,10 @@ class DraftModelProposer:
     """A smaller model with the same tokenizer proposes greedily (or by sampling) over its own KV cache."""
 
     def __init__(self, model: torch.nn.Module, k: int, temperature: float = 0.0,
-                 prefix_cache: PrefixCache | None = None, new_kv: NewKV | None = None):
+                 prefix_cache: PrefixCache | None = None, new_kv: NewKV | None = None,
+                 top_p: float = 1.0, top_k: int = 0):
         self.model, self.k, self.temperature, self.prefix_cache = model, k, temperature, prefix_cache
+        self.top_p, self.top_k = top_p, top_k
         self.new_kv = new_kv or (lambda rows, columns, width: KVBatch(model))
         self.rows, self.columns = 1, 0
         self.kv: KVBatch | None = None
@@ -172,7 +175,7 @@ class DraftModelProposer:
             else:
                 logits = logits[:, 0]
             if self.temperature > 0:
-                probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+                probs = warp(logits, self.temperature, self.top_p, self.top_k)
                 picks = [int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(rows)]
                 for i in range(rows):
                     dists[i].append(probs[i])
