@@ -216,7 +216,8 @@ def parse_path(name: str, table: Any, source: str | None = None) -> PathConfig:
     return PathConfig(
         name=name, engine=engine, model=_get(table, "model", str, DEFAULT_MODEL, fail), dtype=dtype,
         device=device, batch_size=batch_size, max_tokens=max_tokens, temperature=temperature, seed=seed,
-        top_p=top_p, top_k=top_k, samples=samples, stop=stop, prefix_caching=prefix_caching, speculative=_parse_speculative(table.get("speculative"), fail),
+        top_p=top_p, top_k=top_k, samples=samples, stop=stop, prefix_caching=prefix_caching,
+        speculative=_parse_speculative(table.get("speculative"), fail),
         prompt=_parse_prompt(table.get("prompt"), fail), options=engine_spec.parse_options(table, fail),
     )
 
