@@ -237,4 +237,80 @@ ALTER TABLE replay_chunks RENAME COLUMN batch_no TO chunk_no;
 ALTER TABLE outputs ADD COLUMN finish_reason VARCHAR;
 ALTER TABLE outputs ADD COLUMN request_digest VARCHAR;
 """),
+    # Sampled replays (temperature > 0, `samples` per call): every sample's outcome, and per call the two-sample
+    # test of the baseline's and candidate's outcome distributions. The call's `calls` and `outputs` rows are
+    # those of sample 0, as in a replay with one sample (and, at temperature > 0, labelled sampling noise).
+    (10, "samples of sampled replays and their per-call distribution tests", """
+CREATE TABLE samples (
+    run_id BIGINT NOT NULL,
+    session_id VARCHAR NOT NULL,
+    call_index INTEGER NOT NULL,
+    side VARCHAR NOT NULL,
+    sample_index INTEGER NOT NULL,
+    path_name VARCHAR,
+    outcome VARCHAR NOT NULL,
+    outcome_kind VARCHAR NOT NULL,
+    tool_name VARCHAR,
+    arguments JSON,
+    text VARCHAR,
+    completion_tokens INTEGER,
+    finish_reason VARCHAR,
+    error VARCHAR,
+    PRIMARY KEY (run_id, session_id, call_index, side, sample_index)
+);
+
+CREATE TABLE sampled_calls (
+    run_id BIGINT NOT NULL,
+    session_id VARCHAR NOT NULL,
+    call_index INTEGER NOT NULL,
+    customer VARCHAR,
+    tool_name VARCHAR,
+    n_baseline INTEGER NOT NULL,
+    n_candidate INTEGER NOT NULL,
+    outcomes INTEGER NOT NULL,
+    statistic DOUBLE,
+    p_value DOUBLE,
+    tv DOUBLE,
+    tv_low DOUBLE,
+    tv_high DOUBLE,
+    PRIMARY KEY (run_id, session_id, call_index)
+);
+
+CREATE VIEW sampled_call_shifts AS
+SELECT *, q_value <= 0.05 AS shifted FROM (
+    SELECT *, least(1.0, min(p_value * m / rank) OVER (
+        PARTITION BY run_id ORDER BY p_value DESC, rank DESC ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+        AS q_value
+    FROM (SELECT *, count(p_value) OVER (PARTITION BY run_id) AS m,
+                 row_number() OVER (PARTITION BY run_id ORDER BY p_value, session_id, call_index) AS rank
+          FROM sampled_calls WHERE p_value IS NOT NULL)
+);
+"""),
+    # Behavioural fingerprints: a fixed probe set decoded greedily, the chosen tokens and the logprobs hashed
+    # (`toolaudit fingerprint --probe`, and each replay's paths at the start of the run).
+    (11, "probe fingerprints of decode paths", """
+CREATE SEQUENCE probe_id_seq START 1;
+
+CREATE TABLE probes (
+    probe_id BIGINT PRIMARY KEY,
+    created_at TIMESTAMP NOT NULL,
+    run_id BIGINT,
+    side VARCHAR,
+    path_name VARCHAR NOT NULL,
+    engine VARCHAR NOT NULL,
+    config_fingerprint VARCHAR NOT NULL,
+    probe_set VARCHAR NOT NULL,
+    prompts INTEGER NOT NULL,
+    repeats INTEGER NOT NULL,
+    decisions VARCHAR NOT NULL,
+    numerics VARCHAR,
+    stable BOOLEAN NOT NULL,
+    jitter_max DOUBLE,
+    jitter_median DOUBLE,
+    seconds DOUBLE,
+    toolaudit_version VARCHAR,
+    engine_versions JSON,
+    detail JSON
+);
+"""),
 ]
