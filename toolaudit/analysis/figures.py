@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit.analysis.runs import run_options
+from toolaudit.analysis.runs import run_options, sampling
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store import Store
@@ -139,6 +139,7 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "customers": _with_floors(store, rid, q.customer_rows(store, rid)),
         "counts": counts,
         "noise_floor": _floor(store, rid),
+        "sampling": sampling(run),
     }
 
 

@@ -14,3 +14,23 @@ def run_options(run: dict) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return options if isinstance(options, dict) else {}
+
+
+def sampling(run: dict) -> dict[str, Any] | None:
+    """How a run's answers were drawn, when at temperature > 0: `temperature` (the highest of its paths', or of
+    the recorded requests' for a comparison of logs), `samples_per_call`, and `sampling_noise`: True when each
+    call has one sample per side, so a per-call difference measures sampling noise, not drift (docs/statistics.md).
+    None for greedy runs and runs that do not say."""
+    options = run_options(run)
+    configs = [options.get(k) for k in ("baseline_config", "candidate_config")]
+    temps = [c.get("temperature") or 0.0 for c in configs if isinstance(c, dict)]
+    samples = [c.get("samples") or 1 for c in configs if isinstance(c, dict)]
+    recorded = options.get("request_temperature")  # compare: the highest temperature the recorded requests asked
+    if isinstance(recorded, (int, float)):
+        temps.append(float(recorded))
+        samples.append(1)
+    temperature = max(temps, default=0.0)
+    if temperature <= 0:
+        return None
+    per_call = min(samples, default=1)
+    return {"temperature": temperature, "samples_per_call": per_call, "sampling_noise": per_call == 1}

@@ -124,6 +124,10 @@ class _LazyBar:
               "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics).")
 @click.option("--max-tokens", type=click.IntRange(1), help="Set every path's max_tokens (an answer cut there is "
               "stored as truncated, not compared).")
+@click.option("--temperature", type=click.FloatRange(0), help="Set every path's temperature (> 0: sampled decoding).")
+@click.option("--samples", "samples_per_call", type=click.IntRange(1), metavar="N",
+              help="Decode each call N times per path (temperature > 0) and test whether the candidate's tool-call "
+                   "distribution differs from the baseline's, call by call and run-wide (docs/statistics.md).")
 @format_option
 @key_options
 @click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
@@ -138,8 +142,8 @@ class _LazyBar:
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
            limit: int | None, calls_per_session: int | None, resume: int | None, chunk: int,
            run_name: str | None, noise_floor: bool, numerics: str | None, max_tokens: int | None,
-           trace_format: str, session_key: str, customer_key: str, schema_dir: str, shard, collected: str | None,
-           since: str | None, sample: int | None,
+           temperature: float | None, samples_per_call: int | None, trace_format: str, session_key: str,
+           customer_key: str, schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
            per_customer: bool, seed: str, ray_address: str | None, ray_workers: int | None, verbose: bool,
            fmt: str) -> None:
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
@@ -152,10 +156,11 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     check_collected(collected, since, sample, per_customer, seed)
     if resume is None and not traces and collected is None:
         raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
-    if resume is not None and (traces or shard or numerics or collected or noise_floor or max_tokens):
-        raise click.UsageError("--resume takes its traces, paths, numerics, max_tokens, shard and noise floor from "
-                               "the run; do not pass trace files, --collected, --numerics, --max-tokens, --shard or "
-                               "--noise-floor")
+    if resume is not None and (traces or shard or numerics or collected or noise_floor or max_tokens
+                               or temperature is not None or samples_per_call):
+        raise click.UsageError("--resume takes its traces, paths, numerics, max_tokens, temperature, samples, shard "
+                               "and noise floor from the run; do not pass trace files, --collected, --numerics, "
+                               "--max-tokens, --temperature, --samples, --shard or --noise-floor")
     if collected is not None and traces:
         raise click.UsageError("give trace files or --collected DIR, not both")
     if collected is not None:
@@ -168,8 +173,23 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             customer_key=customer_key, schema_dir=schema_dir_or_none(schema_dir),
                             trace_format=None if trace_format == "auto" else trace_format,
                             shard=shard.as_dict() if shard else None, numerics=numerics, noise_floor=noise_floor,
-                            max_tokens=max_tokens)
+                            max_tokens=max_tokens, temperature=temperature, samples_per_call=samples_per_call)
+    if resume is None:
+        _warn_sampling_noise(options)
     _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
+
+
+def _warn_sampling_noise(options) -> None:
+    """At temperature > 0 with one sample per call, say what the per-call figures measure, before the run."""
+    from toolaudit.replay.inputs import resolve_paths
+
+    baseline, candidates = resolve_paths(options)
+    noisy = [p for p in (baseline, *candidates) if p.temperature > 0 and p.samples == 1]
+    if noisy:
+        temps = ", ".join(f"{p.name} {p.temperature:g}" for p in noisy)
+        _warn(f"sampled decoding (temperature: {temps}) with one sample per call: a call whose answers differ "
+              "measures sampling noise, not drift; use --samples N (e.g. 16) to test whether the tool-call "
+              "distribution moved (docs/statistics.md)")
 
 
 MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft", "spec-ngram-invariant")

@@ -72,6 +72,16 @@ def floor_lines(f: dict | None) -> list[str]:
     ]
 
 
+def sampling_noise_lines(sampling: dict | None) -> list[str]:
+    """The warning a run at temperature > 0 with one sample per call carries above its figures."""
+    if not sampling or not sampling.get("sampling_noise"):
+        return []
+    return [f"  note: temperature {sampling['temperature']:g} with one sample per call: a call that differs "
+            "measures sampling noise, not drift;",
+            "        replay with --samples N (e.g. 16) to test whether the tool-call distribution moved "
+            "(docs/statistics.md)"]
+
+
 def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
     if fmt == "json":
         click.echo(to_json(s))
@@ -81,10 +91,12 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
         print_rows(cols, [list(c.values()) for c in s["customers"]], "csv")
         return
     un = s["unmatched_calls"]
+    drifted = "differing (noise)" if (s.get("sampling") or {}).get("sampling_noise") else "drifted calls"
     lines = [
         f"run {s['run_id']} ({s['run_name']}, {s['status']}): {s['baseline']} vs {s['candidate']}",
+        *sampling_noise_lines(s.get("sampling")),
         f"  calls compared        {s['calls']}",
-        f"  drifted calls         {s['drifted_calls']} ({pct(s['drift_rate'])}, 95% CI "
+        f"  {drifted:<21} {s['drifted_calls']} ({pct(s['drift_rate'])}, 95% CI "
         f"{pct(s['ci_low'])}-{pct(s['ci_high'])})",
         f"  exact text matches    {s['exact_text_matches']}",
         "  drift kinds           " + ", ".join(f"{k}={v}" for k, v in s["drift_kinds"].items()),

@@ -19,6 +19,7 @@ import orjson
 
 from toolaudit.compare.attribution import NotCompared, not_compared
 from toolaudit.compare.diff import diff_outputs
+from toolaudit.compare.outcomes import SampleOutcome, sample_outcome
 from toolaudit.compare.request_digest import describe_difference
 from toolaudit.compare.vocabulary import CallDiff, DriftKind, MatchStatus
 from toolaudit.ingest import deepjson
@@ -196,6 +197,12 @@ class Analyzer:
         if errs:
             errors.append({"tool": call.name, "errors": errs})
         return None if errs is None else not errs
+
+    def sample_outcome(self, tools: list, side: SideOutput, error: str | None = None) -> SampleOutcome:
+        """One sample's outcome (`compare.outcomes`), validated against the request's schemas."""
+        schemas = self.schemas_for(tools)
+        return sample_outcome(side.parsed, side.finish_reason, error,
+                              lambda call: self.validate_call(schemas, call, []))
 
     def _issue(self, tool: str, source: str, severity: str, message: str) -> None:
         self.pending_issues.append({"tool_name": tool, "schema_source": source, "severity": severity,

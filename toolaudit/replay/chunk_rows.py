@@ -14,6 +14,7 @@ from toolaudit.ingest.traces import TraceCall, TraceLineError
 from toolaudit.replay.engine_pool import EnginePool
 from toolaudit.replay.evidence import first_divergence, side_output
 from toolaudit.replay.runs import Member
+from toolaudit.replay.sample_rows import write_call_test, write_samples
 from toolaudit.store import RowBuffer, Store
 
 
@@ -22,13 +23,15 @@ class ChunkRows:
         self.store, self.baseline, self.candidates, self.engines = store, baseline, candidates, engines
         self._next_chunk: dict[int, int] = {}
 
-    def timing(self, rows: RowBuffer, run_id: int, side: str, path: PathConfig, results: list[EngineResult],
+    def timing(self, rows: RowBuffer, run_id: int, side: str, path: PathConfig, groups: list[list[EngineResult]],
                wall: float, chunk_no: int | None = None) -> int:
-        """A `replay_chunks` row (timings of one engine call, or a member's share of it) among the chunk's rows."""
+        """A `replay_chunks` row (timings of one engine call, or a member's share of it) among the chunk's rows.
+        `groups`: each call's results (its samples); tokens and counters sum over every sample."""
         if chunk_no is None:
             chunk_no = self._chunk_no(run_id)
+        results = [r for group in groups for r in group]
         rows.add("replay_chunks", run_id=run_id, chunk_no=chunk_no, side=side, path_name=path.name,
-                 calls=len(results), wall_s=wall, completion_tokens=sum(r.completion_tokens for r in results),
+                 calls=len(groups), wall_s=wall, completion_tokens=sum(r.completion_tokens for r in results),
                  drafted_tokens=sum(r.drafted_tokens for r in results),
                  accepted_tokens=sum(r.accepted_tokens for r in results),
                  forward_passes=sum(r.forward_passes for r in results),
@@ -36,7 +39,7 @@ class ChunkRows:
         return chunk_no
 
     def baseline_timings(self, rows: RowBuffer, members: list[Member], chunk: list[TraceCall],
-                         results: list[EngineResult], wall: float) -> dict[int, int]:
+                         results: list[list[EngineResult]], wall: float) -> dict[int, int]:
         """The shared baseline's timings, recorded in each candidate's run (prorated to the calls it lacks),
         so every candidate run reads on its own with the baseline it was measured against. Returns each run's
         chunk number (a call-major chunk's candidate row shares it)."""
@@ -54,12 +57,15 @@ class ChunkRows:
         self._next_chunk[run_id] += 1
         return self._next_chunk[run_id] - 1
 
-    def pairs(self, m: Member, chunk: list[TraceCall], base: list[EngineResult], cand: list[EngineResult],
-              shares: tuple[list[float], list[float]], rows: RowBuffer) -> None:
-        """Rows for each call of a chunk in one candidate's run; failed calls become error rows."""
+    def pairs(self, m: Member, chunk: list[TraceCall], base: list[list[EngineResult]],
+              cand: list[list[EngineResult]], shares: tuple[list[float], list[float]], rows: RowBuffer) -> None:
+        """Rows for each call of a chunk in one candidate's run (`base[i]`, `cand[i]`: call i's samples); failed
+        calls become error rows. Sample 0 is the pair `calls` and `outputs` hold; a sampled run also stores
+        every sample and the call's distribution test (`sample_rows`)."""
         decode = self.engines.decoder([self.baseline, *self.candidates])
+        sampled = self.baseline.samples > 1 or m.path.samples > 1
         for i, call in enumerate(chunk):
-            b_res, c_res = base[i], cand[i]
+            b_res, c_res = base[i][0], cand[i][0]
             # a call's share of its engine call's wall time: batched decoding has no per-request wall time
             digest = digest_hex(call.request)
             b_out = side_output(b_res, self.baseline, shares[0][i], digest)
@@ -75,6 +81,10 @@ class ChunkRows:
                 continue
             m.analyzer.pair(rows, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
                             first_divergence(b_res, c_res, decode))
+            if sampled:
+                b_samples = write_samples(rows, m, call, "baseline", self.baseline, base[i])
+                c_samples = write_samples(rows, m, call, "candidate", m.path, cand[i])
+                write_call_test(rows, m, call, b_samples, c_samples)
         m.analyzer.flush_issues(rows)
 
     def trace_errors(self, run_id: int, bad_lines: list[TraceLineError]) -> None:

@@ -63,8 +63,13 @@ def first_divergence(base: EngineResult, cand: EngineResult,
     return Divergence(pos, token(a), token(b), margin(base), margin(cand))
 
 
-def result_from_json(text: str) -> EngineResult:
+def results_from_json(text: str) -> list[EngineResult]:
+    """A staged call's results: one result, or a sampled path's samples (a JSON array)."""
     data = orjson.loads(text)
+    return [_result(d) for d in data] if isinstance(data, list) else [_result(data)]
+
+
+def _result(data: dict) -> EngineResult:
     data["top2"] = [tuple(pair) for pair in data.get("top2") or ()]
     known = EngineResult.__dataclass_fields__
     return EngineResult(**{k: v for k, v in data.items() if k in known})

@@ -57,6 +57,10 @@ class ReplayOptions:
     noise_floor: bool = False
     # Overrides every path's `max_tokens` (a common key): an answer cut there is truncated, not compared.
     max_tokens: int | None = None
+    # Override every path's `temperature` and `samples` (common keys): a sampled replay decodes each call N times
+    # per path and tests the two outcome distributions (docs/statistics.md).
+    temperature: float | None = None
+    samples_per_call: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -143,6 +147,18 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
     chosen = apply_overrides([paths[options.baseline], *(paths[n] for n in names)], options.overrides)
     if options.max_tokens is not None:
         chosen = [replace(p, max_tokens=options.max_tokens) for p in chosen]
+    if options.temperature is not None:
+        if options.temperature < 0:
+            raise ConfigError(f"--temperature must be >= 0 (got {options.temperature})")
+        chosen = [replace(p, temperature=options.temperature) for p in chosen]
+    if options.samples_per_call is not None:
+        if options.samples_per_call < 1:
+            raise ConfigError(f"--samples must be a positive integer (got {options.samples_per_call})")
+        chosen = [replace(p, samples=options.samples_per_call) for p in chosen]
+    for p in chosen:
+        if p.samples > 1 and p.temperature == 0:
+            raise ConfigError(f"path {p.name!r}: {p.samples} samples per call need temperature > 0 (greedy decoding "
+                              "gives the same answer every time): set --temperature or the path's temperature")
     # The baseline against itself: decoded in the same batches both copies always agree and measure nothing, so
     # the second copy is the noise-floor path (other batch neighbours).
     chosen = [chosen[0], *(noise_floor_path(chosen[0]) if n == options.baseline else p
@@ -166,8 +182,10 @@ def noise_floor_path(baseline: PathConfig) -> PathConfig:
     """The baseline decoded again with other batch neighbours: half its batch size (and half `max_batch` where
     the path sets one; 2 for a batch-1 path), so each call shares its steps with other calls, in other shapes.
     Everything else is the baseline's, so its drift against the baseline is batching noise alone (a run on
-    identical batches would always agree and measure nothing). An engine with no batch of its own (an
-    endpoint) sees other concurrency: its server's batches differ the same way."""
+    identical batches would always agree and measure nothing). An endpoint sees other concurrency: its server's
+    batches differ the same way. At temperature > 0 it also draws with other seeds (the seed + 1): there the
+    floor is sampling noise too, and a sampled run's floor is the calibration of its distribution test (the
+    same path against itself with other seeds must not shift)."""
     def other(rows: int) -> int:
         return 2 if rows <= 1 else rows // 2
 
@@ -175,7 +193,9 @@ def noise_floor_path(baseline: PathConfig) -> PathConfig:
     for key in BATCH_KEYS:
         if isinstance(options.get(key), int):
             options[key] = other(options[key])
-    return replace(baseline, name=f"{baseline.name}-floor", batch_size=other(baseline.batch_size), options=options)
+    seed = baseline.seed + 1 if baseline.temperature > 0 else baseline.seed
+    return replace(baseline, name=f"{baseline.name}-floor", batch_size=other(baseline.batch_size), options=options,
+                   seed=seed)
 
 
 def apply_overrides(paths: list[PathConfig], overrides: dict[str, Any]) -> list[PathConfig]:

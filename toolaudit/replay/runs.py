@@ -64,6 +64,8 @@ class RunRows:
             "baseline_fingerprint_components": base_components,
             "candidate_fingerprint_components": components,
             "noise_floor": same_decoding(self.baseline, path),
+            # samples per call (the larger side's): > 1 makes a sampled run, with `samples` and `sampled_calls`
+            "samples": max(self.baseline.samples, path.samples),
         }
         name = self.options.run_name
         if matrix_id is not None:
@@ -85,11 +87,13 @@ class RunRows:
 
 
 def same_decoding(a: PathConfig, b: PathConfig) -> bool:
-    """A noise-floor run: the same path on both sides, batch size (and the engine keys that set it) aside: batch
-    shape is itself a source of drift, which is what a batch-size noise floor measures."""
+    """A noise-floor run: the same path on both sides, batch size (and the engine keys that set it) and seed
+    aside: batch shape is itself a source of drift, which is what a batch-size noise floor measures, and other
+    seeds are what a sampled floor draws with."""
     first, second = a.config_dict(), b.config_dict()
     for config in (first, second):
         config.pop("batch_size", None)
+        config.pop("seed", None)
         config["options"] = {k: v for k, v in (config.get("options") or {}).items() if k not in BATCH_KEYS}
     return first == second
 

@@ -19,7 +19,7 @@ from toolaudit.engines.paths import PathConfig
 from toolaudit.ingest.traces import TraceCall
 from toolaudit.replay.chunk_rows import ChunkRows
 from toolaudit.replay.engine_pool import EnginePool, Job, Outputs
-from toolaudit.replay.evidence import result_from_json
+from toolaudit.replay.evidence import results_from_json
 from toolaudit.replay.runs import Member
 from toolaudit.store import RowBuffer, Store
 
@@ -39,9 +39,12 @@ class Schedule:
         return [calls[i:i + self.chunk] for i in range(0, len(calls), self.chunk)]
 
     @staticmethod
-    def requests(chunk: list[TraceCall]) -> list[EngineRequest]:
-        return [EngineRequest(f"{c.session_id}\x1f{c.call_index}", c.request.get("messages") or [], c.tools)
-                for c in chunk]
+    def requests(chunk: list[TraceCall], path: PathConfig) -> list[EngineRequest]:
+        """Each call's request, `path.samples` times (samples 0..N-1, consecutive: an engine may decode a call's
+        samples together)."""
+        return [EngineRequest(f"{c.session_id}\x1f{c.call_index}", c.request.get("messages") or [], c.tools,
+                              sample=i)
+                for c in chunk for i in range(path.samples)]
 
     def decoded(self, paths: list[PathConfig], chunks: list[list[TraceCall]],
                 job: Callable[[list[TraceCall]], Job]) -> Iterator[tuple[list[TraceCall], Outputs]]:
@@ -66,17 +69,18 @@ class CallMajor(Schedule):
 
     def _job(self, members: list[Member], chunk: list[TraceCall]) -> Job:
         """The baseline once, then each candidate on the calls it lacks."""
-        calls = [(self.baseline, self.requests(chunk))]
+        calls = [(self.baseline, self.requests(chunk, self.baseline))]
         for m in members:
             mine = [c for c in chunk if c.key in m.todo]
             if mine:
-                calls.append((m.path, self.requests(mine)))
+                calls.append((m.path, self.requests(mine, m.path)))
         return Job(calls)
 
     def _chunk(self, members: list[Member], chunk: list[TraceCall], outputs: Outputs) -> None:
         """The chunk's rows (the baseline's, then each candidate's against it), in one transaction."""
         rows = RowBuffer()
         (base, b_wall), *candidates = outputs
+        base = per_call(base, self.baseline)
         numbers = self.rows.baseline_timings(rows, members, chunk, base, b_wall)
         for m in members:
             mine = [i for i, c in enumerate(chunk) if c.key in m.todo]
@@ -84,6 +88,7 @@ class CallMajor(Schedule):
                 continue
             calls = [chunk[i] for i in mine]
             cand, c_wall = candidates.pop(0)
+            cand = per_call(cand, m.path)
             self.rows.timing(rows, m.run_id, "candidate", m.path, cand, c_wall, numbers[m.run_id])
             shares = [b_wall / len(chunk)] * len(calls), [c_wall / len(calls)] * len(calls)
             self.rows.pairs(m, calls, [base[i] for i in mine], cand, shares, rows)
@@ -118,23 +123,26 @@ class PathMajor(Schedule):
             self.store.drop_staged(run_id)
 
     def _one(self, path: PathConfig, chunk: list[TraceCall]) -> Job:
-        return Job([(path, self.requests(chunk))])
+        return Job([(path, self.requests(chunk, path))])
 
     def _stage(self, run_id: int, members: list[Member], chunk: list[TraceCall], results: list[EngineResult],
                wall: float) -> None:
-        """First pass: the baseline's results wait in `staged_results` for the candidates'."""
+        """First pass: the baseline's results wait in `staged_results` for the candidates' (a sampled path's
+        samples of a call as one JSON array)."""
         rows = RowBuffer()
-        self.rows.baseline_timings(rows, members, chunk, results, wall)
-        for call, result in zip(chunk, results):
+        groups = per_call(results, self.baseline)
+        self.rows.baseline_timings(rows, members, chunk, groups, wall)
+        for call, group in zip(chunk, groups):
             rows.add("staged_results", run_id=run_id, session_id=call.session_id, call_index=call.call_index,
                      side="baseline", path_name=self.baseline.name, wall_share_s=wall / len(chunk),
-                     result=orjson.dumps(result).decode())
+                     result=orjson.dumps(group if len(group) > 1 else group[0]).decode())
         self.store.write_rows(rows)
 
     def _pair_staged(self, run_id: int, m: Member, chunk: list[TraceCall], cand: list[EngineResult],
                      c_wall: float, unstage: bool) -> None:
         """Second pass: one candidate on a chunk, paired with the staged baseline results."""
         rows = RowBuffer()
+        cand = per_call(cand, m.path)
         self.rows.timing(rows, m.run_id, "candidate", m.path, cand, c_wall)
         keys = [c.key for c in chunk]
         staged = self.store.staged_results(run_id, "baseline", keys)
@@ -142,10 +150,16 @@ class PathMajor(Schedule):
         if missing:
             raise StoreError(f"run {run_id}: baseline results missing for {len(missing)} calls "
                              f"(first: session {missing[0][0]} call {missing[0][1]}); resume the run")
-        base = [result_from_json(staged[k]["result"]) for k in keys]
+        base = [results_from_json(staged[k]["result"]) for k in keys]
         shares = [staged[k]["wall_share_s"] for k in keys], [c_wall / len(chunk)] * len(chunk)
         self.rows.pairs(m, chunk, base, cand, shares, rows)
         if unstage:
             self.store.write_rows_unstaging(rows, run_id, keys)
         else:
             self.store.write_rows(rows)
+
+
+def per_call(results: list[EngineResult], path: PathConfig) -> list[list[EngineResult]]:
+    """An engine call's results grouped by call: each call's `path.samples` samples, in sample order."""
+    n = path.samples
+    return [results[i:i + n] for i in range(0, len(results), n)]

@@ -338,9 +338,10 @@ class Store:
         if retry_errors:
             error = MatchStatus.ERROR.value
             with self.transaction() as con:
-                con.execute("DELETE FROM outputs WHERE run_id = ? AND (session_id, call_index) IN "
-                            "(SELECT session_id, call_index FROM calls WHERE run_id = ? AND match_status = ?)",
-                            [run_id, run_id, error])
+                for table in ("outputs", "samples", "sampled_calls"):
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ? AND (session_id, call_index) IN "
+                                "(SELECT session_id, call_index FROM calls WHERE run_id = ? AND match_status = ?)",
+                                [run_id, run_id, error])
                 con.execute("DELETE FROM calls WHERE run_id = ? AND match_status = ?", [run_id, error])
         rows = self.con.execute("SELECT session_id, call_index FROM calls WHERE run_id = ?", [run_id]).fetchall()
         return {(s, i) for s, i in rows}
