@@ -17,9 +17,9 @@ from toolaudit.store import Store
 N = 3
 
 
-def sampled(paths_file, chunk: int = 4, **kw):
+def sampled(paths, chunk: int = 4, **kw):
     kw.setdefault("limit", 8)
-    return replace(options(paths_file, temperature=1.0, samples_per_call=N, **kw), chunk=chunk)
+    return replace(options(paths, temperature=1.0, samples_per_call=N, **kw), chunk=chunk)
 
 
 def _samples(store, run_id):
@@ -47,7 +47,7 @@ def test_sampled_replay_stores_every_sample_and_a_test_per_call(tmp_path, paths_
         assert {(s, c, side): t for s, c, side, t in outputs} == texts0
         # samples of one call are different draws (a random tiny model at temperature 1 spreads widely)
         by_call: dict = {}
-        for s, c, side, i, _, text in rows:
+        for s, c, side, _i, _, text in rows:
             by_call.setdefault((s, c, side), set()).add(text)
         assert sum(len(v) > 1 for v in by_call.values()) > len(by_call) // 2
         assert store.run_row(run_id)["options"] and '"samples":3' in store.run_row(run_id)["options"].replace(" ", "")

@@ -128,11 +128,7 @@ class TorchEngine(LocalEngine):
         """All requests in one continuous batch: up to `batch_size` rows decode together, a finished row is
         refilled from the queue."""
         p = self.path
-        settings = DecodeSettings(
-            max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos,
-            stop_strings=p.stop_strings, piece=self._piece,
-            seeds=tuple(row_seed(p.seed, r.key, r.sample) for r in requests), top_p=p.top_p, top_k=p.top_k,
-        )
+        settings = self.decode_settings(requests)
         cache = prefix_cache_for(self._model) if p.prefix_caching else None
         outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, self._proposer(), cache,
                          batch_size=self.layout.rows, new_kv=self._new_kv(self._model))
@@ -142,6 +138,15 @@ class TorchEngine(LocalEngine):
             ttft_s=out.ttft_s, drafted_tokens=out.drafted, accepted_tokens=out.accepted,
             forward_passes=out.forward_passes, margins=out.margins, top2=out.top2, finish_reason=out.finish_reason,
         ) for req, prompt, out in zip(requests, prompts, outputs)]
+
+    def decode_settings(self, requests: list[EngineRequest]) -> DecodeSettings:
+        """How this path decodes a batch: its limits, stops, sampling and each request's own seed."""
+        p = self.path
+        return DecodeSettings(
+            max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos,
+            stop_strings=p.stop_strings, piece=self._piece,
+            seeds=tuple(row_seed(p.seed, r.key, r.sample) for r in requests), top_p=p.top_p, top_k=p.top_k,
+        )
 
     def _proposer(self):
         spec = self.path.speculative

@@ -38,6 +38,9 @@ class DecodeSettings:
     seeds: tuple[int, ...] | None = None
     top_p: float = 1.0
     top_k: int = 0
+    # How a sampled row's verification logits [positions, vocab] and proposals become its emitted tokens: the
+    # correct rejection sampler (`sample_tokens`) unless a test swaps in a broken one to show it is caught.
+    sampler: Callable[..., list[int]] | None = None
 
 
 @dataclass
@@ -199,8 +202,9 @@ def _choose(logits: torch.Tensor, drafts: list[list[int]], rows: list[_Row], set
     chosen, margins, pairs = [], [], []
     for i, d in enumerate(drafts):
         if settings.temperature > 0:
-            p = warp(logits[i, : len(d) + 1], settings.temperature, settings.top_p, settings.top_k)
-            tokens = _sample_row(p, d, None if dists is None else dists[i], rows[i].generator)
+            tokens = (settings.sampler or sample_tokens)(logits[i, : len(d) + 1], d,
+                                                         None if dists is None else dists[i], settings,
+                                                         rows[i].generator)
         else:
             tokens = []
             for j, t in enumerate(d):
@@ -215,8 +219,15 @@ def _choose(logits: torch.Tensor, drafts: list[list[int]], rows: list[_Row], set
     return chosen, margins, pairs
 
 
-def _sample_row(p: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
-                generator: torch.Generator) -> list[int]:
+def sample_tokens(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, settings: DecodeSettings,
+                  generator: torch.Generator) -> list[int]:
+    """A sampled row's emitted tokens: rejection sampling over the target's distributions as the request asks
+    for them (temperature, top-k, top-p), against the proposals' `q`."""
+    return sample_row(warp(logits, settings.temperature, settings.top_p, settings.top_k), drafts, q, generator)
+
+
+def sample_row(p: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
+               generator: torch.Generator) -> list[int]:
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) for one row, over the target's sampling
     distributions `p` [positions, vocab] (temperature, top-k and top-p applied: `sampling.warp`).
 
