@@ -131,6 +131,8 @@ def test_history_usage_errors(history_db, tmp_path):
     assert markdown.exit_code == 2 and "html or json" in markdown.output
     pair_alone = run(cli, [*base, "--all-customers", "--path-pair", "target", "spec-ngram"])
     assert pair_alone.exit_code == 2 and "--path-pair goes with --history" in pair_alone.output
+    session = run(cli, [*base, "--history", "--max-session-drift", "5%"])
+    assert session.exit_code == 2 and "--max-call-drift" in session.output
     unknown = run(cli, [*base, "--history", "--customer", "initech"])
     assert unknown.exit_code == 2 and "initech" in unknown.output
     assert not list(tmp_path.iterdir())

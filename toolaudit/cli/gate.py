@@ -32,7 +32,9 @@ class CannotCheck(click.ClickException):
 
 
 @click.command(epilog=example("toolaudit report --run nightly --all-customers --as html,md -o reports/ "
-                             "--db audit.duckdb"))
+                             "--db audit.duckdb",
+                             "toolaudit report --history --path-pair target spec-ngram --max-call-drift 1.5% "
+                             "-o reports/ --db canary.duckdb"))
 @db_option
 @run_option()
 @click.option("--customer", "customers", multiple=True, help="Customer to report on (repeatable).")
@@ -45,7 +47,7 @@ class CannotCheck(click.ClickException):
 @click.option("--near-tie-margin", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
               help="Baseline logit margin below which a divergence counts as a near-tie (numerics).")
 @click.option("--max-call-drift", type=Proportion(),
-              help="Call drift budget for routing advice (0.015 or 1.5%).")
+              help="Call drift budget for routing advice, and --history's budget line (0.015 or 1.5%).")
 @click.option("--max-session-drift", type=Proportion(), help="Session drift budget for routing advice.")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for the session budget "
               "(default: the customer's mean).")
@@ -73,6 +75,8 @@ def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_custome
     from toolaudit.report.write import ReportError, written_json
 
     if history:
+        if max_session_drift is not None or session_calls is not None:
+            raise click.UsageError("--history draws the call drift budget (--max-call-drift) only")
         _report_history(db, run_ref, customers, all_customers, formats + old_format, out_dir, max_call_drift,
                         path_pair, as_json)
         return

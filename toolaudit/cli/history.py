@@ -28,7 +28,7 @@ def path_pair_option(func):
 
 @click.command("history", epilog=example(
     "toolaudit history --path-pair target spec-ngram --budget 1.5% --db canary.duckdb",
-    "toolaudit history --customer acme --csv --db canary.duckdb > acme-history.csv"))
+    "toolaudit history --customer acme --csv --db canary.duckdb"))
 @db_option
 @path_pair_option
 @click.option("--customer", help="Only this customer's calls in every figure (and the runs that have any).")
@@ -38,12 +38,12 @@ def path_pair_option(func):
 @friendly_errors
 def history_cmd(db: str, path_pair: tuple[str, str] | None, customer: str | None, budget: float | None,
                 rule: str | None, fmt: str) -> None:
-    """One row per run over time: drift with its 95% interval, session drift, acceptance, tokens/s, the noise
-    floor, the budget, and what changed since the previous run of the same path pair (config components,
-    probe decisions or numerics).
+    """Show the runs over time, and what changed when the drift moved.
 
-    Replay and compare runs, and each candidate of a remedy matrix, oldest first; one table per path pair.
-    --json and --csv carry every column."""
+    One row per run (replay and compare runs, each candidate of a remedy matrix), oldest first, one table per
+    path pair: drift with its 95% interval, compounded session drift, acceptance, tokens/s, the noise floor,
+    the budget judged by the gate's rule, and what changed since the previous run of the same pair (config
+    components, named; probe decisions or numerics). --json and --csv carry every column."""
     from toolaudit.analysis.history import history
 
     with reading(db) as store:
