@@ -123,3 +123,41 @@ def test_cli_unknown_pair_or_customer_names_what_there_is(history_db):
     assert "no runs of target vs spec-eagle" in missing.output and "target spec-ngram" in missing.output
     nobody = CliRunner().invoke(cli, ["history", "--db", str(db), "--customer", "initech"])
     assert nobody.exit_code == 2 and "customer 'initech'" in nobody.output
+
+
+def test_probes_compare_on_the_same_probe_set_and_fingerprints_only_when_both_runs_have_them(tmp_path):
+    """A new probe set is no runtime change; a stand-alone probe (no run) belongs to no run; a run of recorded logs
+    (no fingerprints) has no config to compare; equal fingerprints with other probes: the runtime moved alone."""
+    import datetime as dt
+
+    from toolaudit.engines.fingerprint import fingerprint
+    from toolaudit.store import RowBuffer
+
+    from .scenario import BASE, CAND4
+
+    db = tmp_path / "probes.duckdb"
+    fps = (fingerprint(BASE), fingerprint(CAND4))
+    comps = {"baseline_fingerprint_components": BASE, "candidate_fingerprint_components": CAND4}
+    plan = [(fps, "set-1", "d1"), (fps, "set-2", "d2"), (fps, "set-2", "d3"), ((None, None), "set-2", "d3"),
+            (fps, "set-2", "d3")]
+    with Store(db) as store:
+        ids = []
+        for n, ((base_fp, cand_fp), probe_set, decisions) in enumerate(plan):
+            run_id = store.create_run("replay", "nightly", "target", "spec-ngram", "", "",
+                                      comps if base_fp else {}, base_fp, cand_fp)
+            rows = RowBuffer()
+            rows.add("calls", run_id=run_id, session_id="s", call_index=0, customer="acme",
+                     tool_name="search_tickets", match_status="matched", drift_kind="identical", drifted=False,
+                     exact_text_match=True)
+            for probe_id, probe_run in ((2 * n + 1, run_id), (2 * n + 2, None)):  # the second: stand-alone
+                rows.add("probes", probe_id=probe_id, created_at=dt.datetime(2026, 6, 1 + n), run_id=probe_run,
+                         side="candidate" if probe_run else None, path_name="spec-ngram", engine="torch",
+                         config_fingerprint=cand_fp or "fp-x", probe_set=probe_set, prompts=32, repeats=2,
+                         decisions=decisions if probe_run else "other", numerics="n1", stable=True)
+            store.write_rows(rows)
+            store.finish_run(run_id, {})
+            ids.append(run_id)
+    _, rows = _rows(db)
+    assert [rows[i]["changes"] for i in ids[:2]] == [[], []]  # the first; then a new probe set: not comparable
+    assert [c["kind"] for c in rows[ids[2]]["changes"]] == ["decisions"]  # same config, other greedy tokens
+    assert rows[ids[3]]["changes"] == [] and rows[ids[4]]["changes"] == []  # no fingerprints to compare; same tokens
