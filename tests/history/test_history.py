@@ -46,6 +46,11 @@ def test_each_run_with_its_figures_oldest_first(history_db):
     assert member["floor_run_id"] == ids.floor and member["floor_drift_rate"] == 5 / CALLS
     assert member["excess"] == 4 / CALLS
     assert rows[ids.nights[0]]["floor_drift_rate"] is None
+    # asked for, the floor's own pair is there; unasked, it is a column, not a row
+    floor_pair, _ = _rows(db, path_pair=("target", "target-b1"))
+    assert [r.run_id for r in floor_pair.rows] == [ids.floor]
+    every, _ = _rows(db)
+    assert ids.floor not in {r.run_id for r in every.rows} and ids.matrix not in {r.run_id for r in every.rows}
     # the jump to night 5 is beyond noise, the one before it is not
     assert five["drift_change_low"] > 0 and rows[ids.nights[3]]["drift_change_low"] < 0
 

@@ -168,10 +168,14 @@ def history(store: Store, path_pair: Sequence[str] | None = None, customer: str 
             budget: float | None = None, budget_source: str | None = "--budget",
             rule: Rule = DEFAULT_RULE) -> History:
     """The history of every path pair in the database (or of `path_pair`, (baseline, candidate)); with
-    `customer`, of that customer's calls only. Noise-floor runs (the baseline against itself) are not rows of
-    their own: they are the floor column of the runs they were measured with."""
+    `customer`, of that customer's calls only. The noise floor of a remedy matrix (the baseline decoded again
+    beside the candidates) is not a row of its own unless its pair is asked for: it is the floor column of the
+    candidates measured with it. A run of the baseline against itself on its own is a row."""
     baseline, candidate = path_pair if path_pair else (None, None)
-    runs = [r for r in hq.history_runs(store, baseline, candidate, customer) if not is_noise_floor(r)]
+    every = [] if path_pair else hq.history_runs(store)
+    with_candidates = {r["matrix_id"] for r in every if r["matrix_id"] is not None and not is_noise_floor(r)}
+    floors = {r["run_id"] for r in every if r["matrix_id"] in with_candidates and is_noise_floor(r)}
+    runs = [r for r in hq.history_runs(store, baseline, candidate, customer) if r["run_id"] not in floors]
     wanted = sorted({r["run_id"] for r in runs} | {r["matrix_id"] for r in runs if r["matrix_id"] is not None})
     probes: dict[tuple[int, str, str], dict[str, Any]] = {}
     for p in hq.probes_for_runs(store, wanted) if wanted else []:
@@ -191,8 +195,7 @@ def history(store: Store, path_pair: Sequence[str] | None = None, customer: str 
 
 def _nothing(store: Store, path_pair: Sequence[str] | None, customer: str | None) -> str:
     """Why a history is empty, with the path pairs the database has."""
-    known = list(dict.fromkeys(f"{r['baseline_name']} {r['candidate_name']}" for r in hq.history_runs(store)
-                               if not is_noise_floor(r)))
+    known = list(dict.fromkeys(f"{r['baseline_name']} {r['candidate_name']}" for r in hq.history_runs(store)))
     what = "no runs" + (f" of {path_pair[0]} vs {path_pair[1]}" if path_pair else "")
     what += f" with calls of customer {customer!r}" if customer is not None else ""
     if not known:
