@@ -64,8 +64,12 @@ def history_cmd(db: str, path_pair: tuple[str, str] | None, customer: str | None
 def history_lines(h: dict[str, Any]) -> list[str]:
     """The terminal tables: a heading per path pair, then a row per run with the change in words (never cut)."""
     whose = f" for customer {h['customer']}" if h["customer"] is not None else ""
-    budget = (f"budget {pct(h['budget'])} ({h['budget_source']}), judged on the {h['rule']} end of the 95% interval"
-              if h["budget"] is not None else "no budget (--budget PCT)")
+    from toolaudit.analysis.rules import Rule
+
+    rule = Rule(h["rule"])
+    budget = (f"budget {pct(h['budget'])} ({h['budget_source']}), judged on the {rule.label}"
+              + ("" if rule is Rule.POINT else " of the 95% interval") if h["budget"] is not None
+              else "no budget (--budget PCT)")
     lines = []
     for s in h["series"]:
         runs = s["rows"]

@@ -42,8 +42,9 @@ def history_report(h: History) -> dict[str, Any]:
 def render_history_html(r: dict[str, Any]) -> str:
     who = r["customer"] if r["customer"] is not None else "all customers"
     title = f"Drift over time: {who}"
-    budget = (f"Budget {e(pct(r['budget']))} ({e(r['budget_source'])}), judged on the {e(r['rule'])} end of the "
-              "95% Wilson interval." if r["budget"] is not None
+    rule = Rule(r["rule"])
+    budget = (f"Budget {e(pct(r['budget']))} ({e(r['budget_source'])}), judged on the {e(rule.label)}"
+              + ("." if rule is Rule.POINT else " of the 95% Wilson interval.") if r["budget"] is not None
               else "No budget given (<code>--max-call-drift</code>).")
     parts = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
