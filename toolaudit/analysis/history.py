@@ -94,10 +94,6 @@ class HistoryRow:
         return self.run["run_id"]
 
     @property
-    def change_kinds(self) -> list[str]:
-        return [k for k in CHANGE_KINDS if any(c.kind == k for c in self.changes)]
-
-    @property
     def change_words(self) -> str:
         if self.previous_run_id is None:
             return "first run of this path pair"

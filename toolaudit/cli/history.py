@@ -77,7 +77,8 @@ def history_lines(h: dict[str, Any]) -> list[str]:
                   f"{budget}", ""]
         columns = ["run", "created", "calls", "drift", "95% CI", "change", "session", "accept.", "tok/s", "floor",
                    "budget"]
-        cells = [[r["run_id"], (r["created_at"] or "")[:16], r["calls"], pct(r["drift_rate"]),
+        cells = [[f"{r['run_id']}" + ("" if r["status"] == "complete" else f" ({r['status']})"),
+                  (r["created_at"] or "")[:16], r["calls"], pct(r["drift_rate"]),
                   "-" if r["ci_low"] is None else f"{pct(r['ci_low'])}-{pct(r['ci_high'])}", _delta(r),
                   pct(r["session_drift"]), pct(r["acceptance_rate"]),
                   "-" if r["candidate_tokens_per_s"] is None else f"{r['candidate_tokens_per_s']:.1f}",
