@@ -2,8 +2,8 @@
 through its real OTLP/HTTP exporter to a `toolaudit collect` subprocess; then `replay --collected --sample 2
 --per-customer` through two tiny float32 torch paths (the same weights: no drift), `check` at 1.5% (exit 0 on
 the point estimate, --rule point; exit 1 on the default upper bound, since 12 calls cannot show an upper bound
-under 1.5%) and
-`report --all-customers` (a report per customer)."""
+under 1.5%),
+`report --all-customers` (a report per customer), then `history` and `report --history --all-customers`."""
 
 from __future__ import annotations
 
@@ -66,3 +66,14 @@ def test_the_nightly_canary(receiver, tmp_path, tiny_paths):
         data = json.loads(next((tmp_path / "reports").rglob(f"{customer}.json")).read_text())
         assert data["customer"] == customer
     assert not any(b"sk-prod-secret" in p.read_bytes() for p in receiver.folder.iterdir() if p.is_file())
+
+    history = toolaudit("history", "--db", str(db), "--json")  # the first night: one run, its config recorded
+    assert history.returncode == 0, history.stderr
+    (series,) = json.loads(history.stdout)["series"]
+    (night,) = series["rows"]
+    assert (series["baseline"], series["candidate"]) == ("target", "candidate")
+    assert (night["run_id"], night["calls"], night["drifted_calls"]) == (summary["run_id"], 12, 0)
+    assert night["change"] == "first run of this path pair" and night["candidate_tokens_per_s"] > 0
+    pages = toolaudit("report", "--db", str(db), "--history", "--all-customers", "-o", str(tmp_path / "reports"))
+    assert pages.returncode == 0, pages.stderr
+    assert sorted(p.name for p in (tmp_path / "reports" / "history").iterdir()) == [f"{c}.html" for c in customers]

@@ -12,6 +12,7 @@ from toolaudit.cli.common import CONTEXT, example
 from toolaudit.cli.compare import compare
 from toolaudit.cli.export import export_cmd
 from toolaudit.cli.gate import check, report
+from toolaudit.cli.history import history_cmd
 from toolaudit.cli.imports import import_cmd
 from toolaudit.cli.interrupts import ARGV
 from toolaudit.cli.merge import merge
@@ -38,8 +39,8 @@ def cli() -> None:
     """Measure how often two decode paths produce different tool calls for the same requests."""
 
 
-for command in (compare, import_cmd, runs, summary, sql, report, check, replay, demo, fingerprint_cmd, serve,
-                collect, merge, export_cmd, batch, frontier_cmd, model):
+for command in (compare, import_cmd, runs, summary, sql, report, check, history_cmd, replay, demo, fingerprint_cmd,
+                serve, collect, merge, export_cmd, batch, frontier_cmd, model):
     cli.add_command(command)
 
 

@@ -20,6 +20,7 @@ from toolaudit.cli.common import (
     rule_option,
     run_option,
 )
+from toolaudit.cli.history import path_pair_option
 from toolaudit.report.output import to_json
 
 
@@ -31,7 +32,9 @@ class CannotCheck(click.ClickException):
 
 
 @click.command(epilog=example("toolaudit report --run nightly --all-customers --as html,md -o reports/ "
-                             "--db audit.duckdb"))
+                             "--db audit.duckdb",
+                             "toolaudit report --history --path-pair target spec-ngram --max-call-drift 1.5% "
+                             "-o reports/ --db canary.duckdb"))
 @db_option
 @run_option()
 @click.option("--customer", "customers", multiple=True, help="Customer to report on (repeatable).")
@@ -44,26 +47,41 @@ class CannotCheck(click.ClickException):
 @click.option("--near-tie-margin", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
               help="Baseline logit margin below which a divergence counts as a near-tie (numerics).")
 @click.option("--max-call-drift", type=Proportion(),
-              help="Call drift budget for routing advice (0.015 or 1.5%).")
+              help="Call drift budget for routing advice, and --history's budget line (0.015 or 1.5%).")
 @click.option("--max-session-drift", type=Proportion(), help="Session drift budget for routing advice.")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for the session budget "
               "(default: the customer's mean).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the files written and each customer's headline figures as one JSON object.")
+@click.option("--history", is_flag=True, help="Write the history of every run instead of one run's reports: drift "
+              "over runs with its band, the --max-call-drift budget and the runtime changes (like `toolaudit "
+              "history`), as <folder>/history.html, or per customer <folder>/history/<customer>.html.")
+@path_pair_option
 @friendly_errors
 def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool,
            formats: tuple[str, ...], old_format: tuple[str, ...], out_dir: str, near_tie_margin: float,
            max_call_drift: float | None, max_session_drift: float | None, session_calls: float | None,
-           as_json: bool) -> None:
+           as_json: bool, history: bool, path_pair: tuple[str, str] | None) -> None:
     """Write per-customer drift reports (HTML, Markdown, JSON) for a run.
 
     For a matrix run (`replay --candidate A --candidate B ...`): each candidate's reports, and per customer a
     remedy report (every candidate's drift and speed, the Pareto frontier, the fastest candidate within the
-    --max-call-drift / --max-session-drift budget), also printed here."""
+    --max-call-drift / --max-session-drift budget), also printed here.
+
+    With --history: the runs over time instead (HTML, or JSON with --as json), for every customer's calls or, with
+    --customer / --all-customers, one page per customer from that customer's calls only."""
     from toolaudit.analysis.frontier import Budget
     from toolaudit.report import ReportOptions, parse_formats, write_reports_detailed
     from toolaudit.report.write import ReportError, written_json
 
+    if history:
+        if max_session_drift is not None or session_calls is not None:
+            raise click.UsageError("--history draws the call drift budget (--max-call-drift) only")
+        _report_history(db, run_ref, customers, all_customers, formats + old_format, out_dir, max_call_drift,
+                        path_pair, as_json)
+        return
+    if path_pair:
+        raise click.UsageError("--path-pair goes with --history")
     if bool(customers) == all_customers:
         raise click.UsageError("pass --customer C (repeatable) or --all-customers")
     if session_calls is not None and max_session_drift is None:
@@ -91,6 +109,30 @@ def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_custome
             show_matrix(store, run["run_id"], "table", budget, session_calls)
     for w in written:
         click.echo(str(w.path))
+
+
+def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool,
+                    formats: tuple[str, ...], out_dir: str, budget: float | None, path_pair: tuple[str, str] | None,
+                    as_json: bool) -> None:
+    from toolaudit.report.history import write_history
+    from toolaudit.report.write import ReportError
+
+    if run_ref is not None:
+        raise click.UsageError("--history covers every run; --run does not go with it (use --path-pair)")
+    if customers and all_customers:
+        raise click.UsageError("pass --customer C (repeatable) or --all-customers, not both")
+    wanted = [f.strip().lower() for value in formats for f in value.split(",") if f.strip()] or ["html"]
+    with reading(db) as store:
+        try:
+            written = write_history(store, customers or None, all_customers, list(dict.fromkeys(wanted)), out_dir,
+                                    path_pair, budget)
+        except ReportError as exc:
+            raise click.UsageError(f"--as: {exc}") from None
+    if as_json:
+        click.echo(to_json({"files": [str(p) for p in written]}))
+        return
+    for path in written:
+        click.echo(str(path))
 
 
 @click.command(epilog=example("toolaudit check --run nightly --max-call-drift 1.5% --against nightly "

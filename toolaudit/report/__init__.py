@@ -2,7 +2,9 @@
 
 `data` builds one customer's report as a plain dict (every figure filtered to that customer's calls);
 `markdown` and `html` render it, sharing the sentences in `text`; `write` knows the formats and writes the
-files. Import order runs one way only: data <- text <- markdown, html (<- charts) <- write <- this package.
+files; `history` is the page of runs over time (`report --history`). Import order runs one way only: data <- text
+<- markdown, html (<- charts) <- write <- this package; history imports data, html and charts, and nothing here
+imports it.
 """
 
 from toolaudit.report.data import ReportError, ReportOptions, customer_report, customers_of, is_noise_floor, slugs

@@ -245,3 +245,102 @@ def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | 
              _text(f.left + 156, 17, "dominated (whisker: 95% CI)", "start", INK)]
     body += f.axis_titles("speedup over the baseline (tokens/s)", "drifted calls")
     return _svg(f.width, f.height, title, body)
+
+
+RED = "#b91c1c"
+PURPLE = "#7c3aed"
+# The runtime changes the history marks, each in its own lane above the plot: (kind, legend, colour).
+CHANGE_LANES = (("config", "config changed", AMBER), ("decisions", "probe decisions changed", RED),
+                ("numerics", "probe numerics changed", PURPLE))
+_LEGEND_WIDTHS = {"config": 110, "decisions": 170, "numerics": 170}
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One run on the history chart: its drift with the 95% interval (None: no compared call) and the runtime
+    changes since the previous run of its path pair (`analysis.history.CHANGE_KINDS`)."""
+
+    run_id: int
+    label: str  # under the x axis, e.g. "#12"
+    date: str  # under the label, e.g. "06-11"
+    p: float | None
+    low: float | None
+    high: float | None
+    changes: tuple[str, ...] = ()
+    tooltip: str = ""
+
+
+def _marker(kind: str, x: float, y: float, colour: str) -> str:
+    if kind == "config":
+        return f'<rect x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10" fill="{colour}"/>'
+    if kind == "decisions":
+        return (f'<polygon points="{x:.1f},{y - 6:.1f} {x + 6:.1f},{y + 5:.1f} {x - 6:.1f},{y + 5:.1f}" '
+                f'fill="{colour}"/>')
+    return (f'<rect x="{x - 4.5:.1f}" y="{y - 4.5:.1f}" width="9" height="9" fill="{colour}" '
+            f'transform="rotate(45 {x:.1f} {y:.1f})"/>')
+
+
+def history_chart(points: Sequence[HistoryPoint], title: str, budget: float | None = None) -> str:
+    """Drift over runs (oldest left): the point estimate as a line with its 95% band, an optional call drift
+    budget line, and a lane per kind of runtime change above the plot with a marker on each run that changed.
+    Points and markers carry `data-run-id` (markers also `data-change`), and each has a `<title>` tooltip."""
+    lane_h = 14
+    f = Frame(height=350, top=42 + lane_h * len(CHANGE_LANES), left=88, bottom=52)
+    known = [pt for pt in points if pt.p is not None]
+    top = nice_max(max([pt.high or 0.0 for pt in known] + ([budget] if budget else []) + [1e-6]))
+    n = len(points)
+
+    def x(i: int) -> float:
+        return f.left + f.plot_w * (0.5 if n == 1 else 0.03 + 0.94 * i / (n - 1))
+
+    def y(v: float) -> float:
+        return f.top + f.plot_h * (1 - min(v, top) / top)
+
+    body = f.y_axis(top, percent_label)
+    index = {pt.run_id: i for i, pt in enumerate(points)}
+    if known:
+        band = [f"{x(index[pt.run_id]):.1f},{y(pt.high):.1f}" for pt in known] + [
+            f"{x(index[pt.run_id]):.1f},{y(pt.low):.1f}" for pt in reversed(known)]
+        body.append(f'<polygon class="band" points="{" ".join(band)}" fill="{BAND}" fill-opacity="0.6" '
+                    'stroke="none"/>')
+        line = " ".join(f"{x(index[pt.run_id]):.1f},{y(pt.p):.1f}" for pt in known)
+        body.append(f'<polyline points="{line}" fill="none" stroke="{BLUE}" stroke-width="2"/>')
+    if budget is not None:
+        by = y(budget)
+        body.append(f'<line class="budget" data-budget="{budget!r}" x1="{f.left}" x2="{f.left + f.plot_w:.1f}" '
+                    f'y1="{by:.1f}" y2="{by:.1f}" stroke="{AMBER}" stroke-width="2" stroke-dasharray="5 4"/>')
+        body.append(_text(f.left + f.plot_w - 4, by - 6, f"budget {percent_label(budget)}", "end", AMBER))
+    for lane, (kind, _legend, colour) in enumerate(CHANGE_LANES):
+        ly = f.top - lane_h * (len(CHANGE_LANES) - lane) + 2
+        body.append(_text(f.left - 8, ly + 4, kind, "end", colour))
+        body.append(f'<line x1="{f.left}" x2="{f.left + f.plot_w:.1f}" y1="{ly:.1f}" y2="{ly:.1f}" '
+                    f'stroke="{GRID}" stroke-dasharray="1 3"/>')
+    step = max(1, math.ceil(n / 12))  # at most about 12 labels under the axis
+    for i, pt in enumerate(points):
+        px = x(i)
+        if pt.changes:
+            body.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{f.top:.1f}" y2="{f.top + f.plot_h:.1f}" '
+                        f'stroke="{SLATE}" stroke-dasharray="2 3"/>')
+        for lane, (kind, legend, colour) in enumerate(CHANGE_LANES):
+            if kind in pt.changes:
+                ly = f.top - lane_h * (len(CHANGE_LANES) - lane) + 2
+                body.append(f'<g class="marker" data-run-id="{pt.run_id}" data-change="{kind}">'
+                            f"<title>{escape(f'run {pt.run_id}: {legend}')}</title>"
+                            f"{_marker(kind, px, ly, colour)}</g>")
+        if pt.p is not None:
+            tip = pt.tooltip or f"run {pt.run_id}: {percent_label(pt.p)}"
+            body.append(f'<circle class="point" data-run-id="{pt.run_id}" cx="{px:.1f}" cy="{y(pt.p):.1f}" r="4" '
+                        f'fill="{BLUE}"><title>{escape(tip)}</title></circle>')
+        if i % step == 0 or i == n - 1:
+            body.append(_text(px, f.top + f.plot_h + 16, pt.label, extra=f' data-run-id="{pt.run_id}"'))
+            body.append(_text(px, f.top + f.plot_h + 30, pt.date))
+    lx = f.left
+    body += [f'<rect x="{lx}" y="6" width="14" height="10" fill="{BAND}"/>',
+             f'<line x1="{lx}" x2="{lx + 14}" y1="11" y2="11" stroke="{BLUE}" stroke-width="2"/>',
+             _text(lx + 20, 15, "drift (95% CI band)", "start", INK)]
+    lx += 150
+    for kind, legend, colour in CHANGE_LANES:
+        body += [_marker(kind, lx + 5, 11, colour), _text(lx + 14, 15, legend, "start", INK)]
+        lx += _LEGEND_WIDTHS[kind]
+    body.append(_text(f.left + f.plot_w / 2, f.height - 6, "runs, oldest first", fill=INK))
+    return _svg(f.width, f.height, title, body)

@@ -5,7 +5,7 @@ It owns every SQL statement and every transaction, except the user's own `toolau
   replay bookkeeping); `rows`: the bulk-written tables' columns and the `RowBuffer` that collects their rows;
 - `migrations` and `views`: the schema;
 - `queries`: the named read queries behind figures, the gate and `runs`; `report_queries`: those of a
-  customer's report (each filtered to that customer's calls);
+  customer's report (each filtered to that customer's calls); `history`: the runs over time and their probes;
 - `staging`: `compare`'s staging tables (digests joined in SQL) and the one writer of a compare run's rows;
 - `batch`: the staging of `toolaudit batch import`; `merge` and `combine`: `toolaudit merge`; `export`:
   `toolaudit export`; `snapshot`: the copy a replay or compare publishes for readers while it holds the file;

@@ -49,6 +49,13 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),
         "path_name": pa.string(), "wall_share_s": pa.float64(), "result": pa.string(),
     },
+    "probes": {
+        "probe_id": pa.int64(), "created_at": pa.timestamp("us"), "run_id": pa.int64(), "side": pa.string(),
+        "path_name": pa.string(), "engine": pa.string(), "config_fingerprint": pa.string(), "probe_set": pa.string(),
+        "prompts": pa.int32(), "repeats": pa.int32(), "decisions": pa.string(), "numerics": pa.string(),
+        "stable": pa.bool_(), "jitter_max": pa.float64(), "jitter_median": pa.float64(), "seconds": pa.float64(),
+        "toolaudit_version": pa.string(), "engine_versions": pa.string(), "detail": pa.string(),
+    },
     "schema_issues": {
         "run_id": pa.int64(), "tool_name": pa.string(), "schema_source": pa.string(),
         "severity": pa.string(), "message": pa.string(),

@@ -1,0 +1,101 @@
+"""`toolaudit history`: the runs of each path pair over time, and what changed when the drift moved."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from typing import Any
+
+import click
+
+from toolaudit.cli.common import (
+    Proportion,
+    db_option,
+    example,
+    friendly_errors,
+    gate_rule,
+    output_options,
+    reading,
+    rule_option,
+)
+from toolaudit.report.output import csv_cell, format_table, pct, to_json
+
+
+def path_pair_option(func):
+    return click.option("--path-pair", nargs=2, metavar="BASELINE CANDIDATE", default=None,
+                        help="Only the runs of this baseline and candidate path (default: every pair).")(func)
+
+
+@click.command("history", epilog=example(
+    "toolaudit history --path-pair target spec-ngram --budget 1.5% --db canary.duckdb",
+    "toolaudit history --customer acme --csv --db canary.duckdb"))
+@db_option
+@path_pair_option
+@click.option("--customer", help="Only this customer's calls in every figure (and the runs that have any).")
+@click.option("--budget", type=Proportion(), help="Call drift budget each run is judged against (0.015 or 1.5%).")
+@rule_option
+@output_options
+@friendly_errors
+def history_cmd(db: str, path_pair: tuple[str, str] | None, customer: str | None, budget: float | None,
+                rule: str | None, fmt: str) -> None:
+    """Show the runs over time, and what changed when the drift moved.
+
+    One row per run (replay and compare runs, each candidate of a remedy matrix), oldest first, one table per
+    path pair: drift with its 95% interval, compounded session drift, acceptance, tokens/s, the noise floor,
+    the budget judged by the gate's rule, and what changed since the previous run of the same pair (config
+    components, named; probe decisions or numerics). --json and --csv carry every column."""
+    from toolaudit.analysis.history import history
+
+    with reading(db) as store:
+        h = history(store, path_pair or None, customer, budget, "--budget", gate_rule(rule))
+    if fmt == "json":
+        click.echo(to_json(h.as_dict()))
+        return
+    rows = [r.as_dict() for r in h.rows]
+    if fmt == "csv":
+        columns = list(rows[0])
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[csv_cell(row[c]) for c in columns] for row in rows])
+        return
+    click.echo("\n".join(history_lines(h.as_dict())))
+
+
+def history_lines(h: dict[str, Any]) -> list[str]:
+    """The terminal tables: a heading per path pair, then a row per run with the change in words (never cut)."""
+    whose = f" for customer {h['customer']}" if h["customer"] is not None else ""
+    from toolaudit.analysis.rules import Rule
+
+    rule = Rule(h["rule"])
+    budget = (f"budget {pct(h['budget'])} ({h['budget_source']}), judged on the {rule.label}"
+              + ("" if rule is Rule.POINT else " of the 95% interval") if h["budget"] is not None
+              else "no budget (--budget PCT)")
+    lines = []
+    for s in h["series"]:
+        runs = s["rows"]
+        lines += [f"{s['baseline']} vs {s['candidate']}{whose}: {len(runs)} run{'s' if len(runs) != 1 else ''}; "
+                  f"{budget}", ""]
+        columns = ["run", "created", "calls", "drift", "95% CI", "change", "session", "accept.", "tok/s", "floor",
+                   "budget"]
+        cells = [[f"{r['run_id']}" + ("" if r["status"] == "complete" else f" ({r['status']})"),
+                  (r["created_at"] or "")[:16], r["calls"], pct(r["drift_rate"]),
+                  "-" if r["ci_low"] is None else f"{pct(r['ci_low'])}-{pct(r['ci_high'])}", _delta(r),
+                  pct(r["session_drift"]), pct(r["acceptance_rate"]),
+                  "-" if r["candidate_tokens_per_s"] is None else f"{r['candidate_tokens_per_s']:.1f}",
+                  pct(r["floor_drift_rate"]),
+                  "-" if r["within_budget"] is None else ("ok" if r["within_budget"] else "over")]
+                 for r in runs]
+        table = format_table(columns, cells).split("\n")
+        words = ["what changed", "-" * 12] + [r["change"] for r in runs]
+        lines += [f"{left}  {right}" for left, right in zip(table, words)]
+        lines.append("")
+    lines.append("change: the drift's change from the previous run of the pair, with * where its 95% interval "
+                 "(Newcombe) excludes 0")
+    return lines
+
+
+def _delta(r: dict[str, Any]) -> str:
+    if r["drift_change"] is None:
+        return "-"
+    significant = r["drift_change_low"] > 0 or r["drift_change_high"] < 0
+    return f"{100 * r['drift_change']:+.2f}pp" + ("*" if significant else "")
