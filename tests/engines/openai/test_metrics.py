@@ -36,10 +36,11 @@ class VLLMStandIn:
     """Chat completions (one tool call each) and vLLM's spec-decode counters, moved per completion: a request
     whose last message has n characters generates 8 + n % 7 tokens, drafts 2 per generated token and has 3 of
     every 4 drafted tokens accepted. `other` extra requests (other clients, 10 tokens each, all drafts accepted)
-    are counted with each completion; `metrics = False` takes /metrics away (404)."""
+    are counted with each completion; `metrics = False` takes /metrics away (404); `replicas = 2` counts only
+    every other completion (the page of one replica of two behind a load balancer)."""
 
-    def __init__(self, other: int = 0, metrics: bool = True):
-        self.other, self.metrics = other, metrics
+    def __init__(self, other: int = 0, metrics: bool = True, replicas: int = 1):
+        self.other, self.metrics, self.replicas = other, metrics, replicas
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
 
@@ -72,8 +73,9 @@ class VLLMStandIn:
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
         tokens = 8 + len(json.dumps(body["messages"][-1])) % 7
-        for engine, n, drafted, accepted, reason in ([("0", tokens, 2 * tokens, 3 * tokens // 2, "tool_calls")]
-                                                     + [("1", 10, 10, 10, "stop")] * self.other):
+        counted = [("0", tokens, 2 * tokens, 3 * tokens // 2, "tool_calls")] if len(self.served) % self.replicas == 0 \
+            else []
+        for engine, n, drafted, accepted, reason in counted + [("1", 10, 10, 10, "stop")] * self.other:
             self.drafts.labels(MODEL, engine).inc(n)
             self.draft_tokens.labels(MODEL, engine).inc(drafted)
             self.accepted.labels(MODEL, engine).inc(accepted)
@@ -249,3 +251,18 @@ def test_counters_are_read_with_the_paths_credentials_only_at_its_own_origin():
     results = [EngineResult("k", completion_tokens=3)]
     quiet.attribute(None, 1, results)
     assert results[0].drafted_tokens == 0
+
+
+def test_a_page_that_counts_part_of_the_requests_is_said_once(tmp_path, standin):
+    server, thread = standin(replicas=2)
+    engine = engine_for(tmp_path, thread.base_url, batch_size=4)
+    said = []
+    engine.server_counters.say = said.append
+    try:
+        results = engine.generate(requests(4)) + engine.generate(requests(8)[4:])
+    finally:
+        engine.close()
+    assert said == [f"toolaudit: warning: paths.srv: the server at {thread.base_url[:-3]}/metrics counted 2 of the 4 "
+                    "requests it answered in one engine call: its /metrics may be one replica's of several behind a "
+                    "load balancer, so the acceptance counts cover part of the run only"]
+    assert sum(r.drafted_tokens for r in results) == 2 * sum(server.served[0::2])  # what the page counted

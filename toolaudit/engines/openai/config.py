@@ -212,6 +212,9 @@ NOTES = (
     LogNote(r"other traffic shared the server during the replay",
             "other clients used an openai path's server during the replay: its acceptance (read from the server's "
             "/metrics) is the server's, not the run's (the path is named in the engine log)"),
+    LogNote(r"may be one replica's of several behind a load balancer",
+            "an openai path's server counted fewer requests than it answered: its /metrics is likely one replica's "
+            "behind a load balancer, and the acceptance covers part of the run (see the engine log)"),
     LogNote(r"metrics_url .* (could not be read|holds none of vLLM's counters)",
             "an openai path's metrics_url gave no spec-decode counters: its acceptance is unknown (see the "
             "engine log)"),

@@ -24,6 +24,9 @@ requests) and puts the differences on that call's results:
   page without the counters means "unknown" (acceptance stays "-"), said nowhere; the default is not asked again
   once it failed. An explicit `metrics_url` that fails is warned about once. `metrics_url = false` never asks.
   The path's key and headers go only to the base URL's own origin.
+- Fewer requests counted than answered, even after waiting (below): the page is likely one replica's behind a
+  load balancer; the counts cover part of the run (said once).
+- Cost: two GETs of the page per engine call (a few milliseconds on vLLM), inside the call's wall time.
 - Not derived: forward passes (vLLM counts only the steps that drafted), so tokens per pass stays "-".
 - vLLM counts a request in the same step of its output loop that hands out the answer, just after it; a read
   that has not yet seen all of the call's answers is repeated (up to `SETTLE_TRIES` times, `SETTLE_S` apart).
@@ -187,6 +190,10 @@ class ServerCounters:
             self._once("shared", f"other traffic shared the server during the replay ({int(requests - sent)} "
                                  f"requests beyond the replay's {sent} in one engine call): the acceptance counts "
                                  f"read from {self.url} are the server's, not the run's")
+        if requests is not None and requests < len(ok):
+            self._once("partial", f"the server at {self.url} counted {int(requests)} of the {len(ok)} requests it "
+                                  f"answered in one engine call: its /metrics may be one replica's of several behind "
+                                  f"a load balancer, so the acceptance counts cover part of the run only")
         if not ok or not drafted:
             return
         weights = [r.completion_tokens for r in ok]
