@@ -19,7 +19,8 @@ requests) and puts the differences on that call's results:
   output's share is an apportionment, not its own count.
 - Other traffic: when the server's finished-request counter moved by more than the requests this call sent,
   other clients were served meanwhile and the counts are the server's, not the run's. Said once per path (a
-  warning line, which `replay` repeats as a note), and kept in `shared_requests`.
+  warning line, which `replay` repeats as a note), and kept in `shared_requests`. (A request retried after a
+  timeout that the server finished anyway counts there too: a false alarm on the safe side.)
 - Where: `metrics_url`, else the base URL's origin + `/metrics`, tried quietly: a 404, a connection error or a
   page without the counters means "unknown" (acceptance stays "-"), said nowhere; the default is not asked again
   once it failed. An explicit `metrics_url` that fails is warned about once. `metrics_url = false` never asks.
