@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d
 VLLM_STAMP := $(VENV)/.vllm-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 TRACING_STAMP := $(VENV)/.tracing-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-gpu gpu-pack gpu-pack-check install vllm bench clean
+.PHONY: demo test test-gpu gpu-pack gpu-pack-check install vllm bench cli-docs clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -75,6 +75,11 @@ gpu-pack:
 
 gpu-pack-check:
 	bash scripts/device/check_pack.sh
+
+# docs/cli.md, the CLI reference, generated from the click commands (toolaudit/cli/reference.py); tests/test_cli_docs.py
+# fails when it is stale. No install step: the venv's Python when there is one, else $(PY) with toolaudit importable.
+cli-docs:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY)) -m toolaudit.cli.reference
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analysis.py

@@ -124,6 +124,17 @@ def test_replay_through_serve_equals_embedded(tmp_path, setup):
     # verdicts, first divergent token and both margins (from logprobs over HTTP) agree exactly
     assert calls_h == calls_e
     assert all(c[4] == 0 and c[5] > 0 and c[6] > 0 for c in calls_h)  # different models: they part at once
+    # acceptance over HTTP comes from the servers' /metrics counters (engines/openai/metrics.py), and equals what
+    # the embedded engine counted in process; the target-only path drafts nothing ("-")
+    perf = {}
+    for db in ("embedded", "http"):
+        with Store(tmp_path / f"{db}.duckdb", read_only=True) as store:
+            perf[db] = store.rows("SELECT side, drafted_tokens, accepted_tokens, acceptance_rate "
+                                  "FROM path_performance ORDER BY side")
+    assert perf["http"] == perf["embedded"]
+    assert [(p["side"], p["acceptance_rate"] is None) for p in perf["http"]] == [("baseline", True),
+                                                                                  ("candidate", False)]
+    assert perf["http"][1]["accepted_tokens"] > 0
 
 
 def test_served_fingerprint_is_the_paths_fingerprint(setup):

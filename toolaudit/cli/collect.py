@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import click
@@ -17,8 +18,11 @@ from toolaudit.cli.common import example, friendly_errors
               help="Port to bind (4318 is OTLP/HTTP's); 0 picks a free one (the address is printed on stderr).")
 @click.option("--max-body-bytes", default=32 << 20, show_default=True, type=click.IntRange(1),
               help="Largest request body accepted (decompressed); larger ones are answered 413.")
+@click.option("--token-env", metavar="VAR", help="Name of the environment variable holding a bearer token: every "
+              "request must then send `Authorization: Bearer <token>` (401 otherwise). The token itself is never "
+              "taken from the command line, stored or printed.")
 @friendly_errors
-def collect(folder: str, host: str, port: int, max_body_bytes: int) -> None:
+def collect(folder: str, host: str, port: int, max_body_bytes: int, token_env: str | None) -> None:
     """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON) and keep their model-call spans on disk.
 
     Point an OTel exporter or collector at http://HOST:PORT (the Langfuse SDK at its
@@ -27,7 +31,26 @@ def collect(folder: str, host: str, port: int, max_body_bytes: int) -> None:
     dropped. Replay a sample later with `toolaudit replay --collected DIR`."""
     from toolaudit.collect.receiver import collect as run_receiver
 
-    run_receiver(folder, host=host, port=port, max_body=max_body_bytes)
+    run_receiver(folder, host=host, port=port, max_body=max_body_bytes, token=bearer_token(token_env))
+
+
+def bearer_token(name: str | None) -> str | None:
+    """The token in the environment variable `name` (None: no token asked for). Errors name the variable, never
+    a value."""
+    if name is None:
+        return None
+    if not name or "=" in name or "\0" in name:
+        raise click.BadParameter("must be the NAME of an environment variable (e.g. TOOLAUDIT_COLLECT_TOKEN), not "
+                                 "the token", param_hint="--token-env")
+    token = os.environ.get(name)
+    if token is None:
+        raise click.UsageError(f"--token-env {name}: ${name} is not set (export the token in it before starting)")
+    if not token.strip():
+        raise click.UsageError(f"--token-env {name}: ${name} is empty")
+    if any(c.isspace() or not c.isprintable() for c in token.strip()):
+        raise click.UsageError(f"--token-env {name}: ${name} holds spaces or control characters, which an "
+                               f"Authorization header cannot carry")
+    return token.strip()
 
 
 def collected_options(func: Callable) -> Callable:

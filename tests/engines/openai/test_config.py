@@ -28,6 +28,10 @@ from toolaudit.engines.paths import parse_path
     ({"base_url": "http://127.0.0.1/v1", "stream": "yes"}, "paths.p: stream must be true or false"),
     ({"base_url": "http://127.0.0.1/v1", "extra_body": "x"}, "paths.p: extra_body must be a table"),
     ({"base_url": "http://127.0.0.1/v1", "top_logprobs": 21}, "paths.p: top_logprobs must be an integer from 0"),
+    ({"base_url": "http://127.0.0.1/v1", "metrics_url": True}, "paths.p: metrics_url must be a URL, or false"),
+    ({"base_url": "http://127.0.0.1/v1", "metrics_url": "http://127.0.0.1/metrics?token=x"},
+     "paths.p: metrics_url must not carry credentials, a query or a fragment"),
+    ({"base_url": "http://127.0.0.1/v1", "metrics_url": 8000}, "paths.p: metrics_url must be a string"),
 ])
 def test_config_errors_name_the_path_and_key(monkeypatch, table, message):
     monkeypatch.delenv("TOOLAUDIT_NOT_SET_ANYWHERE", raising=False)

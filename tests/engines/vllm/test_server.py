@@ -219,6 +219,38 @@ def test_print_figures(runs, server, show_table):
     show_table("\n".join(lines).strip())
 
 
+def test_vllms_own_counters_are_read_around_each_engine_call(server, tmp_path):
+    """vLLM's own /metrics as the openai engine reads it (engines/openai/metrics.py), at the default URL (the base
+    URL's origin + /metrics): this server runs without speculation, so vLLM registers no spec-decode counters and
+    acceptance stays unknown, quietly; its finished-request counter (`vllm:request_success_total`, what tells
+    other traffic apart) counts exactly this engine call's requests. A speculative vLLM server is not started
+    here (another 30-60 s): the stand-in of tests/engines/openai/test_metrics.py writes vLLM's spec-decode names."""
+    from dataclasses import replace
+
+    from toolaudit.engines import EngineRequest, make_engine
+    from toolaudit.engines.openai.metrics import DRAFTED, REQUESTS
+    from toolaudit.engines.paths import load_paths
+
+    paths = tmp_path / "paths.toml"
+    paths.write_text(paths_toml(server["base_url"]))
+    calls = load_calls(ReplayOptions(traces=[str(DEMO)], limit=3))[0]
+    requests = [EngineRequest(f"{c.session_id}\x1f{c.call_index}", c.request["messages"], c.tools) for c in calls]
+    engine = make_engine(replace(load_paths(paths)["srv"], max_tokens=8))
+    said: list[str] = []
+    engine.server_counters.say = said.append
+    try:
+        before = engine.server_counters.read()
+        results = engine.generate(requests)
+        after = engine.server_counters.read()
+    finally:
+        engine.close()
+    assert engine.server_counters.url == server["base_url"].removesuffix("/v1") + "/metrics"
+    assert REQUESTS in before and DRAFTED not in before, sorted(before)
+    assert after[REQUESTS] - before[REQUESTS] == len(requests) == 3
+    assert all(r.ok and r.drafted_tokens == r.accepted_tokens == 0 for r in results)
+    assert said == [] and not engine.server_counters.shared
+
+
 # Faults that need no short client timeout (vLLM on CPU answers in seconds): stalls and drips are tested in
 # tests/test_fault_proxy.py against `toolaudit serve`.
 VLLM_FAULTS = ("429_retry_after", "503", "reset_mid_body", "html_200", "truncated_honest", "stream_cut",

@@ -20,11 +20,12 @@ from urllib.parse import urlsplit
 from toolaudit import ConfigError
 
 from ..base import Capabilities
+from ..logs import LogNote
 from ..paths import PathConfig
 from ..registry import EngineSpec
 
 OPTION_KEYS = ("base_url", "api_key_env", "extra_headers", "extra_body", "tool_choice", "logprobs", "top_logprobs",
-               "concurrency", "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s")
+               "concurrency", "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s", "metrics_url")
 KEYS = frozenset(OPTION_KEYS)
 # PathConfig fields that only an embedded engine uses: on an HTTP path the server decides them.
 _TORCH_ONLY = ("dtype", "device", "speculative", "prompt", "prefix_caching")
@@ -57,6 +58,9 @@ class OpenAIOptions:
     stream: bool = False
     backoff_s: float = 0.5  # first retry waits 0.25..0.5 s, then doubling, up to backoff_max_s
     backoff_max_s: float = 8.0
+    # where the server's Prometheus counters are (metrics.py): None = the base URL's origin + /metrics, tried
+    # quietly; a URL = that one (a failure warns); False = never read
+    metrics_url: str | bool | None = None
 
 
 def parse_options(table: dict[str, Any], fail: _Fail) -> dict[str, Any]:
@@ -88,24 +92,13 @@ def options_for(path: PathConfig) -> OpenAIOptions:
 def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> OpenAIOptions:
     if "base_url" not in opts:
         raise fail("base_url", "is required for engine openai (e.g. \"http://127.0.0.1:8000/v1\")")
-    base_url = opts["base_url"]
-    if not isinstance(base_url, str):
-        raise fail("base_url", "must be a string")
-    try:
-        parts = urlsplit(base_url)
-    except ValueError:  # e.g. a bad IPv6 literal: the URL is not echoed, it may hold a secret
-        raise fail("base_url", "is not a valid URL") from None
-    # "@" anywhere: userinfo, also where a "/" in the secret moved it out of the netloc. Not echoed: these parts
-    # are where URLs carry keys.
-    if "@" in base_url or parts.query or parts.fragment or "?" in base_url or "#" in base_url:
-        raise fail("base_url", "must not carry credentials, a query or a fragment (give the key with "
-                               "api_key_env or extra_headers; nothing in base_url is treated as a secret)")
-    try:
-        parts.port  # noqa: B018 -- raises for a bad port, e.g. "user:KEY" written without its "@host"
-    except ValueError:
-        raise fail("base_url", "is not a valid URL (its port is not a number)") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise fail("base_url", f"must be an http(s) URL with a host (got {base_url!r})")
+    base_url = _http_url("base_url", opts["base_url"], fail)
+    metrics_url = opts.get("metrics_url")
+    if metrics_url is not None and metrics_url is not False:
+        if metrics_url is True:
+            raise fail("metrics_url", "must be a URL, or false to never read the server's counters (leave it out "
+                                      "for the base URL's /metrics)")
+        metrics_url = _http_url("metrics_url", metrics_url, fail)
     env = opts.get("api_key_env")
     if env is not None and (not isinstance(env, str) or not _ENV_NAME.fullmatch(env)):
         raise fail("api_key_env", "must be the NAME of an environment variable (e.g. \"OPENAI_API_KEY\"), "
@@ -140,7 +133,29 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
                          extra_body=extra_body,
                          tool_choice=tool_choice, logprobs=opts.get("logprobs", False), top_logprobs=top,
                          concurrency=concurrency, max_retries=retries, stream=opts.get("stream", False),
-                         **numbers)
+                         metrics_url=metrics_url, **numbers)
+
+
+def _http_url(key: str, url: Any, fail: _Fail) -> str:
+    """An http(s) URL with a host and no credentials, query or fragment (the URL is not echoed then)."""
+    if not isinstance(url, str):
+        raise fail(key, "must be a string")
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. a bad IPv6 literal: the URL is not echoed, it may hold a secret
+        raise fail(key, "is not a valid URL") from None
+    # "@" anywhere: userinfo, also where a "/" in the secret moved it out of the netloc. Not echoed: these parts
+    # are where URLs carry keys.
+    if "@" in url or parts.query or parts.fragment or "?" in url or "#" in url:
+        raise fail(key, "must not carry credentials, a query or a fragment (give the key with "
+                        f"api_key_env or extra_headers; nothing in {key} is treated as a secret)")
+    try:
+        parts.port  # noqa: B018 -- raises for a bad port, e.g. "user:KEY" written without its "@host"
+    except ValueError:
+        raise fail(key, "is not a valid URL (its port is not a number)") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise fail(key, f"must be an http(s) URL with a host (got {url!r})")
+    return url
 
 
 def _headers(table: Any, fail: _Fail) -> dict[str, str | dict[str, str]]:
@@ -192,5 +207,18 @@ def stored_options(options: dict[str, Any]) -> dict[str, Any]:
 # The server decides the model's numerics and tokenizer: margins come only from its logprobs (`logprobs = true`),
 # and token ids cannot be decoded here.
 CAPABILITIES = Capabilities(sees_logits=False, decodes_tokens=False, holds_together=True, in_process=False)
+# What metrics.py says while a replay runs (in the engine log), repeated to the user once.
+NOTES = (
+    LogNote(r"other traffic shared the server during the replay",
+            "other clients used an openai path's server during the replay: its acceptance (read from the server's "
+            "/metrics) is the server's, not the run's (the path is named in the engine log)"),
+    LogNote(r"may be one replica's of several behind a load balancer",
+            "an openai path's server counted fewer requests than it answered: its /metrics is likely one replica's "
+            "behind a load balancer, and the acceptance covers part of the run (see the engine log)"),
+    LogNote(r"metrics_url .* (could not be read|holds none of vLLM's counters)",
+            "an openai path's metrics_url gave no spec-decode counters: its acceptance is unknown (see the "
+            "engine log)"),
+)
 ENGINE = EngineSpec(name="openai", factory="toolaudit.engines.openai.engine:OpenAIEngine", keys=KEYS,
-                    parse_options=parse_options, capabilities=CAPABILITIES, stored_options=stored_options)
+                    parse_options=parse_options, capabilities=CAPABILITIES, stored_options=stored_options,
+                    notes=NOTES)

@@ -41,6 +41,7 @@ from toolaudit import ConfigError
 from ..base import Engine, EngineRequest, EngineResult
 from ..paths import PathConfig
 from .config import CAPABILITIES, OpenAIOptions, options_for
+from .metrics import ServerCounters
 from .shapes import StreamAggregate, openai_messages, openai_tools, result_from_response
 
 _DUMMY_KEY = "EMPTY"  # what vLLM's docs use for servers without authentication
@@ -257,6 +258,8 @@ class OpenAIEngine(Engine):
         self._loop: _LoopThread | None = None
         self._client = None
         self._fingerprints: dict[str, None] = {}  # system_fingerprints seen, in order
+        self.server_counters = ServerCounters(path.name, path.model, self.options.base_url, self.options.metrics_url,
+                                              {**self._headers, **({"Authorization": sent[0]} if sent else {})})
 
     # ------------------------------------------------------------------ generation
 
@@ -265,7 +268,9 @@ class OpenAIEngine(Engine):
         if not requests:
             return []
         self.load()
+        before = self.server_counters.read()  # the server's spec-decode counters: acceptance (metrics.py)
         results = self._loop.run(self._generate_all(requests))
+        self.server_counters.attribute(before, len(requests), results)
         for r in results:
             if r.system_fingerprint:
                 self._fingerprints.setdefault(r.system_fingerprint)
