@@ -13,7 +13,7 @@ import torch
 
 from .kv import KVBatch
 from .prefix_cache import PrefixCache
-from .sampling import warp
+from .sampling import draw, warp
 
 # (rows, columns, width) -> an empty batch KV cache (`KVBatch` or `StaticKV`) for at most `rows` rows of at most
 # `columns` tokens, whose steps are usually `width` tokens wide (k + 1 when verifying k proposals)
@@ -176,7 +176,7 @@ class DraftModelProposer:
                 logits = logits[:, 0]
             if self.temperature > 0:
                 probs = warp(logits, self.temperature, self.top_p, self.top_k)
-                picks = [int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(rows)]
+                picks = [draw(probs[i], generators[i]) for i in range(rows)]
                 for i in range(rows):
                     dists[i].append(probs[i])
             else:

@@ -11,7 +11,7 @@ import torch
 from toolaudit.engines.torch.engine import TorchEngine
 from toolaudit.engines.torch.loop import sample_row, sample_tokens
 from toolaudit.engines.torch.proposers import DraftModelProposer
-from toolaudit.engines.torch.sampling import warp
+from toolaudit.engines.torch.sampling import draw, warp
 
 DRAFT_COOLING = 0.5  # draft_temperature: the draft samples at this fraction of the request's temperature
 
@@ -26,12 +26,12 @@ def equality(logits, drafts, q, settings, generator):
     p = warp(logits, settings.temperature, settings.top_p, settings.top_k)
     tokens = []
     for j, x in enumerate(drafts):
-        if int(torch.multinomial(p[j], 1, generator=generator)) == x:
+        if draw(p[j], generator) == x:
             tokens.append(x)
             continue
-        tokens.append(int(torch.multinomial(p[j], 1, generator=generator)))
+        tokens.append(draw(p[j], generator))
         return tokens
-    tokens.append(int(torch.multinomial(p[len(drafts)], 1, generator=generator)))
+    tokens.append(draw(p[len(drafts)], generator))
     return tokens
 
 
