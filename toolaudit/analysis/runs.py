@@ -14,3 +14,16 @@ def run_options(run: dict) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return options if isinstance(options, dict) else {}
+
+
+def samples_per_call(run: dict) -> int:
+    """The run's samples per call and path (`options.samples` of a sampled replay), 1 when it has none."""
+    try:
+        return max(1, int(run_options(run).get("samples") or 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def is_sampled(run: dict) -> bool:
+    """A sampled run: a replay that decoded each call at least twice per path (`analysis/sampled.py`)."""
+    return samples_per_call(run) >= 2

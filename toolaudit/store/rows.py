@@ -49,6 +49,18 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),
         "path_name": pa.string(), "wall_share_s": pa.float64(), "result": pa.string(),
     },
+    "samples": {
+        "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),
+        "sample_index": pa.int32(), "path_name": pa.string(), "outcome": pa.string(), "outcome_kind": pa.string(),
+        "tool_name": pa.string(), "arguments": pa.string(), "text": pa.string(), "completion_tokens": pa.int32(),
+        "finish_reason": pa.string(), "error": pa.string(),
+    },
+    "sampled_calls": {
+        "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "customer": pa.string(),
+        "tool_name": pa.string(), "n_baseline": pa.int32(), "n_candidate": pa.int32(), "outcomes": pa.int32(),
+        "statistic": pa.float64(), "p_value": pa.float64(), "tv": pa.float64(), "tv_low": pa.float64(),
+        "tv_high": pa.float64(),
+    },
     "schema_issues": {
         "run_id": pa.int64(), "tool_name": pa.string(), "schema_source": pa.string(),
         "severity": pa.string(), "message": pa.string(),
