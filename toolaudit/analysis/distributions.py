@@ -33,7 +33,7 @@ UNTESTED = frozenset({"truncated", "error"})
 ALPHA = 0.05
 Q = 0.05  # BH false discovery rate of `shifted` (the `sampled_call_shifts` view uses the same)
 _REL_TOL = 1e-9  # a null statistic within this relative distance of the observed one counts as >= (float ties)
-_MAX_TABLES = 20_000  # `global_test` draws a call's G from its exact null up to this many tables
+_MAX_TABLES = 20_000  # the largest exact null enumerated (`call_test` uses it up to `resamples` tables)
 
 
 def tested(outcomes: Iterable[str]) -> list[str]:
@@ -114,9 +114,9 @@ def call_test(baseline: Sequence[str], candidate: Sequence[str], seed: int, resa
 
     G depends on a split only through its table, and a uniform random split gives the baseline's row the
     multivariate hypergeometric distribution given the outcome totals; so when the tables with these margins
-    number no more than `resamples` (every call with up to 5 outcomes at N = 16 a side: at most 1,786) the
-    p-value is computed exactly over them, with `scipy.stats.multivariate_hypergeom` probabilities (the same
-    number `scipy.stats.permutation_test` gives by enumerating the splits, where it can: a test checks that).
+    number no more than `resamples` (and 20,000; every call with up to 5 outcomes at N = 16 a side: at most
+    1,786) the p-value is computed exactly over them, with `scipy.stats.multivariate_hypergeom` probabilities
+    (the number `scipy.stats.permutation_test` gives by enumerating the splits, where it can: a test checks it).
     Otherwise it is `scipy.stats.permutation_test`'s (independent samples, `resamples` random splits, p =
     (b + 1) / (B + 1)). Enumerating splits instead would be exact only up to N = 7 a side, and scipy draws
     random splits in a Python loop (about 0.1 s per call at 9,999).
@@ -138,8 +138,8 @@ def call_test(baseline: Sequence[str], candidate: Sequence[str], seed: int, resa
     if small:
         return CallTest(nx, ny, k, g, None, tv, None, None)
     rng = np.random.default_rng(seed)
-    null = _exact_null(tuple(int(c) for c in cx + cy), nx, resamples)
-    if null is not None:
+    null = _exact_null(tuple(int(c) for c in cx + cy), nx)
+    if null is not None and len(null[0]) <= resamples:
         values, probs = null
         p = float(probs[values >= g - _REL_TOL * max(1.0, g)].sum())
     else:
@@ -162,12 +162,12 @@ def table_count(totals: Sequence[int], n: int) -> int:
     return int(ways[n])
 
 
-@lru_cache(maxsize=4096)
-def _exact_null(totals: tuple[int, ...], n: int, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+@lru_cache(maxsize=8192)
+def _exact_null(totals: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray] | None:
     """The exact permutation null of G for these outcome totals and n baseline samples: every table's G and its
-    probability (multivariate hypergeometric), or None when there are more than `limit` tables. Cached: calls
-    share margins (15 of one outcome and 1 of another...)."""
-    if table_count(totals, n) > limit:
+    probability (multivariate hypergeometric), or None when there are more than `_MAX_TABLES` tables. Cached
+    (`call_test` and `global_test` share it): calls share margins (15 of one outcome and 1 of another...)."""
+    if table_count(totals, n) > _MAX_TABLES:
         return None
     col = np.asarray(totals, dtype=np.int64)
     rest = np.concatenate([np.cumsum(col[::-1])[::-1][1:], [0]])  # capacity of the columns after each
@@ -224,7 +224,7 @@ def global_test(calls: Sequence[tuple[Sequence[str], Sequence[str]]], seed: int,
         cx, cy = _counts(x, k), _counts(y, k)
         observed += float(_g(cx, cy))
         totals = cx + cy
-        exact = _exact_null(tuple(int(c) for c in totals), len(x), _MAX_TABLES)
+        exact = _exact_null(tuple(int(c) for c in totals), len(x))
         if exact is not None:
             values, probs = exact
             cdf = np.cumsum(probs)

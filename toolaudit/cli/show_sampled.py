@@ -91,6 +91,8 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         lines += [f"  all shifted calls: toolaudit sql \"{s['shifted_sql']}\"{where}", ""]
     for key, title in (("tool_name", "tool"), ("customer", "customer")):
         rows = s["tools" if key == "tool_name" else "customers"]
+        if not rows:
+            continue
         lines += [format_table([title, "calls", "tested", "shifted", "shifted share", "global p"],
                                [[r[key], r["calls"], r["calls_tested"], r["shifted_calls"], pct(r["shifted_share"]),
                                  _p(r["global_p"])] for r in rows]), ""]
