@@ -206,6 +206,9 @@ def test_check_gates_a_sampled_run(sampled_db):
     assert "(distribution_shift, BH q=0.05)" in tight.output
     loose = invoke("check", "--db", db, "--run", run, "--max-shifted-calls", f"{100 * gate.shifted.high + 1:.1f}%")
     assert loose.exit_code == 0, loose.output
+    assert loose.output.startswith(f"ok: run {run}: sampled, {N} samples per call (sample 0 differs in ")
+    noise = invoke("check", "--db", db, "--run", run, "--max-call-drift", "100%")
+    assert noise.exit_code == 0 and "its call drift compares sample 0 with sample 0" in noise.output
     between = f"{100 * (gate.shifted.p + gate.shifted.high) / 2:.2f}%"  # over the point, under the upper bound
     assert invoke("check", "--db", db, "--run", run, "--max-shifted-calls", between).exit_code == 1
     assert invoke("check", "--db", db, "--run", run, "--max-shifted-calls", between, "--rule", "point").exit_code == 0

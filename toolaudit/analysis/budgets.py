@@ -156,6 +156,9 @@ class GateResult:
         state = "" if f.status == "complete" else f", status {f.status}"
         head = (f"ok: run {f.run_id}{state}: {f.rate.k}/{f.rate.n} calls drifted ({pct(f.rate.p)}, 95% CI "
                 f"{pct(f.rate.low)}-{pct(f.rate.high)}), {f.sessions_with_drift}/{f.sessions} sessions")
+        if int(f.options.get("samples") or 1) > 1:  # sample 0 against sample 0: noise, not drift, when sampling
+            head = (f"ok: run {f.run_id}{state}: sampled, {f.options['samples']} samples per call (sample 0 differs "
+                    f"in {f.rate.k}/{f.rate.n} calls: sampling noise at temperature > 0)")
         return "; ".join([head, *(c.message for c in self.checks)])
 
     def as_dict(self) -> dict[str, Any]:
@@ -194,6 +197,10 @@ def evaluate(store: Store, run_id: int | None, bounds: Bounds, lengths: dict[str
         result.checks.append(_judged(judge_sessions(figures.rate, length, bounds.max_session_drift, bounds.rule)))
     if bounds.sampled:
         result.checks += _sampled_checks(store, figures.run_id, bounds)
+    drift_budget = bounds.max_call_drift is not None or bounds.max_session_drift is not None
+    if drift_budget and int(figures.options.get("samples") or 1) > 1:
+        result.warnings.append(f"run {figures.run_id} is sampled: its call drift compares sample 0 with sample 0, "
+                               "sampling noise at temperature > 0; gate on --max-shifted-calls / --max-valid-drop")
     if bounds.against is not None:
         before = run_figures(store, bounds.against)
         if before.rate.n == 0:
