@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
@@ -140,7 +140,7 @@ def call_test(baseline: Sequence[str], candidate: Sequence[str], seed: int, resa
     rng = np.random.default_rng(seed)
     null = _exact_null(tuple(int(c) for c in cx + cy), nx)
     if null is not None and len(null[0]) <= resamples:
-        values, probs = null
+        values, probs, _ = null
         p = float(probs[values >= g - _REL_TOL * max(1.0, g)].sum())
     else:
         def g_stat(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -163,10 +163,11 @@ def table_count(totals: Sequence[int], n: int) -> int:
 
 
 @lru_cache(maxsize=8192)
-def _exact_null(totals: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The exact permutation null of G for these outcome totals and n baseline samples: every table's G and its
-    probability (multivariate hypergeometric), or None when there are more than `_MAX_TABLES` tables. Cached
-    (`call_test` and `global_test` share it): calls share margins (15 of one outcome and 1 of another...)."""
+def _exact_null(totals: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The exact permutation null of G for these outcome totals and n baseline samples: every table's G, its
+    probability (multivariate hypergeometric) and their cumulative sum; None when there are more than
+    `_MAX_TABLES` tables. Cached (`call_test` and `global_test` share it): calls share margins (15 of one outcome
+    and 1 of another...)."""
     if table_count(totals, n) > _MAX_TABLES:
         return None
     col = np.asarray(totals, dtype=np.int64)
@@ -180,7 +181,8 @@ def _exact_null(totals: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray
         a = lo[parent] + offset
         rows, sums = np.column_stack([rows[parent], a]), sums[parent] + a
     probs = stats.multivariate_hypergeom.pmf(rows, m=col, n=n)
-    return _g(rows, col - rows), probs / probs.sum()
+    probs = probs / probs.sum()
+    return _g(rows, col - rows), probs, np.cumsum(probs)
 
 
 def _tv_interval(x: np.ndarray, y: np.ndarray, k: int, tv: float, rng: np.random.Generator,
@@ -211,31 +213,52 @@ def global_test(calls: Sequence[tuple[Sequence[str], Sequence[str]]], seed: int,
     `resamples` draws per call, summed over calls. Calls with fewer than 2 samples on a side are left out (not
     counted in `calls`), as `call_test` leaves them untested; calls with one outcome on both sides count but add
     0 to every sum. Deterministic per seed."""
+    return global_tests(calls, [("all",)] * len(calls), seed, resamples)["all"]
+
+
+def global_tests(calls: Sequence[tuple[Sequence[str], Sequence[str]]], groups: Sequence[Sequence[Hashable]],
+                 seed: int, resamples: int = 1999) -> dict[Hashable, GlobalTest]:
+    """`global_test` for several sets of calls at once (the run, each tool, each customer): `groups[i]` names the
+    sets call i belongs to. Each call's permuted statistics are drawn once and added to every set it is in, so
+    a set's p-value is the one `global_test` gives on its calls alone with the same draws (the run's is the
+    same whatever the groups). Sets with no call tested have p None."""
     rng = np.random.default_rng(seed)
-    null = np.zeros(resamples)
-    observed, used = 0.0, 0
-    for baseline, candidate in calls:
+    null: dict[Hashable, np.ndarray] = {}
+    observed: dict[Hashable, float] = {}
+    used: dict[Hashable, int] = {}
+    for (baseline, candidate), keys in zip(calls, groups):
+        for key in keys:
+            null.setdefault(key, np.zeros(resamples))
+            observed.setdefault(key, 0.0)
+            used.setdefault(key, 0)
         x, y, k = _codes(baseline, candidate)
         if len(x) < 2 or len(y) < 2:
             continue
-        used += 1
+        for key in keys:
+            used[key] += 1
         if k == 1:
             continue
         cx, cy = _counts(x, k), _counts(y, k)
-        observed += float(_g(cx, cy))
+        g = float(_g(cx, cy))
         totals = cx + cy
         exact = _exact_null(tuple(int(c) for c in totals), len(x))
         if exact is not None:
-            values, probs = exact
-            cdf = np.cumsum(probs)
-            null += values[np.minimum(np.searchsorted(cdf, rng.random(resamples), side="right"), len(values) - 1)]
+            values, _, cdf = exact
+            draws = values[np.minimum(np.searchsorted(cdf, rng.random(resamples), side="right"), len(values) - 1)]
         else:
             drawn = rng.multivariate_hypergeometric(totals, len(x), size=resamples)
-            null += _g(drawn, totals - drawn)
-    if used == 0:
-        return GlobalTest(0.0, None, 0)
-    hits = int(np.count_nonzero(null >= observed - _REL_TOL * max(1.0, observed)))
-    return GlobalTest(observed, (hits + 1) / (resamples + 1), used)
+            draws = _g(drawn, totals - drawn)
+        for key in keys:
+            observed[key] += g
+            null[key] += draws
+    out = {}
+    for key, sums in null.items():
+        if used[key] == 0:
+            out[key] = GlobalTest(0.0, None, 0)
+            continue
+        hits = int(np.count_nonzero(sums >= observed[key] - _REL_TOL * max(1.0, observed[key])))
+        out[key] = GlobalTest(observed[key], (hits + 1) / (resamples + 1), used[key])
+    return out
 
 
 def shifted(p_values: Sequence[float | None], q: float = Q) -> list[bool]:

@@ -201,7 +201,7 @@ def _most_shifted(calls: list[_Call], top: int = TOP) -> list[dict[str, Any]]:
     return out
 
 
-def _slices(calls: list[_Call], key: str) -> list[dict[str, Any]]:
+def _slices(calls: list[_Call], key: str, tests: dict) -> list[dict[str, Any]]:
     """Per tool (the baseline's most frequent) or customer: calls, tested, shifted (the run-wide BH verdicts) and
     the slice's own global test."""
     groups: dict[str, list[_Call]] = {}
@@ -209,10 +209,9 @@ def _slices(calls: list[_Call], key: str) -> list[dict[str, Any]]:
         groups.setdefault(call.row[key], []).append(call)
     out = []
     for name, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        g = dist.global_test([m.outcomes() for m in members], SEED)
         rate = _shifted_rate(members)
         out.append({key: name, "calls": len(members), "calls_tested": rate.n, "shifted_calls": rate.k,
-                    "shifted_share": rate.p if rate.n else None, "global_p": g.p_value})
+                    "shifted_share": rate.p if rate.n else None, "global_p": tests[(key, name)].p_value})
     return out
 
 
@@ -222,7 +221,9 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
     n = samples_per_call(r.run)
     calls = r.calls
     rate = _shifted_rate(calls)
-    g = dist.global_test([c.outcomes() for c in calls], SEED)
+    groups = [("run", ("tool_name", c.row["tool_name"]), ("customer", c.row["customer"])) for c in calls]
+    tests = dist.global_tests([c.outcomes() for c in calls], groups, SEED)
+    g = tests.get("run", dist.GlobalTest(0.0, None, 0))
     tvs = [c.row["tv"] for c in calls if c.row["p_value"] is not None and c.row["tv"] is not None]
     pw = dist.power(n, rate.n)
     return {
@@ -250,7 +251,7 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
         "tool_choice": _tool_choice(calls),
         "argument_values": _argument_shares(calls),
         "most_shifted": _most_shifted(calls),
-        "tools": _slices(calls, "tool_name"),
-        "customers": _slices(calls, "customer"),
+        "tools": _slices(calls, "tool_name", tests),
+        "customers": _slices(calls, "customer", tests),
         "shifted_sql": sq.shifted_calls_sql(r.run["run_id"]),
     }
