@@ -175,3 +175,17 @@ def test_paired_share_intervals():
     assert flat.low == flat.high == pytest.approx(-0.1)  # every call dropped 0.1: zero width, not NaN
     assert dist.paired_share([0.2], [0.7]).low == -1.0
     assert dist.paired_share([], []).difference is None
+
+
+def test_global_tests_share_draws_across_slices():
+    """The run's result is `global_test`'s whatever the slices; a slice sums its own calls' G over its own calls
+    (a shifted slice rejects, a null one does not)."""
+    rng = np.random.default_rng(8)
+    calls = _calls(rng, 40, 16) + _calls(rng, 40, 16, shift=0.6)
+    groups = [("run", "null" if i < 40 else "shifted") for i in range(80)]
+    tests = dist.global_tests(calls, groups, seed=5, resamples=999)
+    assert tests["run"] == dist.global_test(calls, seed=5, resamples=999)
+    for name, part in (("null", calls[:40]), ("shifted", calls[40:])):
+        alone = dist.global_test(part, seed=5, resamples=999)
+        assert tests[name].statistic == pytest.approx(alone.statistic) and tests[name].calls == alone.calls == 40
+    assert tests["shifted"].p_value == pytest.approx(1 / 1000) and tests["null"].p_value > 0.05
