@@ -58,7 +58,7 @@ def main() -> None:
               f"{1000 * statistics.median(ts):.2f} ms")
     for state in ("warm", "cold"):  # warm: the exact nulls call_test built are cached; cold: a fresh process
         if state == "cold":
-            dist._exact_null.cache_clear()
+            dist.clear_caches()
         t0 = time.perf_counter()
         g = dist.global_test(calls, seed=0)
         print(f"global_test, {g.calls} calls, 1,999 resamples, {state}: {time.perf_counter() - t0:.2f} s "
@@ -77,7 +77,7 @@ def main() -> None:
                 buf.add("sampled_calls", **key, customer=f"c{i % 3}", tool_name="f", **t.as_row())
             store.write_rows(buf)
             store.finish_run(run_id, {})
-            dist._exact_null.cache_clear()  # as `summary` starts: nothing cached
+            dist.clear_caches()  # as `summary` starts: nothing cached
             t0 = time.perf_counter()
             s = sampled_summary(store, run_id)
             took = time.perf_counter() - t0

@@ -64,12 +64,26 @@ def test_monte_carlo_beyond_the_table_limit_agrees_with_the_exact_value():
     within Monte Carlo error of the exact one."""
     rng = np.random.default_rng(4)
     b, c = _draw(rng, np.ones(6) / 6, 16), _draw(rng, [0.4, 0.3, 0.1, 0.1, 0.05, 0.05], 16)
-    totals = np.bincount(dist._codes(b, c)[0], minlength=6) + np.bincount(dist._codes(b, c)[1], minlength=6)
-    assert dist.table_count(list(totals), 16) > 500
+    x, y, k = dist._codes(b, c)
+    tables = dist.table_count(np.bincount(x, minlength=k) + np.bincount(y, minlength=k), 16)
+    assert tables > 300
     exact = dist.call_test(b, c, seed=0).p_value
-    mc = dist.call_test(b, c, seed=0, resamples=500).p_value
-    assert abs(mc - exact) < 4 * math.sqrt(exact * (1 - exact) / 500) + 2 / 501
-    assert mc == dist.call_test(b, c, seed=0, resamples=500).p_value  # deterministic per seed
+    mc = dist.call_test(b, c, seed=0, resamples=tables - 1).p_value
+    assert mc != exact and abs(mc - exact) < 4 * math.sqrt(exact * (1 - exact) / tables) + 2 / tables
+    assert mc == dist.call_test(b, c, seed=0, resamples=tables - 1).p_value  # deterministic per seed
+
+
+def test_outcomes_seen_once_are_pooled_exactly():
+    """Free text: outcomes seen once add nothing to G wherever they fall. The pooled null gives scipy's p on a
+    small call full of them, and a call whose 32 samples all differ has one table and p = 1."""
+    b, c = ["a", "a", "a", "b", "c", "d"], ["a", "e", "f", "g", "h", "b"]
+    x, y, k = dist._codes(b, c)
+    ref = stats.permutation_test((x, y), _g_stat(k), permutation_type="independent", vectorized=True,
+                                 n_resamples=math.inf, alternative="greater").pvalue
+    assert dist.call_test(b, c, seed=0).p_value == pytest.approx(ref, rel=1e-9)
+    assert dist.table_count([3, 2, 1, 1, 1, 1, 1, 1, 1], 6) == dist.table_count([3, 2, 7], 6) == 4 * 3  # pool: rest
+    free = dist.call_test([f"b{i}" for i in range(16)], [f"c{i}" for i in range(16)], seed=0)
+    assert free.p_value == 1.0 and free.tv == 1.0 and dist.table_count([1] * 32, 16) == 1
 
 
 def test_deterministic_per_seed():

@@ -34,6 +34,7 @@ ALPHA = 0.05
 Q = 0.05  # BH false discovery rate of `shifted` (the `sampled_call_shifts` view uses the same)
 _REL_TOL = 1e-9  # a null statistic within this relative distance of the observed one counts as >= (float ties)
 _MAX_TABLES = 20_000  # the largest exact null enumerated (`call_test` uses it up to `resamples` tables)
+_SMALL_NULL = 2_000  # exact nulls up to this many tables are cached by the thousand, larger ones by the dozen
 
 
 def tested(outcomes: Iterable[str]) -> list[str]:
@@ -138,7 +139,7 @@ def call_test(baseline: Sequence[str], candidate: Sequence[str], seed: int, resa
     if small:
         return CallTest(nx, ny, k, g, None, tv, None, None)
     rng = np.random.default_rng(seed)
-    null = _exact_null(tuple(int(c) for c in cx + cy), nx)
+    null = _exact_null(cx + cy, nx)
     if null is not None and len(null[0]) <= resamples:
         values, probs, _ = null
         p = float(probs[values >= g - _REL_TOL * max(1.0, g)].sum())
@@ -153,24 +154,53 @@ def call_test(baseline: Sequence[str], candidate: Sequence[str], seed: int, resa
 
 
 def table_count(totals: Sequence[int], n: int) -> int:
-    """How many baseline rows (a_1..a_K, 0 <= a_j <= totals_j, sum n) a 2 x K table with these outcome totals
-    and n baseline samples can have: the support of the permutation null of any statistic of the table."""
+    """How many distinct tables the permutation null of G has for these outcome totals and n baseline samples:
+    baseline rows (a_1..a_K, 0 <= a_j <= totals_j, sum n), with the outcomes seen once pooled (`_exact_null`).
+    `call_test` is exact when this is at most its `resamples`."""
+    multi = [int(t) for t in totals if t > 1]
+    singles = sum(1 for t in totals if t == 1)
+    return _count(multi + ([singles] if singles else []), n)
+
+
+def _count(col: Sequence[int], n: int) -> int:
     ways = np.zeros(n + 1, dtype=object)
     ways[0] = 1
-    for t in totals:
-        ways = np.convolve(ways, np.ones(t + 1, dtype=object))[: n + 1]
+    for t in col:
+        ways = np.convolve(ways, np.ones(int(t) + 1, dtype=object))[: n + 1]
     return int(ways[n])
 
 
-@lru_cache(maxsize=8192)
-def _exact_null(totals: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The exact permutation null of G for these outcome totals and n baseline samples: every table's G, its
-    probability (multivariate hypergeometric) and their cumulative sum; None when there are more than
-    `_MAX_TABLES` tables. Cached (`call_test` and `global_test` share it): calls share margins (15 of one outcome
-    and 1 of another...)."""
-    if table_count(totals, n) > _MAX_TABLES:
+def _exact_null(totals: Sequence[int], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The exact permutation null of G for these outcome totals and n baseline samples: the G of every table
+    that can arise, its probability and their cumulative sum; None when there are more than `_MAX_TABLES`.
+
+    Outcomes seen once in the call (free text makes many) add xlogy(1, 1) = 0 to G on whichever side they
+    fall, so they are pooled into one column whose split only carries probability: exact, and a call whose 2N
+    samples are all different has one table (G is the same for every split, p = 1)."""
+    multi = tuple(sorted(int(t) for t in totals if t > 1))
+    key = (multi, sum(1 for t in totals if t == 1), n)
+    count = _key_count(*key)
+    if count > _MAX_TABLES:
         return None
-    col = np.asarray(totals, dtype=np.int64)
+    return _small_null(*key) if count <= _SMALL_NULL else _large_null(*key)
+
+
+@lru_cache(maxsize=16384)
+def _key_count(multi: tuple[int, ...], singles: int, n: int) -> int:
+    return _count(multi + ((singles,) if singles else ()), n)
+
+
+def clear_caches() -> None:
+    """Forget the exact nulls built so far (benchmarks measure a fresh process with it)."""
+    for cached in (_key_count, _small_null, _large_null):
+        cached.cache_clear()
+
+
+def _null_of(multi: tuple[int, ...], singles: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_exact_null` by its cache key (outcome totals over 1, sorted, and how many are 1). Cached in two sizes
+    (`_small_null`, `_large_null`) so that memory stays bounded (about 100 MB at worst): calls share margins
+    (15 of one outcome and 1 of another...), and `call_test` and `global_tests` share the caches."""
+    col = np.asarray(multi + ((singles,) if singles else ()), dtype=np.int64)
     rest = np.concatenate([np.cumsum(col[::-1])[::-1][1:], [0]])  # capacity of the columns after each
     rows, sums = np.zeros((1, 0), dtype=np.int64), np.zeros(1, dtype=np.int64)
     for j, c in enumerate(col):
@@ -182,7 +212,16 @@ def _exact_null(totals: tuple[int, ...], n: int) -> tuple[np.ndarray, np.ndarray
         rows, sums = np.column_stack([rows[parent], a]), sums[parent] + a
     probs = stats.multivariate_hypergeom.pmf(rows, m=col, n=n)
     probs = probs / probs.sum()
-    return _g(rows, col - rows), probs, np.cumsum(probs)
+    m, total = len(multi), int(col.sum())
+    a, b = rows[:, :m], col[:m] - rows[:, :m]  # the pooled singles' cells add 0
+    cells = special.xlogy(a, a).sum(axis=1) + special.xlogy(b, b).sum(axis=1)
+    margins = (special.xlogy(n, n) + special.xlogy(total - n, total - n) + special.xlogy(col[:m], col[:m]).sum()
+               - special.xlogy(total, total))
+    return np.maximum(2.0 * (cells - margins), 0.0), probs, np.cumsum(probs)
+
+
+_small_null = lru_cache(maxsize=2048)(_null_of)  # up to _SMALL_NULL tables: most calls
+_large_null = lru_cache(maxsize=64)(_null_of)
 
 
 def _tv_interval(x: np.ndarray, y: np.ndarray, k: int, tv: float, rng: np.random.Generator,
@@ -241,7 +280,7 @@ def global_tests(calls: Sequence[tuple[Sequence[str], Sequence[str]]], groups: S
         cx, cy = _counts(x, k), _counts(y, k)
         g = float(_g(cx, cy))
         totals = cx + cy
-        exact = _exact_null(tuple(int(c) for c in totals), len(x))
+        exact = _exact_null(totals, len(x))
         if exact is not None:
             values, _, cdf = exact
             draws = values[np.minimum(np.searchsorted(cdf, rng.random(resamples), side="right"), len(values) - 1)]
