@@ -9,7 +9,7 @@ engine failed) fail the gate unless allowed: the drift figures leave them out, s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -19,7 +19,17 @@ from toolaudit import ToolauditError
 from toolaudit.analysis.figures import RunFigures, run_figures, run_options
 from toolaudit.analysis.regression import RULE_TEXT as INCREASE_RULE
 from toolaudit.analysis.regression import Regression, points, regression
-from toolaudit.analysis.rules import DEFAULT_RULE, EPS, Judged, Rule, judge_calls, judge_sessions, rule_line
+from toolaudit.analysis.rules import (
+    DEFAULT_RULE,
+    EPS,
+    Judged,
+    Rule,
+    judge_calls,
+    judge_drop,
+    judge_sessions,
+    judge_shifted,
+    rule_line,
+)
 from toolaudit.analysis.rules import session_drift_at as session_upper  # the older name (tests, reports)
 from toolaudit.analysis.stats import Rate, pct
 from toolaudit.store import Store
@@ -69,6 +79,13 @@ class Bounds:
     rule: Rule = DEFAULT_RULE
     allow_errors: int = 0  # error rows tolerated before the gate fails
     session_calls: float | None = None  # session length for session budgets (default: see `session_length`)
+    max_shifted_calls: float | None = None  # sampled runs: share of calls tested whose distribution shifted
+    max_valid_drop: float | None = None  # sampled runs: baseline minus candidate schema-valid rate, paired by call
+
+    @property
+    def sampled(self) -> bool:
+        """Bounds that only a sampled run can be judged by."""
+        return self.max_shifted_calls is not None or self.max_valid_drop is not None
 
     def validate(self) -> None:
         if self.max_increase is not None and self.against is None:
@@ -76,9 +93,10 @@ class Bounds:
         if self.against is not None and self.max_increase is None:
             raise GateUsageError("--against needs --max-increase PP (the largest allowed rise in call drift)")
         if (self.max_call_drift is None and self.max_session_drift is None and self.against is None
-                and self.expect_fingerprint is None):
+                and self.expect_fingerprint is None and not self.sampled):
             raise GateUsageError("no bound given; pass --max-call-drift, --max-session-drift, "
-                                 "--against with --max-increase, or --expect-fingerprint")
+                                 "--against with --max-increase, --expect-fingerprint, or on a sampled run "
+                                 "--max-shifted-calls or --max-valid-drop")
         if self.session_calls is not None and self.max_session_drift is None:
             raise GateUsageError("--session-calls needs --max-session-drift")
         if self.allow_errors < 0:
@@ -138,6 +156,9 @@ class GateResult:
         state = "" if f.status == "complete" else f", status {f.status}"
         head = (f"ok: run {f.run_id}{state}: {f.rate.k}/{f.rate.n} calls drifted ({pct(f.rate.p)}, 95% CI "
                 f"{pct(f.rate.low)}-{pct(f.rate.high)}), {f.sessions_with_drift}/{f.sessions} sessions")
+        if int(f.options.get("samples") or 1) > 1:  # sample 0 against sample 0: noise, not drift, when sampling
+            head = (f"ok: run {f.run_id}{state}: sampled, {f.options['samples']} samples per call (sample 0 differs "
+                    f"in {f.rate.k}/{f.rate.n} calls: sampling noise at temperature > 0)")
         return "; ".join([head, *(c.message for c in self.checks)])
 
     def as_dict(self) -> dict[str, Any]:
@@ -174,6 +195,12 @@ def evaluate(store: Store, run_id: int | None, bounds: Bounds, lengths: dict[str
     if bounds.max_session_drift is not None:
         length = session_length(figures, lengths, bounds.session_calls)
         result.checks.append(_judged(judge_sessions(figures.rate, length, bounds.max_session_drift, bounds.rule)))
+    if bounds.sampled:
+        result.checks += _sampled_checks(store, figures.run_id, bounds)
+    drift_budget = bounds.max_call_drift is not None or bounds.max_session_drift is not None
+    if drift_budget and int(figures.options.get("samples") or 1) > 1:
+        result.warnings.append(f"run {figures.run_id} is sampled: its call drift compares sample 0 with sample 0, "
+                               "sampling noise at temperature > 0; gate on --max-shifted-calls / --max-valid-drop")
     if bounds.against is not None:
         before = run_figures(store, bounds.against)
         if before.rate.n == 0:
@@ -237,7 +264,10 @@ class Verdict:
     def rule_lines(self) -> list[str]:
         """Which rules decided: the budgets' rule, and the --against test when one was asked for."""
         names = {c.name for g in self.gates for c in g.result.checks}
-        lines = [rule_line(self.rule)] if names & {"call_drift", "session_drift"} else []
+        lines = [rule_line(self.rule)] if names & {"call_drift", "session_drift", "shifted_calls", "valid_drop"} else []
+        if "valid_drop" in names:
+            lines.append(f"rule (--max-valid-drop): the {self.rule.label} of the 95% t interval of the per-call "
+                         "differences (baseline - candidate schema-valid share), not a Wilson interval")
         return lines + ([f"rule (--against): {INCREASE_RULE}"] if "increase" in names else [])
 
     def as_dict(self) -> dict[str, Any]:
@@ -260,6 +290,43 @@ def _judged(j: Judged) -> Check:
     point = "" if j.rule is Rule.POINT else f"point {pct(j.estimate)}, "
     return Check(j.name, j.ok, f"{j.what} {pct(j.figure)} {'<=' if j.ok else '>'} max {pct(j.threshold)} "
                                f"({point}95% CI {pct(j.low)}-{pct(j.high)})", judged=j)
+
+
+def _sampled_checks(store: Store, run_id: int, bounds: Bounds) -> list[Check]:
+    """--max-shifted-calls and --max-valid-drop on a sampled run (`analysis/sampled.py`); a usage error on any
+    other run, NothingToCheck on one with no call tested."""
+    from toolaudit.analysis.sampled import NotSampled, sampled_gate
+
+    flags = " and ".join(f for f, v in (("--max-shifted-calls", bounds.max_shifted_calls),
+                                        ("--max-valid-drop", bounds.max_valid_drop)) if v is not None)
+    try:
+        sampled = sampled_gate(store, run_id)
+    except NotSampled as exc:
+        raise GateUsageError(f"{flags}: {exc}") from None
+    checks = []
+    if bounds.max_shifted_calls is not None:
+        rate = sampled.shifted
+        if rate.n == 0:
+            raise NothingToCheck(f"run {run_id}: no sampled call has 2 usable samples a side; no distribution "
+                                 "test to check")
+        j = judge_shifted(rate, bounds.max_shifted_calls, bounds.rule)
+        check = _judged(j)
+        checks.append(replace(check, message=f"{check.message}: {rate.k} of {rate.n} calls tested shifted "
+                                             "(distribution_shift, BH q=0.05)",
+                              detail={"shifted_calls": rate.k, "calls_tested": rate.n, "q": 0.05}))
+    if bounds.max_valid_drop is not None:
+        drop = sampled.valid_drop
+        if drop is None:
+            raise NothingToCheck(f"run {run_id}: no sampled call has usable samples on both sides; no schema-valid "
+                                 "rate to check")
+        j = judge_drop("valid_drop", "schema-valid drop", *drop, bounds.max_valid_drop, bounds.rule)
+        v = sampled.valid
+        point = "" if j.rule is Rule.POINT else f"point {pct(j.estimate)}, "
+        checks.append(Check("valid_drop", j.ok, f"{j.what} {pct(j.figure)} {'<=' if j.ok else '>'} max "
+                            f"{pct(j.threshold)} ({point}95% CI {pct(j.low)} to {pct(j.high)}): baseline "
+                            f"{pct(v.baseline)} -> candidate {pct(v.candidate)}, paired over {v.calls} calls",
+                            judged=j, detail={"baseline": v.baseline, "candidate": v.candidate, "calls": v.calls}))
+    return checks
 
 
 def _errors(store: Store, run_id: int, allowed: int) -> Check:

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit.analysis.runs import run_options, sampling
+from toolaudit.analysis.runs import is_sampled, run_options, samples_per_call, sampling
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store import Store
@@ -140,7 +140,20 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "counts": counts,
         "noise_floor": _floor(store, rid),
         "sampling": sampling(run),
+        **_sampled(store, run),
     }
+
+
+def _sampled(store: Store, run: dict) -> dict[str, Any]:
+    """A sampled run's distribution figures (`analysis.sampled`): the headline three at the top level, all of
+    them under `sampled`; for other runs one sample per call and no test."""
+    if not is_sampled(run):
+        return {"samples_per_call": samples_per_call(run), "shifted_calls": None, "global_p": None, "sampled": None}
+    from toolaudit.analysis.sampled import sampled_summary
+
+    s = sampled_summary(store, run["run_id"])
+    return {"samples_per_call": s["samples_per_call"], "shifted_calls": s["shifted_calls"], "global_p": s["global_p"],
+            "sampled": s}
 
 
 def _floor(store: Store, run_id: int) -> dict[str, Any] | None:

@@ -54,7 +54,11 @@ class Rule(str, Enum):
 
     def of(self, rate: Rate) -> float:
         """The end of the interval (or the point) this rule judges."""
-        return rate.high if self is Rule.UPPER else rate.low if self is Rule.LOWER else rate.p
+        return self.pick(rate.p, rate.low, rate.high)
+
+    def pick(self, estimate: float, low: float, high: float) -> float:
+        """The same for any figure with a 95% interval (a paired difference)."""
+        return high if self is Rule.UPPER else low if self is Rule.LOWER else estimate
 
 
 DEFAULT_RULE = Rule.UPPER
@@ -84,10 +88,11 @@ class Judged:
     threshold: float
     ok: bool
     session_calls: float | None = None  # session budgets: the session length the figures are for
+    label: str | None = None  # what the figure is called in messages (default: the name, `call drift`)
 
     @property
     def what(self) -> str:
-        base = self.name.replace("_", " ") + ("" if self.rule is Rule.POINT else f" {self.rule.label}")
+        base = (self.label or self.name.replace("_", " ")) + ("" if self.rule is Rule.POINT else f" {self.rule.label}")
         return base if self.session_calls is None else f"{base} ({self.session_calls:.1f} calls/session)"
 
     def as_dict(self) -> dict[str, Any]:
@@ -100,6 +105,21 @@ def judge_calls(rate: Rate, threshold: float, rule: Rule = DEFAULT_RULE) -> Judg
     """A call drift budget: the share of drifted calls."""
     figure = rule.of(rate)
     return Judged("call_drift", rule, rate.p, rate.low, rate.high, figure, threshold, figure <= threshold + EPS)
+
+
+def judge_shifted(rate: Rate, threshold: float, rule: Rule = DEFAULT_RULE) -> Judged:
+    """A sampled run's budget on the share of calls whose outcome distribution shifted (of the calls tested)."""
+    figure = rule.of(rate)
+    return Judged("shifted_calls", rule, rate.p, rate.low, rate.high, figure, threshold, figure <= threshold + EPS)
+
+
+def judge_drop(name: str, label: str, estimate: float, low: float, high: float, threshold: float,
+               rule: Rule = DEFAULT_RULE) -> Judged:
+    """A budget on a drop (baseline minus candidate, e.g. of the schema-valid rate) with its 95% interval: the
+    same end of the interval as every budget (the upper bound by default: fails unless the data show the drop
+    is within budget)."""
+    figure = rule.pick(estimate, low, high)
+    return Judged(name, rule, estimate, low, high, figure, threshold, figure <= threshold + EPS, label=label)
 
 
 def judge_sessions(rate: Rate, calls_per_session: float, threshold: float, rule: Rule = DEFAULT_RULE) -> Judged:

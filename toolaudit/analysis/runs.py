@@ -34,3 +34,16 @@ def sampling(run: dict) -> dict[str, Any] | None:
         return None
     per_call = min(samples, default=1)
     return {"temperature": temperature, "samples_per_call": per_call, "sampling_noise": per_call == 1}
+
+
+def samples_per_call(run: dict) -> int:
+    """The run's samples per call and path (`options.samples` of a sampled replay), 1 when it has none."""
+    try:
+        return max(1, int(run_options(run).get("samples") or 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def is_sampled(run: dict) -> bool:
+    """A sampled run: a replay that decoded each call at least twice per path (`analysis/sampled.py`)."""
+    return samples_per_call(run) >= 2

@@ -153,6 +153,12 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
                    "rise is also significant.")
 @click.option("--expect-fingerprint", metavar="FP",
               help="Fail unless the candidate path has this fingerprint (or an 8+ character prefix).")
+@click.option("--max-shifted-calls", type=Proportion(),
+              help="Sampled runs: largest allowed share of tested calls whose outcome distribution shifted "
+                   "(distribution_shift, BH q=0.05; 0.05 or 5%).")
+@click.option("--max-valid-drop", type=Proportion(points=True),
+              help="Sampled runs: largest allowed drop of the schema-valid rate, baseline minus candidate paired by "
+                   "call (0.02, 2% or 2pp), judged on the 95% interval by --rule.")
 @rule_option
 @click.option("--use-upper-bound", is_flag=True, help="Older spelling of --rule upper (now the default).")
 @click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
@@ -160,19 +166,20 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object (same exit codes).")
 def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
           session_calls: float | None, against_ref: str | None, max_increase: float | None,
-          expect_fingerprint: str | None, rule: str | None, use_upper_bound: bool, allow_errors: int,
-          as_json: bool) -> None:
+          expect_fingerprint: str | None, max_shifted_calls: float | None, max_valid_drop: float | None,
+          rule: str | None, use_upper_bound: bool, allow_errors: int, as_json: bool) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
 
     Budgets are judged by one rule, printed with the verdict (default: the 95% Wilson upper bound must be within
     budget; `frontier` uses the same). A matrix run gates every candidate; each broken bound is printed with the
-    candidate's name. Error rows fail the gate unless --allow-errors covers them."""
+    candidate's name. Error rows fail the gate unless --allow-errors covers them. On a sampled run (replay
+    --samples N), --max-shifted-calls and --max-valid-drop gate the distribution tests."""
     from toolaudit import ToolauditError
     from toolaudit.analysis.budgets import Bounds, GateUsageError, gate
 
     # `against` holds the text until the store is open (validate() asks only whether it was given)
     bounds = Bounds(max_call_drift, max_session_drift, against_ref, max_increase, expect_fingerprint,
-                    gate_rule(rule, use_upper_bound), allow_errors, session_calls)
+                    gate_rule(rule, use_upper_bound), allow_errors, session_calls, max_shifted_calls, max_valid_drop)
     try:
         bounds.validate()  # before the database is opened: a usage error whatever the file holds
         with reading(db) as store:

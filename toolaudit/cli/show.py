@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from toolaudit.cli.common import print_rows
+from toolaudit.cli.show_sampled import sampled_lines
 from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
 from toolaudit.compare.vocabulary import ArgDiffKind
 from toolaudit.report.output import format_table, json_value, pct, to_json
@@ -111,6 +112,8 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
         "",
     ]
     click.echo("\n".join(lines))
+    if s.get("sampled"):
+        click.echo("\n".join(sampled_lines(s["sampled"], db)))
     if s.get("paths"):
         click.echo(format_table(
             ["side", "path", "calls", "tokens/s", "acceptance", "tokens/pass", "errors"],

@@ -56,10 +56,6 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "stable": pa.bool_(), "jitter_max": pa.float64(), "jitter_median": pa.float64(), "seconds": pa.float64(),
         "toolaudit_version": pa.string(), "engine_versions": pa.string(), "detail": pa.string(),
     },
-    "schema_issues": {
-        "run_id": pa.int64(), "tool_name": pa.string(), "schema_source": pa.string(),
-        "severity": pa.string(), "message": pa.string(),
-    },
     "samples": {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),
         "sample_index": pa.int32(), "path_name": pa.string(), "outcome": pa.string(), "outcome_kind": pa.string(),
@@ -71,6 +67,10 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "tool_name": pa.string(), "n_baseline": pa.int32(), "n_candidate": pa.int32(), "outcomes": pa.int32(),
         "statistic": pa.float64(), "p_value": pa.float64(), "tv": pa.float64(), "tv_low": pa.float64(),
         "tv_high": pa.float64(),
+    },
+    "schema_issues": {
+        "run_id": pa.int64(), "tool_name": pa.string(), "schema_source": pa.string(),
+        "severity": pa.string(), "message": pa.string(),
     },
 }
 

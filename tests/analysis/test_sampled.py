@@ -1,0 +1,234 @@
+"""Sampled runs in a real DuckDB file: samples and per-call tests written through `RowBuffer` as a sampled
+replay writes them, read back by `summary` and gated by `check`. The BH verdicts computed in Python agree with
+the `sampled_call_shifts` view; the planted shift is found where it was planted and nowhere else."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from toolaudit.analysis.sampled import sampled_gate, sampled_summary
+from toolaudit.cli import cli
+from toolaudit.compare import distributions as dist
+from toolaudit.store import RowBuffer, Store
+from toolaudit.store import sampled_queries as sq
+
+N = 16
+SEARCH = "search_tickets"
+CLOSE = "close_ticket"
+
+
+def _sig(tool: str, args: dict) -> str:
+    return f"{tool}({json.dumps(args, sort_keys=True, separators=(',', ':'))})"
+
+
+# outcome -> (kind, tool, arguments)
+OUTCOMES = {
+    "s5": ("tool_call", SEARCH, {"query": "q", "limit": 5}),
+    "s10": ("tool_call", SEARCH, {"query": "q", "limit": 10}),
+    "s50": ("tool_call", SEARCH, {"query": "q", "limit": 50}),
+    "bad": ("schema_invalid", SEARCH, {"query": "q", "limit": "many"}),
+    "c1": ("tool_call", CLOSE, {"ticket_id": 1}),
+    "c2": ("tool_call", CLOSE, {"ticket_id": 2}),
+    "none": ("no_tool_call", None, None),
+    "truncated": ("truncated", None, None),
+    "error": ("error", None, None),
+}
+BASE = {SEARCH: {"s5": 0.6, "s10": 0.3, "none": 0.1}, CLOSE: {"c1": 0.7, "c2": 0.2, "none": 0.1}}
+SHIFTED = {"s5": 0.25, "s10": 0.05, "s50": 0.5, "bad": 0.2}  # TV 0.75 from BASE[SEARCH]
+
+
+def _outcome(key: str) -> tuple[str, str, str | None, str | None]:
+    kind, tool, args = OUTCOMES[key]
+    outcome = _sig(tool, args) if kind == "tool_call" else kind
+    return outcome, kind, tool, None if args is None else json.dumps(args)
+
+
+def _write_sampled_run(store: Store, rng: np.random.Generator) -> tuple[int, dict]:
+    """60 calls in 12 sessions of 5 (acme: sessions 0-5, globex: 6-11); even calls search, odd calls close. The
+    candidate shifts globex's search calls (18); one call's candidate is all but one truncated (untested); a few
+    failed samples elsewhere. Returns the run id and what was planted."""
+    run_id = store.create_run("replay", "sampled", "target", "spec-ngram", "traces.jsonl", "traces.jsonl",
+                              {"samples": N, "temperature": 0.7})
+    buf = RowBuffer()
+    planted, left_out = set(), Counter()
+    for s in range(12):
+        session, customer = f"s{s:02d}", "acme" if s < 6 else "globex"
+        for i in range(5):
+            tool = SEARCH if i % 2 == 0 else CLOSE
+            probs = BASE[tool]
+            cand = SHIFTED if customer == "globex" and tool == SEARCH else probs
+            if cand is SHIFTED:
+                planted.add((session, i))
+            sides = {side: list(rng.choice(list(p), size=N, p=list(p.values())))
+                     for side, p in (("baseline", probs), ("candidate", cand))}
+            if (s, i) == (0, 1):
+                sides["candidate"] = ["c1"] + ["truncated"] * (N - 1)
+            if i == 3 and s % 4 == 0:
+                sides["baseline"][5] = "error"
+            outcomes = {}
+            for side, keys in sides.items():
+                outcomes[side] = []
+                for j, key in enumerate(keys):
+                    outcome, kind, name, args = _outcome(key)
+                    buf.add("samples", run_id=run_id, session_id=session, call_index=i, side=side, sample_index=j,
+                            path_name=side, outcome=outcome, outcome_kind=kind, tool_name=name, arguments=args,
+                            completion_tokens=12, finish_reason="length" if kind == "truncated" else "stop")
+                    outcomes[side].append(outcome)
+                    if kind in dist.UNTESTED:
+                        left_out[(side, kind)] += 1
+            b, c = dist.tested(outcomes["baseline"]), dist.tested(outcomes["candidate"])
+            t = dist.call_test(b, c, seed=s * 5 + i)
+            top = Counter(_outcome(k)[2] for k in sides["baseline"]).most_common(1)[0][0]
+            buf.add("sampled_calls", run_id=run_id, session_id=session, call_index=i, customer=customer,
+                    tool_name=top, **t.as_row())
+            drifted = outcomes["baseline"][0] != outcomes["candidate"][0]  # sample 0's rows, as a replay writes
+            buf.add("calls", run_id=run_id, session_id=session, call_index=i, customer=customer, tool_name=tool,
+                    match_status="matched", drift_kind="arguments_changed" if drifted else "identical",
+                    drifted=drifted, exact_text_match=not drifted, baseline_valid=True, candidate_valid=True,
+                    arg_diff_count=int(drifted))
+    store.write_rows(buf)
+    store.finish_run(run_id, {})
+    return run_id, {"shifted": planted, "left_out": left_out}
+
+
+def _write_plain_run(store: Store) -> int:
+    run_id = store.create_run("replay", "greedy", "target", "spec-ngram", "t.jsonl", "t.jsonl", {})
+    buf = RowBuffer()
+    for i in range(10):
+        buf.add("calls", run_id=run_id, session_id="g", call_index=i, customer="acme", tool_name=SEARCH,
+                match_status="matched", drift_kind="identical", drifted=False, exact_text_match=True,
+                baseline_valid=True, candidate_valid=True, arg_diff_count=0)
+    store.write_rows(buf)
+    store.finish_run(run_id, {})
+    return run_id
+
+
+def _write_p_values(store: Store, p_values: list[float | None]) -> int:
+    """A run whose per-call tests are given p-values (ties, ones, NULLs): the view's BH against scipy's."""
+    run_id = store.create_run("replay", "pvalues", "a", "b", "t", "t", {"samples": 4})
+    buf = RowBuffer()
+    for i, p in enumerate(p_values):
+        buf.add("sampled_calls", run_id=run_id, session_id=f"s{i % 7}", call_index=i, n_baseline=4, n_candidate=4,
+                outcomes=2, p_value=p)
+    store.write_rows(buf)
+    store.finish_run(run_id, {})
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def sampled_db(tmp_path_factory):
+    db = tmp_path_factory.mktemp("sampled") / "sampled.duckdb"
+    rng = np.random.default_rng(34)
+    with Store(db) as store:
+        run_id, planted = _write_sampled_run(store, rng)
+        plain = _write_plain_run(store)
+        p = [float(x) for x in np.round(rng.uniform(0, 0.2, 150) ** 2, 3)] + [1.0] * 30 + [None] * 10 + [0.004] * 5
+        pvalues = _write_p_values(store, p)
+    return {"db": str(db), "run": run_id, "plain": plain, "pvalues": pvalues, **planted}
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_bh_in_python_agrees_with_the_view(sampled_db):
+    with Store(sampled_db["db"], read_only=True) as store:
+        for run_id in (sampled_db["run"], sampled_db["pvalues"]):
+            rows = sq.sampled_call_rows(store, run_id)
+            view = {(r["session_id"], r["call_index"]): r for r in sq.view_shifts(store, run_id)}
+            q = dist.bh_q_values([r["p_value"] for r in rows])
+            flags = dist.shifted([r["p_value"] for r in rows])
+            assert len(view) == sum(r["p_value"] is not None for r in rows)
+            for row, qv, flag in zip(rows, q, flags):
+                v = view.get((row["session_id"], row["call_index"]))
+                assert (v is None) == (qv is None)
+                if v is not None:
+                    assert v["q_value"] == pytest.approx(qv, rel=1e-9) and v["shifted"] == flag
+            assert sum(flags) == sum(v["shifted"] for v in view.values())
+        assert sampled_summary(store, sampled_db["run"])["shifted_calls"] == sum(
+            v["shifted"] for v in sq.view_shifts(store, sampled_db["run"]))
+
+
+def test_summary_json_of_a_sampled_run(sampled_db):
+    out = invoke("summary", "--db", sampled_db["db"], "--run", str(sampled_db["run"]), "--as", "json")
+    assert out.exit_code == 0, out.output
+    s = json.loads(out.output)
+    assert s["samples_per_call"] == N and s["shifted_calls"] == s["sampled"]["shifted_calls"]
+    x = s["sampled"]
+    with Store(sampled_db["db"], read_only=True) as store:
+        flagged = {(r["session_id"], r["call_index"]) for r in sq.view_shifts(store, sampled_db["run"])
+                   if r["shifted"]}
+    assert len(flagged & sampled_db["shifted"]) >= 15 and len(flagged - sampled_db["shifted"]) <= 1
+    assert s["global_p"] < 0.001 and x["global_calls"] == 59
+    assert (x["calls"], x["calls_tested"], x["calls_untested"]) == (60, 59, 1)
+    expected: dict = {}
+    for (side, kind), n in sampled_db["left_out"].items():
+        expected.setdefault(side, {})[kind] = n
+    assert x["samples_left_out"] == expected and expected["candidate"]["truncated"] == N - 1
+    customers = {c["customer"]: c for c in x["customers"]}
+    assert customers["globex"]["global_p"] < 0.001 and customers["acme"]["global_p"] > 0.01
+    assert customers["acme"]["shifted_calls"] <= 1
+    valid = x["paired"]["schema_valid_rate"]
+    assert valid["calls"] == 60 and valid["high"] < 0 < valid["baseline"] - valid["candidate"]
+    assert x["power"]["per_call_tv"] == pytest.approx(dist.power(N, 59).per_call_tv)
+    limit = [a for a in x["argument_values"] if a["argument"] == "limit" and a["value"] == "50"]
+    assert limit and limit[0]["difference"] > 0.3 and limit[0]["calls"] == 18
+    worst = x["most_shifted"][0]
+    assert (worst["session_id"], worst["call_index"]) in sampled_db["shifted"]
+    assert sum(h["samples"] for h in worst["baseline"]) == worst["n_baseline"]
+    tools = {t["tool_name"]: t for t in x["tool_choice"]}
+    assert set(tools) == {SEARCH, CLOSE} and abs(tools[CLOSE]["difference"]) < 0.1
+
+
+def test_summary_text_of_a_sampled_run(sampled_db):
+    out = invoke("summary", "--db", sampled_db["db"], "--run", str(sampled_db["run"]))
+    assert out.exit_code == 0, out.output
+    head = next(line for line in out.output.splitlines() if line.startswith("sampled run:"))
+    assert head.startswith(f"sampled run: {N} samples per call; ") and "drift" not in head
+    assert "calls shifted (distribution_shift, BH q=0.05); global p = " in head
+    for text in ("power (80%", "schema-valid rate", "most-shifted calls", "FROM sampled_call_shifts"):
+        assert text in out.output
+    plain = invoke("summary", "--db", sampled_db["db"], "--run", str(sampled_db["plain"]), "--as", "json")
+    assert json.loads(plain.output)["samples_per_call"] == 1 and json.loads(plain.output)["sampled"] is None
+
+
+def test_check_gates_a_sampled_run(sampled_db):
+    db, run = sampled_db["db"], str(sampled_db["run"])
+    with Store(db, read_only=True) as store:
+        gate = sampled_gate(store, sampled_db["run"])
+    tight = invoke("check", "--db", db, "--run", run, "--max-shifted-calls", "10%")
+    assert tight.exit_code == 1 and "shifted calls upper bound" in tight.output
+    assert "(distribution_shift, BH q=0.05)" in tight.output
+    loose = invoke("check", "--db", db, "--run", run, "--max-shifted-calls", f"{100 * gate.shifted.high + 1:.1f}%")
+    assert loose.exit_code == 0, loose.output
+    assert loose.output.startswith(f"ok: run {run}: sampled, {N} samples per call (sample 0 differs in ")
+    noise = invoke("check", "--db", db, "--run", run, "--max-call-drift", "100%")
+    assert noise.exit_code == 0 and "its call drift compares sample 0 with sample 0" in noise.output
+    between = f"{100 * (gate.shifted.p + gate.shifted.high) / 2:.2f}%"  # over the point, under the upper bound
+    assert invoke("check", "--db", db, "--run", run, "--max-shifted-calls", between).exit_code == 1
+    assert invoke("check", "--db", db, "--run", run, "--max-shifted-calls", between, "--rule", "point").exit_code == 0
+
+    drop, low, high = gate.valid_drop
+    assert low < drop < high and drop > 0
+    out = invoke("check", "--db", db, "--run", run, "--max-valid-drop", f"{100 * drop:.2f}pp", "--json")
+    assert out.exit_code == 1, out.output
+    verdict = json.loads(out.output)
+    check = next(c for c in verdict["runs"][0]["checks"] if c["name"] == "valid_drop")
+    assert check["figure"] == pytest.approx(high) and check["ok"] is False and check["calls"] == 60
+    ok = invoke("check", "--db", db, "--run", run, "--max-valid-drop", f"{100 * high + 0.1:.2f}pp",
+                "--max-shifted-calls", "90%", "--json")
+    assert ok.exit_code == 0, ok.output
+    names = [c["name"] for c in json.loads(ok.output)["runs"][0]["checks"]]
+    assert names[:2] == ["shifted_calls", "valid_drop"]
+
+
+def test_sampled_bounds_on_a_run_that_is_not_sampled_are_a_usage_error(sampled_db):
+    out = invoke("check", "--db", sampled_db["db"], "--run", str(sampled_db["plain"]), "--max-shifted-calls", "5%")
+    assert out.exit_code == 2 and "--max-shifted-calls: run 2 is not a sampled run" in out.output
+    out = invoke("check", "--db", sampled_db["db"], "--run", str(sampled_db["plain"]), "--max-valid-drop", "1pp")
+    assert out.exit_code == 2 and "--max-valid-drop" in out.output

@@ -1,0 +1,257 @@
+"""The figures of a sampled run (each call decoded N times per path at temperature > 0), for `summary`, `check`
+and reports: which calls' outcome distributions moved (a `distribution_shift`, BH at q = 0.05 over the per-call
+tests stored in `sampled_calls`), the run's global test, the power of its N, and the differences users act on
+as paired figures with 95% intervals (schema-valid, unparseable and no-tool-call rates, tool choice, argument
+values), by tool and by customer. The statistics are `compare/distributions.py`'s; docs/statistics.md explains them.
+
+Truncated and failed samples are left out of every test and rate (`distributions.UNTESTED`) and counted;
+calls with fewer than 2 usable samples a side are stored untested (p NULL) and counted as such.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from toolaudit import ToolauditError
+from toolaudit.analysis.runs import is_sampled, samples_per_call
+from toolaudit.analysis.stats import Rate, wilson
+from toolaudit.compare import distributions as dist
+from toolaudit.store import Store
+from toolaudit.store import sampled_queries as sq
+
+SEED = 0  # the global tests' permutations: a summary of the same rows reads the same every time
+TOP = 5  # most-shifted calls and argument values shown
+POWER_TV = 0.2  # the TV distance `samples_needed` is quoted for
+ABSENT = "(absent)"  # an argument a sample's call leaves out: a value of its own
+
+Sample = tuple[str, str, "str | None", "str | None"]  # outcome, outcome_kind, tool_name, arguments (JSON text)
+
+
+class NotSampled(ToolauditError):
+    """A sampled-run figure was asked of a run that decoded one sample per call."""
+
+
+@dataclass
+class _Call:
+    row: dict[str, Any]  # the `sampled_calls` row
+    baseline: list[Sample]
+    candidate: list[Sample]
+    shifted: bool = False
+    q_value: float | None = None
+
+    def sides(self) -> tuple[list[Sample], list[Sample]]:
+        return self.baseline, self.candidate
+
+    def outcomes(self) -> tuple[list[str], list[str]]:
+        return [s[0] for s in self.baseline], [s[0] for s in self.candidate]
+
+
+@dataclass
+class _Run:
+    run: dict
+    calls: list[_Call]
+    without_test_row: int  # calls with samples but no `sampled_calls` row
+    excluded: dict[str, dict[str, int]]  # side -> untested kind -> samples
+
+
+def _load(store: Store, run_id: int) -> _Run:
+    run = store.run_row(run_id)
+    if not is_sampled(run):
+        raise NotSampled(f"run {run['run_id']} is not a sampled run (one sample per call; replay with --samples N "
+                         "at temperature > 0 for distribution tests)")
+    rows = sq.sampled_call_rows(store, run["run_id"])
+    samples: dict[tuple[str, int], dict[str, list[Sample]]] = {}
+    excluded: dict[str, dict[str, int]] = {}
+    for session_id, call_index, side, outcome, kind, tool, args in sq.sample_rows(store, run["run_id"]):
+        if kind in dist.UNTESTED or outcome in dist.UNTESTED:
+            by_kind = excluded.setdefault(side, {})
+            by_kind[kind] = by_kind.get(kind, 0) + 1
+            continue
+        samples.setdefault((session_id, call_index), {}).setdefault(side, []).append((outcome, kind, tool, args))
+    calls = []
+    for row in rows:
+        got = samples.pop((row["session_id"], row["call_index"]), {})
+        calls.append(_Call(row, got.get("baseline", []), got.get("candidate", [])))
+    q_values = dist.bh_q_values([c.row["p_value"] for c in calls])
+    for call, q in zip(calls, q_values):
+        call.q_value, call.shifted = q, q is not None and q <= dist.Q
+    return _Run(run, calls, len(samples), excluded)
+
+
+def _shifted_rate(calls: list[_Call]) -> Rate:
+    return wilson(sum(c.shifted for c in calls), sum(c.row["p_value"] is not None for c in calls))
+
+
+def _paired(calls: list[_Call], share: Callable[[list[Sample]], float | None]) -> dist.PairedFigure:
+    """A per-call share on both sides, over the calls where both sides have it (e.g. at least one usable sample)."""
+    pairs = [(b, c) for b, c in ((share(x), share(y)) for x, y in (call.sides() for call in calls))
+             if b is not None and c is not None]
+    return dist.paired_share([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def _kind_share(kind: str) -> Callable[[list[Sample]], float | None]:
+    return lambda side: sum(s[1] == kind for s in side) / len(side) if side else None
+
+
+def valid_figure(calls: list[_Call]) -> dist.PairedFigure:
+    """Schema-valid rate: a call's share of usable samples that are a parsed, schema-valid tool call."""
+    return _paired(calls, _kind_share("tool_call"))
+
+
+@dataclass(frozen=True)
+class SampledGate:
+    """What `check` needs of a sampled run, without the global tests: shifted calls out of calls tested (Wilson
+    interval) and the schema-valid rates paired by call."""
+
+    run_id: int
+    shifted: Rate
+    valid: dist.PairedFigure
+
+    @property
+    def valid_drop(self) -> tuple[float, float, float] | None:
+        """baseline - candidate schema-valid rate: (estimate, low, high) of its 95% interval; None without calls."""
+        v = self.valid
+        if v.difference is None or v.low is None or v.high is None:
+            return None
+        return -v.difference, -v.high, -v.low
+
+
+def sampled_gate(store: Store, run_id: int) -> SampledGate:
+    """Raises NotSampled for a run that is not sampled."""
+    r = _load(store, run_id)
+    return SampledGate(r.run["run_id"], _shifted_rate(r.calls), valid_figure(r.calls))
+
+
+def _tool_choice(calls: list[_Call]) -> list[dict[str, Any]]:
+    """Per tool name, the share of a call's samples calling it, over the calls where either side called it."""
+    tools = sorted({s[2] for call in calls for side in call.sides() for s in side if s[2] is not None})
+    out = []
+    for tool in tools:
+        mine = [c for c in calls if any(s[2] == tool for side in c.sides() for s in side)]
+        fig = _paired(mine, lambda side, t=tool: sum(s[2] == t for s in side) / len(side) if side else None)
+        out.append({"tool_name": tool, **fig.as_dict()})
+    return sorted(out, key=lambda t: (-t["calls"], t["tool_name"]))
+
+
+def _arg_values(side: list[Sample], tool: str) -> list[dict[str, str]] | None:
+    """Each sample of `tool` on this side as {argument: canonical JSON value}, None when it has none."""
+    out = []
+    for _, _, name, args in side:
+        if name == tool and args is not None:
+            try:
+                value = orjson.loads(args)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                out.append({k: orjson.dumps(v, option=orjson.OPT_SORT_KEYS).decode() for k, v in value.items()})
+    return out or None
+
+
+def _argument_shares(calls: list[_Call], top: int = TOP) -> list[dict[str, Any]]:
+    """Per tool, argument and value, the share of a call's samples of that tool giving the argument that value
+    (`(absent)`: leaving it out), paired over the calls where both sides called the tool and either gave that
+    value. The `top` with the largest |difference|, those whose interval excludes 0 first."""
+    per_key: dict[tuple[str, str, str], tuple[list[float], list[float]]] = {}
+    for call in calls:
+        tools = {s[2] for side in call.sides() for s in side if s[2] is not None}
+        for tool in tools:
+            b, c = _arg_values(call.baseline, tool), _arg_values(call.candidate, tool)
+            if b is None or c is None:
+                continue
+            for arg in sorted({k for v in b + c for k in v}):
+                hb = Counter(v.get(arg, ABSENT) for v in b)
+                hc = Counter(v.get(arg, ABSENT) for v in c)
+                for value in hb.keys() | hc.keys():
+                    shares = per_key.setdefault((tool, arg, value), ([], []))
+                    shares[0].append(hb[value] / len(b))
+                    shares[1].append(hc[value] / len(c))
+    figures = []
+    for (tool, arg, value), (b, c) in per_key.items():
+        fig = dist.paired_share(b, c)
+        if fig.difference:
+            figures.append({"tool_name": tool, "argument": arg, "value": value, **fig.as_dict()})
+
+    def rank(f: dict[str, Any]) -> tuple:
+        clear = f["low"] > 0 or f["high"] < 0
+        return (not clear, -abs(f["difference"]), -f["calls"], f["tool_name"], f["argument"], f["value"])
+
+    return sorted(figures, key=rank)[:top]
+
+
+def _histogram(outcomes: list[str]) -> list[dict[str, Any]]:
+    return [{"outcome": o, "samples": n} for o, n in sorted(Counter(outcomes).items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _most_shifted(calls: list[_Call], top: int = TOP) -> list[dict[str, Any]]:
+    tested = sorted((c for c in calls if c.row["p_value"] is not None),
+                    key=lambda c: (c.row["p_value"], -(c.row["tv"] or 0.0), c.row["session_id"], c.row["call_index"]))
+    out = []
+    for call in tested[:top]:
+        b, c = call.outcomes()
+        out.append({**{k: call.row[k] for k in ("session_id", "call_index", "customer", "tool_name", "p_value",
+                                                "tv", "tv_low", "tv_high", "n_baseline", "n_candidate")},
+                    "q_value": call.q_value, "shifted": call.shifted,
+                    "baseline": _histogram(b), "candidate": _histogram(c)})
+    return out
+
+
+def _slices(calls: list[_Call], key: str, tests: dict) -> list[dict[str, Any]]:
+    """Per tool (the baseline's most frequent) or customer: calls, tested, shifted (the run-wide BH verdicts) and
+    the slice's own global test."""
+    groups: dict[str, list[_Call]] = {}
+    for call in calls:
+        groups.setdefault(call.row[key], []).append(call)
+    out = []
+    for name, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        rate = _shifted_rate(members)
+        out.append({key: name, "calls": len(members), "calls_tested": rate.n, "shifted_calls": rate.k,
+                    "shifted_share": rate.p if rate.n else None, "global_p": tests[(key, name)].p_value})
+    return out
+
+
+def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
+    """A sampled run's figures as plain data (`summary --json`'s `sampled`). Raises NotSampled."""
+    r = _load(store, run_id)
+    n = samples_per_call(r.run)
+    calls = r.calls
+    rate = _shifted_rate(calls)
+    groups = [("run", ("tool_name", c.row["tool_name"]), ("customer", c.row["customer"])) for c in calls]
+    tests = dist.global_tests([c.outcomes() for c in calls], groups, SEED)
+    g = tests.get("run", dist.GlobalTest(0.0, None, 0))
+    tvs = [c.row["tv"] for c in calls if c.row["p_value"] is not None and c.row["tv"] is not None]
+    pw = dist.power(n, rate.n)
+    return {
+        "run_id": r.run["run_id"],
+        "samples_per_call": n,
+        "calls": len(calls),
+        "calls_tested": rate.n,
+        "calls_untested": len(calls) - rate.n,  # fewer than 2 usable samples on a side: p NULL
+        "calls_without_test_row": r.without_test_row,
+        "samples_left_out": r.excluded,
+        "q": dist.Q,
+        "shifted_calls": rate.k,
+        "shifted_share": rate.p if rate.n else None,
+        "shifted_ci_low": rate.low if rate.n else None,
+        "shifted_ci_high": rate.high if rate.n else None,
+        "global_p": g.p_value,
+        "global_statistic": g.statistic,
+        "global_calls": g.calls,
+        "median_tv": statistics.median(tvs) if tvs else None,
+        "power": {**pw.as_dict(), "tv": POWER_TV, "samples_needed_per_call": dist.samples_needed(POWER_TV),
+                  "samples_needed_run": dist.samples_needed(POWER_TV, rate.n) if rate.n else None},
+        "paired": {"schema_valid_rate": valid_figure(calls).as_dict(),
+                   "unparseable_rate": _paired(calls, _kind_share("unparseable")).as_dict(),
+                   "no_tool_call_rate": _paired(calls, _kind_share("no_tool_call")).as_dict()},
+        "tool_choice": _tool_choice(calls),
+        "argument_values": _argument_shares(calls),
+        "most_shifted": _most_shifted(calls),
+        "tools": _slices(calls, "tool_name", tests),
+        "customers": _slices(calls, "customer", tests),
+        "shifted_sql": sq.shifted_calls_sql(r.run["run_id"]),
+    }

@@ -1,0 +1,105 @@
+"""How `summary` shows a sampled run's distribution tests (`analysis/sampled.py` computes them). A call whose
+outcome distribution moved is a `distribution_shift`; "drift" keeps its greedy meaning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolaudit.report.output import format_table, pct
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "-"
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def _pp(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.2f}pp"
+
+
+def _tv(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _paired(f: dict[str, Any]) -> str:
+    """`92.10% -> 85.30%: -6.80pp (95% CI -9.10pp to -4.50pp), 200 calls`."""
+    if not f["calls"]:
+        return "no call with samples on both sides"
+    return (f"{pct(f['baseline'])} -> {pct(f['candidate'])}: {_pp(f['difference'])} (95% CI {_pp(f['low'])} to "
+            f"{_pp(f['high'])}), {f['calls']} calls")
+
+
+def _left_out(s: dict[str, Any]) -> str:
+    parts = [f"{n} {kind} ({side})" for side, kinds in sorted(s["samples_left_out"].items())
+             for kind, n in sorted(kinds.items())]
+    return ", ".join(parts) if parts else "none"
+
+
+def _histogram(h: list[dict[str, Any]], width: int = 100) -> str:
+    text = ", ".join(f"{e['samples']}x {e['outcome']}" for e in h)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
+    """The sampled section of `summary`: the headline line, then the tests, the power, the paired figures, the
+    most-shifted calls and the slices. Nothing for a run that is not sampled."""
+    if not s:
+        return []
+    pw = s["power"]
+    tested = s["calls_tested"]
+    share = ("" if not tested else f" ({pct(s['shifted_share'])}, 95% CI {pct(s['shifted_ci_low'])}-"
+             f"{pct(s['shifted_ci_high'])})")
+    per_call = "no TV (even 1) reaches 80% power" if pw["per_call_tv"] is None else f"TV >= {_tv(pw['per_call_tv'])}"
+    run_tv = "-" if pw["run_tv"] is None else f"TV >= {_tv(pw['run_tv'])}"
+    run_n = "" if pw["samples_needed_run"] is None else f", N = {pw['samples_needed_run']} across the run's calls"
+    lines = [
+        f"sampled run: {s['samples_per_call']} samples per call; {s['shifted_calls']} of {tested} calls shifted "
+        f"(distribution_shift, BH q={s['q']:g}); global p = {_p(s['global_p'])}",
+        "  (the drift figures above compare sample 0 of each side: at temperature > 0 they measure sampling noise; "
+        "these test the distributions)",
+        f"  calls tested          {tested} of {s['calls']}{share}; {s['calls_untested']} untested (fewer than 2 "
+        f"usable samples a side)" + (f"; {s['calls_without_test_row']} sampled calls without a test row"
+                                     if s["calls_without_test_row"] else ""),
+        f"  samples left out      {_left_out(s)} (truncated and failed samples are not compared)",
+        f"  global test           p = {_p(s['global_p'])}: summed G {s['global_statistic']:.1f} over "
+        f"{s['global_calls']} calls against labels permuted within each call",
+        f"  median TV distance    {_tv(s['median_tv'])}",
+        f"  power (80%, alpha {pw['alpha']:g})  per call {per_call}; whole run, every call shifted: {run_tv}; "
+        f"TV {pw['tv']:g} needs N = {pw['samples_needed_per_call']} per call{run_n}",
+        "  paired by call (candidate - baseline, 95% CI over calls):",
+        f"    schema-valid rate   {_paired(s['paired']['schema_valid_rate'])}",
+        f"    unparseable rate    {_paired(s['paired']['unparseable_rate'])}",
+        f"    no-tool-call rate   {_paired(s['paired']['no_tool_call_rate'])}",
+        "",
+    ]
+    if s["tool_choice"]:
+        lines += ["tool choice (share of a call's samples calling the tool, over calls where either side called it)",
+                  _table(["tool"], ["tool_name"], s["tool_choice"]), ""]
+    if s["argument_values"]:
+        lines += ["argument values (share of the tool's samples giving the value; largest differences)",
+                  _table(["tool", "argument", "value"], ["tool_name", "argument", "value"], s["argument_values"]), ""]
+    if s["most_shifted"]:
+        lines.append("most-shifted calls (lowest p)")
+        for c in s["most_shifted"]:
+            lines += [f"  session {c['session_id']} call {c['call_index']} ({c['customer']}, {c['tool_name']}): "
+                      f"p {_p(c['p_value'])}, q {_p(c['q_value'])}{' distribution_shift' if c['shifted'] else ''}, "
+                      f"TV {_tv(c['tv'])} ({_tv(c['tv_low'])}-{_tv(c['tv_high'])})",
+                      f"    baseline  ({c['n_baseline']}): {_histogram(c['baseline'])}",
+                      f"    candidate ({c['n_candidate']}): {_histogram(c['candidate'])}"]
+        where = f" --db {db}" if db else ""
+        lines += [f"  all shifted calls: toolaudit sql \"{s['shifted_sql']}\"{where}", ""]
+    for key, title in (("tool_name", "tool"), ("customer", "customer")):
+        rows = s["tools" if key == "tool_name" else "customers"]
+        if not rows:
+            continue
+        lines += [format_table([title, "calls", "tested", "shifted", "shifted share", "global p"],
+                               [[r[key], r["calls"], r["calls_tested"], r["shifted_calls"], pct(r["shifted_share"]),
+                                 _p(r["global_p"])] for r in rows]), ""]
+    return lines
+
+
+def _table(head: list[str], keys: list[str], rows: list[dict[str, Any]]) -> str:
+    return format_table([*head, "calls", "baseline", "candidate", "difference (95% CI)"],
+                        [[*(r[k] for k in keys), r["calls"], pct(r["baseline"]), pct(r["candidate"]),
+                          f"{_pp(r['difference'])} ({_pp(r['low'])} to {_pp(r['high'])})"] for r in rows])
