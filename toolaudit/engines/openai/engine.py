@@ -431,7 +431,7 @@ class OpenAIEngine(Engine):
             if agg.finish_reason is None:
                 raise ValueError("the stream ended without a finish_reason")
             ttft = agg.first_token_at if agg.first_token_at is not None else latency
-            out.append(result_from_response(key, agg.response(), latency, ttft, n=n))
+            out.append(result_from_response(key, agg.response(), latency, ttft, index=i, n=n))
         return out
 
     def _body(self, req: EngineRequest, n: int = 1) -> dict[str, Any]:
