@@ -40,12 +40,9 @@ import base64
 import ipaddress
 import os
 import random
-import re
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -57,12 +54,11 @@ from ..base import Engine, EngineRequest, EngineResult
 from ..completion import row_seed
 from ..paths import PathConfig
 from .config import CAPABILITIES, OpenAIOptions, options_for
+from .failures import Failure, backoff_delay, classify, n_refused
 from .metrics import ServerCounters
 from .shapes import FEW_CHOICES, StreamAggregate, openai_messages, openai_tools, result_from_response
 
 _DUMMY_KEY = "EMPTY"  # what vLLM's docs use for servers without authentication
-_RETRY_STATUS = frozenset({408, 409, 429})
-_N_PARAM = re.compile(r"(?<![\w.-])n(?![\w.-])")  # the parameter n named in an error message ('n', n = 1, ...)
 # Secrets shorter than this are not scrubbed from answers: they cannot be keys, and replacing e.g. a tenant id
 # "7" in every answer would corrupt the outputs being compared.
 MIN_SCRUBBED = 8
@@ -145,37 +141,6 @@ class Scrubber:
         return text
 
 
-def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None,
-                  rng: random.Random | None = None) -> float:
-    """Seconds to wait before retry `attempt` (0 = first retry): "equal jitter" exponential backoff, i.e. a
-    uniform draw in [d/2, d] with d = min(cap, base * 2**attempt). A server's Retry-After (capped) is a floor."""
-    d = min(cap, base * 2 ** attempt)
-    delay = d / 2 + (rng or random).uniform(0, d / 2)
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, cap))
-    return delay
-
-
-@dataclass
-class _Failure:
-    """One failed attempt: what to record, whether to try again, and how long the server asked us to wait; an
-    HTTP error's status and the parameter its body names, when it names one."""
-
-    message: str
-    retryable: bool
-    retry_after: float | None = None
-    status: int | None = None
-    param: str | None = None
-
-
-def n_refused(failure: _Failure) -> bool:
-    """Whether a failed request with `n` > 1 was refused for asking for n choices: a 400 (or 422) whose error names
-    the parameter `n` (OpenAI's `param`, or the word n in the message, e.g. "only n = 1 is supported")."""
-    if failure.status not in (400, 422):
-        return False
-    return failure.param == "n" or _N_PARAM.search(failure.message) is not None
-
-
 def request_seed(seed: int, key: str, sample: int) -> int:
     """The seed sent for sample `sample` of call `key`: the in-process engines' `row_seed`, reduced mod 2**31 so it
     fits every server's seed type (int64 in vLLM and OpenAI's API, uint32 in llama.cpp, int32 in some gateways).
@@ -196,41 +161,6 @@ def sample_runs(requests: list[EngineRequest]) -> list[list[EngineRequest]]:
     return runs
 
 
-def classify(exc: BaseException, timeout_s: float) -> _Failure:
-    """Sort an attempt's exception into retryable (429, 408, 409, 5xx, connection, timeout, malformed body) or not."""
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message = re.sub(r"^Error code: \d+ - ", "", str(exc.message))
-        body = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
-        param = body.get("param") if isinstance(body, dict) else None
-        return _Failure(f"HTTP {status}: {message}", status in _RETRY_STATUS or status >= 500,
-                        _retry_after(exc.response.headers), status, param if isinstance(param, str) else None)
-    if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
-        return _Failure(f"timeout: no complete response within {timeout_s:g}s", True)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
-        return _Failure(f"connection error: {detail}", True)
-    timeouts, transport = _http_errors()
-    if isinstance(exc, timeouts):
-        return _Failure(f"timeout: no complete response within {timeout_s:g}s", True)
-    if isinstance(exc, transport):  # a streamed body read line by line: the HTTP library's own errors
-        return _Failure(f"connection error: {type(exc).__name__}: {exc}", True)
-    if isinstance(exc, ValueError):  # a body that is not JSON (truncated by a proxy, or broken)
-        return _Failure(f"malformed response: {type(exc).__name__}: {exc}", True)
-    return _Failure(f"{type(exc).__name__}: {exc}", False)
-
-
-def _http_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """(timeout, transport) exception classes of the HTTP library under the openai client (httpx2 in newer
-    releases, httpx in older ones), of those imported: what reading a streamed body raises unwrapped."""
-    modules = [m for m in (sys.modules.get("httpx2"), sys.modules.get("httpx")) if m is not None]
-    return (tuple(m.TimeoutException for m in modules if hasattr(m, "TimeoutException")),
-            tuple(m.TransportError for m in modules if hasattr(m, "TransportError")))
-
-
 async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
     """The `data` of each server-sent event (several data lines joined by newlines); comments and other fields
     are skipped. An event left open when the body ends is still given: the caller decides what it is worth."""
@@ -245,18 +175,6 @@ async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
             data.append(value[1:] if value.startswith(" ") else value)
     if data:
         yield "\n".join(data)
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Retry-After in seconds (or OpenAI's retry-after-ms); HTTP dates are ignored."""
-    try:
-        if headers.get("retry-after-ms"):
-            return float(headers["retry-after-ms"]) / 1000
-        if headers.get("retry-after"):
-            return float(headers["retry-after"])
-    except (TypeError, ValueError):
-        pass
-    return None
 
 
 def _map_strings(value: Any, fn) -> Any:
@@ -362,11 +280,11 @@ class OpenAIEngine(Engine):
         return result
 
     async def _request(self, slots: asyncio.Semaphore, body: dict[str, Any], keys: list[str],
-                       choices: list[int]) -> tuple[list[EngineResult], _Failure | None]:
+                       choices: list[int]) -> tuple[list[EngineResult], Failure | None]:
         """Attempts with backoff between them: the results for `choices` of the answer (one per key), or, when
         every attempt failed, one error result per key and the last failure."""
         opts = self.options
-        failure = _Failure("not attempted", False)
+        failure = Failure("not attempted", False)
         attempts = 0
         for attempt in range(opts.max_retries + 1):
             attempts += 1
