@@ -81,6 +81,9 @@ class EngineResult:
     message: dict[str, Any] | None = None  # OpenAI-shaped assistant message, for engines that return tool calls
     system_fingerprint: str | None = None
     finish_reason: str | None = None  # "stop" (EOS or stop string), "length" (max_tokens), None on error
+    # how an HTTP engine asked for this sample of a sampled call: "n" (choice `sample` of one request with n
+    # choices) or "seed" (a request of its own, seeded per sample); None for in-process engines and greedy paths
+    samples_via: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -24,6 +24,7 @@ from toolaudit.validate.toolcalls import parse_text
 
 UNKNOWN_LOGPROB = -9999.0
 STREAM_PIECE = 16  # characters of content / arguments per stream chunk (exercises clients' delta joining)
+MAX_N = 128  # choices per request (OpenAI's limit)
 
 
 class ApiError(Exception):
@@ -54,6 +55,9 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     tokens_as_ids: bool = False  # vLLM's `return_tokens_as_token_ids`: tokens as "token_id:N"
+    n: int = 1  # choices: the served path decodes them as samples 0..n-1 of one call
+    top_p: float | None = None
+    top_k: int | None = None  # 0 (or vLLM's -1): every token
 
 
 def _bad(message: str, param: str | None, code: str | None = None) -> ApiError:
@@ -107,10 +111,11 @@ def parse_chat_request(body: Any, served: Sequence[str]) -> ChatRequest:
     if choice not in (None, "auto", "required"):
         raise _bad(f"tool_choice {choice!r} is not supported: the served engine answers as its path's prompt "
                    f"makes it (use \"auto\")", "tool_choice", "unsupported_value")
-    if body.get("n") not in (None, 1):
-        raise _bad("only n = 1 is supported", "n", "unsupported_value")
-    if body.get("top_p") not in (None, 1, 1.0):
-        raise _bad("top_p is not supported by the served engine (only 1)", "top_p", "unsupported_value")
+    n = _int(body, "n", 1, MAX_N) or 1
+    top_p = body.get("top_p")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise _bad(f"'top_p' must be a number in (0, 1] (got {top_p!r})", "top_p")
+    top_k = _int(body, "top_k", -1)
     temperature = body.get("temperature")
     if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
                                     or not 0 <= temperature <= 2):
@@ -139,7 +144,8 @@ def parse_chat_request(body: Any, served: Sequence[str]) -> ChatRequest:
         model=model, messages=messages, tools=tools, max_tokens=max_tokens,
         temperature=None if temperature is None else float(temperature), stop=stop, seed=seed, stream=stream,
         include_usage=bool((options or {}).get("include_usage")), logprobs=logprobs, top_logprobs=top or 0,
-        tokens_as_ids=_bool(body, "return_tokens_as_token_ids"),
+        tokens_as_ids=_bool(body, "return_tokens_as_token_ids"), n=n,
+        top_p=None if top_p is None else float(top_p), top_k=None if top_k is None else max(top_k, 0),
     )
 
 
@@ -184,51 +190,68 @@ def logprobs_content(result: EngineResult, piece: Callable[[int], str], top_n: i
     return entries
 
 
-def usage(result: EngineResult) -> dict[str, int]:
-    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "total_tokens": result.prompt_tokens + result.completion_tokens}
+def usage(results: Sequence[EngineResult]) -> dict[str, int]:
+    """The request's usage over its choices, as OpenAI and vLLM count it: the prompt once, completions summed."""
+    prompt = results[0].prompt_tokens if results else 0
+    completion = sum(r.completion_tokens for r in results)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def new_completion_id() -> str:
     return "chatcmpl-" + uuid.uuid4().hex
 
 
-def completion_body(cid: str, created: int, model: str, fingerprint: str, message: dict[str, Any], finish: str,
-                    logprobs: list[dict[str, Any]] | None, result: EngineResult) -> dict[str, Any]:
-    if not message["tool_calls"]:
-        message = {k: v for k, v in message.items() if k != "tool_calls"}
+@dataclass(frozen=True)
+class Choice:
+    """One choice of a response: the assistant message, its finish reason and its logprobs (None: not asked)."""
+
+    message: dict[str, Any]
+    finish: str
+    logprobs: list[dict[str, Any]] | None
+
+
+def completion_body(cid: str, created: int, model: str, fingerprint: str, choices: Sequence[Choice],
+                    results: Sequence[EngineResult]) -> dict[str, Any]:
+    out = []
+    for index, choice in enumerate(choices):
+        message = choice.message
+        if not message["tool_calls"]:
+            message = {k: v for k, v in message.items() if k != "tool_calls"}
+        out.append({"index": index, "message": message, "finish_reason": choice.finish,
+                    "logprobs": None if choice.logprobs is None else {"content": choice.logprobs}})
     return {"id": cid, "object": "chat.completion", "created": created, "model": model,
-            "system_fingerprint": fingerprint,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                         "logprobs": None if logprobs is None else {"content": logprobs}}],
-            "usage": usage(result)}
+            "system_fingerprint": fingerprint, "choices": out, "usage": usage(results)}
 
 
-def stream_chunks(cid: str, created: int, model: str, fingerprint: str, message: dict[str, Any], finish: str,
-                  logprobs: list[dict[str, Any]] | None, result: EngineResult,
-                  include_usage: bool) -> Iterator[dict[str, Any]]:
-    """The same completion as `chat.completion.chunk`s: role, content pieces, each tool call (name first, then
-    argument pieces), logprobs, the finish reason, and usage when asked for."""
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None, lp: list | None = None) -> dict[str, Any]:
+def stream_chunks(cid: str, created: int, model: str, fingerprint: str, choices: Sequence[Choice],
+                  results: Sequence[EngineResult], include_usage: bool) -> Iterator[dict[str, Any]]:
+    """The same completion as `chat.completion.chunk`s, choice after choice (each chunk names its choice's
+    index): role, content pieces, each tool call (name first, then argument pieces), logprobs, the finish reason;
+    then usage when asked for."""
+    def chunk(index: int, delta: dict[str, Any], finish_reason: str | None = None,
+              lp: list | None = None) -> dict[str, Any]:
         return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                 "system_fingerprint": fingerprint,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason,
+                "choices": [{"index": index, "delta": delta, "finish_reason": finish_reason,
                              "logprobs": None if lp is None else {"content": lp}}]}
 
-    yield chunk({"role": "assistant", "content": ""})
-    content = message.get("content") or ""
-    for start in range(0, len(content), STREAM_PIECE):
-        yield chunk({"content": content[start: start + STREAM_PIECE]})
-    for i, call in enumerate(message["tool_calls"]):
-        fn = call["function"]
-        yield chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                     "function": {"name": fn["name"], "arguments": ""}}]})
-        args = fn["arguments"]
-        for start in range(0, len(args), STREAM_PIECE):
-            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": args[start: start + STREAM_PIECE]}}]})
-    if logprobs:
-        yield chunk({}, lp=logprobs)
-    yield chunk({}, finish_reason=finish)
+    for index, choice in enumerate(choices):
+        message = choice.message
+        yield chunk(index, {"role": "assistant", "content": ""})
+        content = message.get("content") or ""
+        for start in range(0, len(content), STREAM_PIECE):
+            yield chunk(index, {"content": content[start: start + STREAM_PIECE]})
+        for i, call in enumerate(message["tool_calls"]):
+            fn = call["function"]
+            yield chunk(index, {"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                                "function": {"name": fn["name"], "arguments": ""}}]})
+            args = fn["arguments"]
+            for start in range(0, len(args), STREAM_PIECE):
+                yield chunk(index, {"tool_calls": [{"index": i, "function": {
+                    "arguments": args[start: start + STREAM_PIECE]}}]})
+        if choice.logprobs:
+            yield chunk(index, {}, lp=choice.logprobs)
+        yield chunk(index, {}, finish_reason=choice.finish)
     if include_usage:
         yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-               "system_fingerprint": fingerprint, "choices": [], "usage": usage(result)}
+               "system_fingerprint": fingerprint, "choices": [], "usage": usage(results)}

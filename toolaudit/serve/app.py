@@ -7,16 +7,26 @@ top-2 margins: see `api`; an `X-Request-Id` header is echoed and names the compl
 `GET /v1/models`, `GET /health` (503 until the model is loaded) and `GET /metrics` (Prometheus text with vLLM's
 spec-decode counter names: see `metrics`).
 
-A request's `max_tokens`, `temperature` and `stop` override the path's (one engine per distinct setting, all on
-the same weights; an engine that cannot be held beside another, vLLM, reloads when the settings change);
+A request's `max_tokens`, `temperature`, `stop`, `top_p` and `top_k` (vLLM's extension; 0 or -1: every token)
+override the path's (one engine per distinct setting, all on the same weights; an engine that cannot be held
+beside another, vLLM, reloads when the settings change; a greedy request keeps the path's top_p and top_k);
 `system_fingerprint` is the fingerprint of the path as actually run, so it equals the path's own (`/health`)
-when a request leaves them alone. `stream: true` sends the finished completion as chunks: engines do not hand
-out tokens as they decode, so a time to first token measured through this server equals its latency.
+when a request leaves them alone.
 
-Batching: requests wait in a queue; a collector takes up to the path's `batch_size` of them (waiting
-`batch_wait_s` for company when the queue is short), groups them by sampling settings, and runs one
-`engine.generate` at a time on a worker thread. Batch composition changes numerics (a batched pass reduces in
-another order), so an audit that must equal in-process results uses `batch_size = 1`.
+`n` choices are samples 0..n-1 of one call: n engine requests with one key and `sample` = i, decoded in one
+engine call (the torch engine shares the prompt's KV among them). Choice i is seeded `row_seed(path seed, key,
+i)`, the key being `seed:<the request's seed>` (the completion id without one), so a request with a seed gets
+the same choices again, and its choice 0 is what it gets with n = 1. Usage counts the prompt once and sums the
+choices' completion tokens (as OpenAI and vLLM do).
+
+`stream: true` sends the finished completion as chunks, choice after choice: engines do not hand out tokens as
+they decode, so a time to first token measured through this server equals its latency.
+
+Batching: requests wait in a queue; a collector takes up to the path's `batch_size` rows of them (a request's
+choices are never split: one with n above `batch_size` is an engine call of its own), waiting `batch_wait_s`
+for company when the queue is short, groups them by sampling settings, and runs one `engine.generate` at a time
+on a worker thread. Batch composition changes numerics (a batched pass reduces in another order), so an audit
+that must equal in-process results uses `batch_size = 1` (and n = 1, or the same n in process).
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from toolaudit.engines.paths import PathConfig
 from toolaudit.serve.api import (
     ApiError,
     ChatRequest,
+    Choice,
     assistant_message,
     completion_body,
     logprobs_content,
@@ -53,9 +64,9 @@ from toolaudit.serve.metrics import Metrics
 
 MAX_BODY = 32 << 20  # agent contexts get long
 SHUTDOWN_GRACE_S = 10.0
-MAX_ENGINES = 32  # distinct (max_tokens, temperature, stop) settings kept at once
+MAX_ENGINES = 32  # distinct (max_tokens, temperature, stop, top_p, top_k) settings kept at once
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # a client's X-Request-Id becomes the completion id (as vLLM)
-Settings = tuple  # (max_tokens, temperature, stop): requests that share them can share an engine call
+Settings = tuple  # (max_tokens, temperature, stop, top_p, top_k): requests sharing them can share an engine call
 
 
 @dataclass
@@ -69,8 +80,10 @@ class Served:
 
 @dataclass
 class _Pending:
+    """One HTTP request: its choices' engine requests (samples 0..n-1 of one key), decoded in one engine call."""
+
     settings: Settings
-    request: EngineRequest
+    requests: list[EngineRequest]
     future: asyncio.Future
 
 
@@ -91,12 +104,19 @@ class EngineHost:
         self.fingerprint: str | None = None
 
     def default_settings(self) -> Settings:
-        return (self.path.max_tokens, self.path.temperature, self.path.stop)
+        p = self.path
+        return (p.max_tokens, p.temperature, p.stop, p.top_p, p.top_k)
 
     def settings_for(self, req: ChatRequest) -> Settings:
+        """The request's sampling settings over the path's. top_p and top_k shape sampled draws only: a greedy
+        request keeps the path's, so it shares the path's engine (and fingerprint)."""
         p = self.path
-        return (req.max_tokens or p.max_tokens, p.temperature if req.temperature is None else req.temperature,
-                p.stop if req.stop is None else req.stop)
+        temperature = p.temperature if req.temperature is None else req.temperature
+        top_p, top_k = p.top_p, p.top_k
+        if temperature > 0:
+            top_p = p.top_p if req.top_p is None else req.top_p
+            top_k = p.top_k if req.top_k is None else req.top_k
+        return (req.max_tokens or p.max_tokens, temperature, p.stop if req.stop is None else req.stop, top_p, top_k)
 
     # -- worker thread ------------------------------------------------------------------------------------
     def _engine(self, settings: Settings) -> Engine:
@@ -106,9 +126,9 @@ class EngineHost:
                 oldest = next(k for k in self.engines if k != self.default_settings())
                 self.engines.pop(oldest).close()
                 del self.fingerprints[oldest]
-            max_tokens, temperature, stop = settings
+            max_tokens, temperature, stop, top_p, top_k = settings
             engine = self.engine_factory(replace(self.path, max_tokens=max_tokens, temperature=temperature,
-                                                 stop=stop))
+                                                 stop=stop, top_p=top_p, top_k=top_k))
             self.engines[settings] = engine
             self.fingerprints[settings] = fingerprint(engine.fingerprint_components())
         if not engine.capabilities.holds_together:  # e.g. vLLM: one loaded at a time
@@ -145,43 +165,56 @@ class EngineHost:
         self.ready.set()
         await self._collect()
 
-    async def submit(self, settings: Settings, request: EngineRequest) -> Served:
+    async def submit(self, settings: Settings, requests: list[EngineRequest]) -> list[Served]:
+        """Decode one HTTP request's choices (in one engine call, with whatever other requests share it)."""
         await self.ready.wait()
         if self.load_error:
             raise ApiError(503, f"the model failed to load: {self.load_error}", "server_error")
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Pending(settings, request, future))
+        await self.queue.put(_Pending(settings, requests, future))
         self.metrics.waiting.set(self.queue.qsize())
         return await future
 
     async def _collect(self) -> None:
         loop = asyncio.get_running_loop()
         size = self.path.batch_size
+        held: _Pending | None = None  # taken from the queue but left for the next call: it did not fit
         while True:
-            items = [await self.queue.get()]
-            if size > 1 and self.queue.qsize() < size - 1:
+            items = [held if held is not None else await self.queue.get()]
+            held = None
+            rows = len(items[0].requests)  # a request's choices stay together, even past batch_size
+            if rows < size and self.queue.qsize() < size - rows:
                 await asyncio.sleep(self.batch_wait_s)  # let requests that arrive together share the call
-            while len(items) < size and not self.queue.empty():
-                items.append(self.queue.get_nowait())
+            while rows < size and not self.queue.empty():
+                item = self.queue.get_nowait()
+                if rows + len(item.requests) > size:
+                    held = item
+                    break
+                items.append(item)
+                rows += len(item.requests)
             self.metrics.waiting.set(self.queue.qsize())
             groups: dict[Settings, list[_Pending]] = {}
             for item in items:
                 if not item.future.done():  # a client that went away no longer waits
                     groups.setdefault(item.settings, []).append(item)
             for settings, group in groups.items():
-                self.metrics.running.set(len(group))
+                requests = [r for g in group for r in g.requests]
+                self.metrics.running.set(len(requests))
                 self.metrics.batches.inc()
-                self.metrics.batch_requests.inc(len(group))
-                requests = [g.request for g in group]
+                self.metrics.batch_requests.inc(len(requests))
                 try:
                     served = await loop.run_in_executor(self.executor, self._run, settings, requests)
                 except Exception as exc:  # noqa: BLE001 -- the engine's contract says it does not raise; be safe
                     served = [Served(error_result(r.key, exc), "", {}) for r in requests]
                 self.metrics.running.set(0)
-                for item, s in zip(group, served):
-                    self.metrics.record(s.result, self.path.speculative is not None)
+                start = 0
+                for item in group:
+                    mine = served[start: start + len(item.requests)]
+                    start += len(item.requests)
+                    for s in mine:
+                        self.metrics.record(s.result, self.path.speculative is not None)
                     if not item.future.done():
-                        item.future.set_result(s)
+                        item.future.set_result(mine)
 
     def close(self) -> None:
         """Stop the worker thread (after the call in flight, if any: requests had their grace period), then free
@@ -237,29 +270,35 @@ def build_app(path: PathConfig, host: EngineHost) -> web.Application:
         req = parse_chat_request(body, served_names)
         request_id = request.headers.get("X-Request-Id", "")
         cid = ("chatcmpl-" + request_id) if _REQUEST_ID.fullmatch(request_id) else new_completion_id()
-        key = f"seed:{req.seed}" if req.seed is not None else cid  # seeds a sampled request reproducibly
-        served = await host.submit(host.settings_for(req), EngineRequest(key, req.messages, req.tools))
-        result = served.result
-        if result.error:
-            if "exceeds the model's" in result.error:
-                raise ApiError(400, result.error, param="messages", code="context_length_exceeded")
-            raise ApiError(500, f"the engine failed: {result.error}", "server_error")
+        # choice i is sample i of the key: the served path seeds it row_seed(path seed, key, i), so a request's
+        # seed gives the same choices again (sample 0: what the request gave before n existed)
+        key = f"seed:{req.seed}" if req.seed is not None else cid
+        answers = await host.submit(host.settings_for(req), [EngineRequest(key, req.messages, req.tools, sample=i)
+                                                              for i in range(req.n)])
+        results = [a.result for a in answers]
+        for result in results:
+            if result.error:
+                if "exceeds the model's" in result.error:
+                    raise ApiError(400, result.error, param="messages", code="context_length_exceeded")
+                raise ApiError(500, f"the engine failed: {result.error}", "server_error")
         created = int(time.time())
-        message, finish = assistant_message(result, cid)
-        logprobs = (logprobs_content(result, served.pieces.__getitem__, req.top_logprobs, req.tokens_as_ids)
-                    if req.logprobs else None)
+        choices = []
+        for i, (served, result) in enumerate(zip(answers, results)):
+            message, finish = assistant_message(result, cid if i == 0 else f"{cid}-{i}")
+            logprobs = (logprobs_content(result, served.pieces.__getitem__, req.top_logprobs, req.tokens_as_ids)
+                        if req.logprobs else None)
+            choices.append(Choice(message, finish, logprobs))
+        fingerprint_ = answers[0].fingerprint
         echo = {"X-Request-Id": request_id} if request_id else {}
         if not req.stream:
-            response = _json(completion_body(cid, created, req.model, served.fingerprint, message, finish,
-                                             logprobs, result))
+            response = _json(completion_body(cid, created, req.model, fingerprint_, choices, results))
             response.headers.update(echo)
             return response
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                                **echo})
         await response.prepare(request)
         try:
-            for chunk in stream_chunks(cid, created, req.model, served.fingerprint, message, finish, logprobs,
-                                       result, req.include_usage):
+            for chunk in stream_chunks(cid, created, req.model, fingerprint_, choices, results, req.include_usage):
                 await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()

@@ -37,6 +37,8 @@ DRAFT = '{ method = "draft_model", model = "smollm2-135m" }'
     (f'speculative = {DRAFT}\nassistant_confidence_threshold = 1.0', "assistant_confidence_threshold"),
     (f'speculative = {DRAFT}\nnum_assistant_tokens_schedule = "fast"', "num_assistant_tokens_schedule"),
     ("numerics = \"emulated\"", "numerics"),  # a torch engine key
+    ("top_k = 5\ngenerate_args = { top_k = 50 }", "generate_args.top_k"),
+    ('temperature = 1.0\nbatch = "padded"\ngenerate_args = { min_p = 0.1 }', "generate_args.min_p"),
 ])
 def test_key_errors_name_file_path_and_key(tmp_path, body, key):
     file = tmp_path / "paths.toml"

@@ -171,6 +171,32 @@ def test_sampling_is_seeded_per_request(tiny_dir):
     assert [r.token_ids for r in first] != [r.token_ids for r in other]
 
 
+def test_each_sample_is_the_draw_of_its_own_seed_in_any_batch(tiny_dir):
+    """Samples 0..2 of two calls: per prompt, run twice, and in left-padded batches in reverse order (other
+    neighbours, other rows): the same draws, so a sample depends on its seed only; the samples of a call differ
+    (temperature 1 on a random model); top_k = 1 gives the greedy answer, per prompt and padded."""
+    calls = {"a": "What is the price of AMZN?", "b": "Book a table for two at 7pm, please."}  # short: fast
+    requests = [EngineRequest(key, [{"role": "user", "content": text}], sample=i) for key, text in calls.items()
+                for i in range(3)]
+    sampled = {"temperature": 1.0, "seed": 3, "samples": 3, "max_tokens": 6}
+    per_prompt = make_engine(path("pp", tiny_dir, **sampled))
+    first = [r.token_ids for r in per_prompt.generate(requests)]
+    assert [r.token_ids for r in per_prompt.generate(requests)] == first
+    padded = make_engine(path("pad", tiny_dir, **sampled, batch="padded", batch_size=4))
+    results = padded.generate(requests[::-1])[::-1]
+    for result in results:
+        check_evidence(result, greedy=False)
+    assert [r.token_ids for r in results] == first
+    assert len({tuple(t) for t in first[:3]}) == 3 and len({tuple(t) for t in first[3:]}) == 3
+    greedy = [r.token_ids for r in make_engine(path("g", tiny_dir, max_tokens=6)).generate(requests[::3])]
+    for batch in ("per_prompt", "padded"):
+        top1 = make_engine(path(f"k1-{batch}", tiny_dir, **sampled, top_k=1, batch=batch)).generate(requests[::3])
+        assert [r.token_ids for r in top1] == greedy
+    components = padded.fingerprint_components()
+    assert components["sampling"]["samples"] == 3 and components["generate_kwargs"]["top_k"] == 0
+    assert "samples" not in make_engine(path("g", tiny_dir)).fingerprint_components()["sampling"]
+
+
 def test_fingerprint_and_close(tiny_dir):
     from toolaudit.engines.hf import engine as hf_engine
 

@@ -32,6 +32,9 @@ from toolaudit.engines.paths import parse_path
     ({"base_url": "http://127.0.0.1/v1", "metrics_url": "http://127.0.0.1/metrics?token=x"},
      "paths.p: metrics_url must not carry credentials, a query or a fragment"),
     ({"base_url": "http://127.0.0.1/v1", "metrics_url": 8000}, "paths.p: metrics_url must be a string"),
+    ({"base_url": "http://127.0.0.1/v1", "samples_via": "both"}, "paths.p: samples_via must be one of auto, n, seed"),
+    ({"base_url": "http://127.0.0.1/v1", "top_k": 5, "extra_body": {"top_k": 50}},
+     "paths.p: extra_body.top_k is given twice"),
 ])
 def test_config_errors_name_the_path_and_key(monkeypatch, table, message):
     monkeypatch.delenv("TOOLAUDIT_NOT_SET_ANYWHERE", raising=False)
@@ -93,3 +96,12 @@ def test_an_env_header_takes_a_prefix_and_a_placeholder_is_refused(monkeypatch):
         parse_path("gw", GATEWAY | {"extra_headers": {"Authorization": "Bearer ${GATEWAY_KEY}"}})
     with pytest.raises(ConfigError, match=r"^paths\.gw: extra_headers\.X-Key must be a string or"):
         parse_path("gw", GATEWAY | {"extra_headers": {"X-Key": {"env": "K", "suffix": "x"}}})
+
+
+def test_sampling_settings_are_fingerprinted_only_where_set():
+    """Paths that set none of top_p, top_k, samples keep their fingerprints; samples_via counts from 2 samples."""
+    base = {"engine": "openai", "base_url": "http://127.0.0.1/v1", "model": "m", "temperature": 1.0}
+    plain = make_engine(parse_path("p", base)).fingerprint_components()["sampling"]
+    assert set(plain) == {"temperature", "max_tokens", "seed", "stop", "top_logprobs"}
+    many = make_engine(parse_path("p", {**base, "top_k": 5, "samples": 4, "samples_via": "seed"}))
+    assert many.fingerprint_components()["sampling"] == {**plain, "top_k": 5, "samples": 4, "samples_via": "seed"}

@@ -165,6 +165,34 @@ def test_fingerprint_components_of_bf16(fp32, bf16):
     assert {k for k in t32 if t32[k] != t16[k]} == {"dtype", "sampling"}  # sampling: max_tokens 64 vs 40
 
 
+def test_sampled_requests_are_the_draws_of_their_own_seeds(model_available):
+    """Samples 0..2 of an open question at temperature 1: the same draws again in another batch order (each
+    request has its own seed and generator), different from each other; top_k = 1 decodes the greedy answer.
+    vLLM takes sampling settings per request (`SamplingParams`), so the one loaded LLM also decodes the top_k = 1
+    and greedy variants of the path: the test swaps `engine.path` rather than load two more LLMs (~30 s each)."""
+    from toolaudit.engines import make_engine
+    from toolaudit.engines.paths import PromptConfig
+
+    path = vllm_path("target", dtype="float32", max_tokens=12, temperature=1.0, seed=3, samples=3,
+                     prompt=PromptConfig(few_shot=0, prefill=""))
+    messages = [{"role": "user", "content": "Write one sentence about the sea."}]
+    requests = [EngineRequest("sea", messages, sample=i) for i in range(3)]
+    engine = make_engine(path)
+    try:
+        first = [r.token_ids for r in engine.generate(requests)]
+        again = [r.token_ids for r in engine.generate(requests[::-1])[::-1]]
+        engine.path = replace(path, top_k=1)
+        top1 = engine.generate(requests)
+        engine.path = replace(path, temperature=0.0)
+        greedy = engine.generate(requests[:1])[0]
+    finally:
+        engine.close()
+    assert all(first) and again == first
+    assert len({tuple(t) for t in first}) == 3
+    assert [r.token_ids for r in top1] == [greedy.token_ids] * 3 and greedy.token_ids
+    assert make_engine(path).fingerprint_components()["sampling"]["samples"] == 3
+
+
 # ---------------------------------------------------------------------- errors
 
 

@@ -21,7 +21,10 @@ common keys (`toolaudit.engines.paths`); `prefix_caching` is accepted and ignore
   own default is 0.4.
 - `generate_args`: a table passed to `generate()` as is after the path's own arguments (e.g.
   `{top_k = 50, repetition_penalty = 1.1}` to match a harness's settings); it may not repeat what the path
-  decides (max_new_tokens, do_sample, temperature, prompt lookup, assistant, stop strings, scores, ...).
+  decides (max_new_tokens, do_sample, temperature, prompt lookup, assistant, stop strings, scores, ...), nor
+  top_k or top_p where the path sets them. A sampled padded path draws rows with its own seeded draw, which
+  applies temperature, top_k and top_p only, so other sampling warpers (min_p, typical_p, ...) need
+  `batch = "per_prompt"`.
 
 Speculative methods: "ngram" -> `prompt_lookup_num_tokens = num_speculative_tokens` and
 `max_matching_ngram_size = prompt_lookup_max` (transformers always falls back down to 1-gram matches, so
@@ -56,6 +59,9 @@ RESERVED_GENERATE_ARGS = frozenset({
     "tokenizer", "eos_token_id", "pad_token_id", "output_scores", "output_logits", "return_dict_in_generate",
     "stopping_criteria", "streamer", "use_cache", "past_key_values",
 })
+
+# sampling warpers other than temperature, top-k and top-p (a sampled padded path draws rows itself: engine.py)
+OTHER_WARPERS = frozenset({"min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"})
 
 DEFAULTS: dict[str, Any] = {
     "batch": "per_prompt",
@@ -94,6 +100,14 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
         if clash:
             raise fail(f"generate_args.{clash[0]}", "is decided by the path itself; use the path's keys instead")
         opts["generate_args"] = dict(args)
+        for key in ("top_k", "top_p"):
+            if key in args and key in table:
+                raise fail(f"generate_args.{key}", f"is given twice: the path's {key} is passed to generate() already")
+        warpers = sorted(set(args) & OTHER_WARPERS)
+        if warpers and opts["batch"] == "padded" and table.get("temperature", 0) > 0:
+            raise fail(f"generate_args.{warpers[0]}", "cannot be used by a sampled padded path: its rows are drawn "
+                                                       "by toolaudit's per-row seeded draw, which applies temperature, "
+                                                       "top_k and top_p only (use batch = \"per_prompt\")")
 
     spec = table.get("speculative")
     method = spec.get("method") if isinstance(spec, dict) else None
@@ -132,6 +146,8 @@ def check_path(path) -> None:
         return ConfigError(f"paths.{path.name}: {key} {message}")
 
     table: dict[str, Any] = {k: v for k, v in opts.items() if v != DEFAULTS[k]}  # what the path sets
+    table.update({k: v for k, v, default in (("temperature", path.temperature, 0.0), ("top_k", path.top_k, 0),
+                                             ("top_p", path.top_p, 1.0)) if v != default})
     if spec is not None:
         table["speculative"] = {"method": spec.method, "model": spec.model,
                                 "prompt_lookup_min": spec.prompt_lookup_min}

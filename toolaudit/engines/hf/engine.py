@@ -3,10 +3,20 @@
 Per request (`batch = "per_prompt"`, the default) or per left-padded batch (`"padded"`):
 `model.generate(input_ids, attention_mask, max_new_tokens=path.max_tokens, do_sample=temperature > 0, ...)`
 with the in-process engines' prompt rendering (`toolaudit.engines.prompting.render`, same tokenizer: identical
-prompt tokens on hf, torch and vLLM paths). Sampling seeds torch's global generator per call with the torch
-engine's per-request seed (`row_seed(path.seed, key)`; a padded batch takes its first request's) and passes
-`top_k=0, top_p=1.0`, so `temperature` alone shapes the distribution, as on the other engines (transformers'
-own default is top_k=50; set it in `generate_args` to match a harness). Speculation: `speculative.method = "ngram"` ->
+prompt tokens on hf, torch and vLLM paths). Sampling passes the path's `top_k` and `top_p` (defaults 0 and 1.0:
+`temperature` alone shapes the distribution, as on the other engines; transformers' own default is top_k=50, set
+it in `generate_args` to match a harness) and makes each request the draw of its own seed, the torch engine's
+`row_seed(path.seed, key, sample)`, whatever batch it is in:
+- `batch = "per_prompt"`: torch's global generator is seeded with it before the request's generate() call
+  (sample 0 draws what every sampled hf path drew before samples existed).
+- `batch = "padded"`: one global generator cannot give each row its own draws, so a padded batch is decoded
+  by generate()'s greedy loop with a last logits processor (`SeededDraw`) that applies the warpers sampling
+  would (temperature, top-k, top-p: transformers' own classes, in its order) and draws each row's token from
+  the row's own `torch.Generator`, masking every other token: the argmax is the draw. A row's draws are then
+  those it gets decoded alone, the padded numerics aside. The N samples of a call are N rows of the batch;
+  `num_return_sequences` is not used: it draws every row from one generator, so sample i would depend on N
+  and on the other samples' draws. Margins are taken from the warped scores, as sampled generate() keeps them.
+Speculation: `speculative.method = "ngram"` ->
 `prompt_lookup_num_tokens=k, max_matching_ngram_size=prompt_lookup_max`; `"draft_model"` -> `assistant_model`
 with the draft's `num_assistant_tokens=k` (schedule and confidence threshold from the path's keys).
 
@@ -50,7 +60,7 @@ import weakref
 from typing import Any
 
 import torch
-from transformers import StoppingCriteriaList, StopStringCriteria
+from transformers import LogitsProcessorList, StoppingCriteriaList, StopStringCriteria
 
 from toolaudit import ConfigError
 
@@ -61,7 +71,7 @@ from ..local import LocalEngine, Prompt
 from ..models import check_draft_compatible, converted_dir, eos_ids, max_positions, resolve
 from ..paths import PathConfig
 from .config import CAPABILITIES, check_path, options_of
-from .observe import DraftCounter, Recorder
+from .observe import SAMPLING_ARGS, DraftCounter, Recorder, SeededDraw
 
 # Models loaded for hf paths (stock attention), shared by hf paths on the same (spec, dtype, device, attention)
 # and freed when the last engine holding them closes or is collected. attention = "toolaudit" uses the torch
@@ -191,7 +201,7 @@ class HFEngine(LocalEngine):
         kwargs: dict[str, Any] = {"max_new_tokens": p.max_tokens, "do_sample": p.temperature > 0,
                                   "output_scores": True, "return_dict_in_generate": True}
         if p.temperature > 0:
-            kwargs.update(temperature=p.temperature, top_k=0, top_p=1.0)
+            kwargs.update(temperature=p.temperature, top_k=p.top_k, top_p=p.top_p)
         if spec is not None and spec.method == "ngram":
             kwargs.update(prompt_lookup_num_tokens=spec.num_speculative_tokens,
                           max_matching_ngram_size=spec.prompt_lookup_max)
@@ -233,8 +243,14 @@ class HFEngine(LocalEngine):
             for name, value in assistant.items():  # reset per call: a heuristic schedule would carry over
                 setattr(self._draft.generation_config, name, value)
             kwargs["assistant_model"] = self._draft
-        if p.temperature > 0:
-            torch.manual_seed(row_seed(p.seed, requests[0].key))
+        draw = None
+        if p.temperature > 0 and self.options["batch"] == "padded":
+            draw = SeededDraw([row_seed(p.seed, r.key, r.sample) for r in requests], kwargs, device)
+            kwargs = {k: v for k, v in kwargs.items() if k not in SAMPLING_ARGS}
+            kwargs.update(do_sample=False, output_scores=False,
+                          logits_processor=LogitsProcessorList([*(kwargs.get("logits_processor") or ()), draw]))
+        elif p.temperature > 0:  # per_prompt: one request per call
+            torch.manual_seed(row_seed(p.seed, requests[0].key, requests[0].sample))
         counter = DraftCounter(model if p.speculative is not None else None)
         start = time.perf_counter()
         with torch.inference_mode(), counter:
@@ -242,8 +258,11 @@ class HFEngine(LocalEngine):
         end = time.perf_counter()
 
         sequences = out.sequences[:, width:].tolist()
-        top = [torch.topk(s.float(), 2, dim=-1) for s in out.scores]  # per step: [rows, 2]
-        best = [s.argmax(-1) for s in out.scores]  # argmax, not topk order: ties go to the lowest id, as chosen
+        if draw is not None:
+            top, best = draw.top, draw.best
+        else:
+            top = [torch.topk(s.float(), 2, dim=-1) for s in out.scores]  # per step: [rows, 2]
+            best = [s.argmax(-1) for s in out.scores]  # argmax, not topk order: ties go to the lowest id, as chosen
         speculative = p.speculative is not None
         results = []
         for row, (req, prompt) in enumerate(zip(requests, prompts)):
@@ -289,7 +308,8 @@ class HFEngine(LocalEngine):
             "generate_kwargs": self.generate_kwargs(),
             "assistant": self.assistant_settings(),
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_max", "model"),
-            "sampling": {"temperature": p.temperature, "seed": p.seed, "stop": list(p.stop_strings)},
+            "sampling": {"temperature": p.temperature, "seed": p.seed, "stop": list(p.stop_strings),
+                         **p.sampling_components()},
             "prompt": self._prompt(),
             "torch_threads": self.threads_identity,
         }

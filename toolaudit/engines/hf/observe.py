@@ -1,12 +1,23 @@
-"""What `generate()` does not report and the hf engine needs: where each row finished and when each step ended
-(`Recorder`, a stopping criterion), and how many proposals speculation verified (`DraftCounter`)."""
+"""What `generate()` does not report or do and the hf engine needs: where each row finished and when each step
+ended (`Recorder`, a stopping criterion), how many proposals speculation verified (`DraftCounter`), and a draw
+per row from the row's own generator (`SeededDraw`, a logits processor)."""
 
 from __future__ import annotations
 
 import time
 
 import torch
-from transformers import StoppingCriteria, StopStringCriteria
+from transformers import (
+    LogitsProcessor,
+    StoppingCriteria,
+    StopStringCriteria,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+# generate() arguments that sampling reads; SeededDraw applies them itself (the call then runs greedy)
+SAMPLING_ARGS = frozenset({"do_sample", "temperature", "top_k", "top_p"})
 
 
 class Recorder(StoppingCriteria):
@@ -81,3 +92,37 @@ class DraftCounter:
     def __exit__(self, *exc) -> None:
         if self.model is not None:
             self.model.__dict__.pop("_get_candidate_generator", None)
+
+
+class SeededDraw(LogitsProcessor):
+    """Sampling with one `torch.Generator` per row, as the last logits processor of a greedy generate() call:
+    transformers draws every row from torch's one global generator, so a row's draws would depend on the rows
+    beside it. Applies what `do_sample=True` would (transformers' temperature, top-k and top-p warpers, in its
+    order, from the call's `temperature`, `top_k`, `top_p`), draws each row's token from its own generator, and
+    returns scores that are -inf except at the drawn token, which greedy decoding then picks.
+
+    `top`/`best` hold, per step, the top-2 and the argmax of the warped scores: what `output_scores` holds when
+    sampling (the returned scores are the mask)."""
+
+    def __init__(self, seeds: list[int], kwargs: dict, device):
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+        temperature, top_k, top_p = kwargs.get("temperature", 1.0), kwargs.get("top_k", 0), kwargs.get("top_p", 1.0)
+        self.warpers: list[LogitsProcessor] = []
+        if temperature is not None and temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(temperature))
+        if top_k:
+            self.warpers.append(TopKLogitsWarper(top_k=top_k))
+        if top_p is not None and top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p=top_p))
+        self.top: list = []
+        self.best: list = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        for warper in self.warpers:
+            scores = warper(input_ids, scores)
+        probs = torch.softmax(scores, dim=-1)
+        picks = torch.cat([torch.multinomial(probs[row], 1, generator=g) for row, g in enumerate(self.generators)])
+        self.top.append(torch.topk(scores.float(), 2, dim=-1))
+        self.best.append(scores.argmax(-1))
+        masked = torch.full_like(scores, float("-inf"))
+        return masked.scatter_(1, picks[:, None], 0.0)

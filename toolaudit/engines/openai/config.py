@@ -25,7 +25,8 @@ from ..paths import PathConfig
 from ..registry import EngineSpec
 
 OPTION_KEYS = ("base_url", "api_key_env", "extra_headers", "extra_body", "tool_choice", "logprobs", "top_logprobs",
-               "concurrency", "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s", "metrics_url")
+               "concurrency", "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s", "metrics_url",
+               "samples_via")
 KEYS = frozenset(OPTION_KEYS)
 # PathConfig fields that only an embedded engine uses: on an HTTP path the server decides them.
 _TORCH_ONLY = ("dtype", "device", "speculative", "prompt", "prefix_caching")
@@ -36,6 +37,7 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
 # Headers the HTTP client writes itself from the body and the URL: a path setting them would corrupt requests.
 _CLIENT_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding", "connection"})
 REDACTED = "<redacted>"  # what is stored in place of an inline header value
+SAMPLES_VIA = ("auto", "n", "seed")
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,19 @@ class OpenAIOptions:
     # where the server's Prometheus counters are (metrics.py): None = the base URL's origin + /metrics, tried
     # quietly; a URL = that one (a failure warns); False = never read
     metrics_url: str | bool | None = None
+    # how a sampled call's N samples are asked for: "n" (one request with n = N, choice i is sample i), "seed" (N
+    # requests, each with its sample's seed), "auto" (n, falling back to seed for good once the endpoint refuses n
+    # or returns fewer choices). See the engine's module docstring.
+    samples_via: str = "auto"
 
 
 def parse_options(table: dict[str, Any], fail: _Fail) -> dict[str, Any]:
     """The openai keys of a path table, as given (defaults are applied by `options_for`), once they check out."""
     opts = {k: v for k, v in table.items() if k in KEYS}
     _options(opts, fail, default_concurrency=1)
+    body = opts.get("extra_body", {})
+    if table.get("top_k") and "top_k" in body:
+        raise fail("extra_body.top_k", "is given twice: the path's top_k is sent as top_k already")
     return opts
 
 
@@ -86,7 +95,10 @@ def options_for(path: PathConfig) -> OpenAIOptions:
     unknown = sorted(set(opts) - KEYS)
     if unknown:
         raise fail(unknown[0], f"is not a key the openai engine knows ({', '.join(OPTION_KEYS)})")
-    return _options(opts, fail, default_concurrency=path.batch_size)
+    options = _options(opts, fail, default_concurrency=path.batch_size)
+    if path.top_k and "top_k" in options.extra_body:
+        raise fail("extra_body.top_k", "is given twice: the path's top_k is sent as top_k already")
+    return options
 
 
 def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> OpenAIOptions:
@@ -110,6 +122,9 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
     tool_choice = opts.get("tool_choice")
     if tool_choice is not None and not isinstance(tool_choice, (str, dict)):
         raise fail("tool_choice", "must be \"auto\", \"none\", \"required\" or a table naming a function")
+    samples_via = opts.get("samples_via", "auto")
+    if samples_via not in SAMPLES_VIA:
+        raise fail("samples_via", f"must be one of {', '.join(SAMPLES_VIA)} (got {samples_via!r})")
     for key in ("logprobs", "stream"):
         if not isinstance(opts.get(key, False), bool):
             raise fail(key, f"must be true or false (got {opts[key]!r})")
@@ -133,7 +148,7 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
                          extra_body=extra_body,
                          tool_choice=tool_choice, logprobs=opts.get("logprobs", False), top_logprobs=top,
                          concurrency=concurrency, max_retries=retries, stream=opts.get("stream", False),
-                         metrics_url=metrics_url, **numbers)
+                         metrics_url=metrics_url, samples_via=samples_via, **numbers)
 
 
 def _http_url(key: str, url: Any, fail: _Fail) -> str:

@@ -12,6 +12,21 @@ answer counts only once `data: [DONE]` arrives (a cut stream can end the body cl
 that still fails becomes an error result with the status and message; `replay --resume` retries those calls.
 docs/reliability.md lists the faults this is tested against.
 
+Sampling (temperature > 0): each request carries `seed = request_seed(path seed, key, sample)` (the in-process
+engines' `row_seed`, mod 2**31), so two calls of a path draw with different seeds and a rerun sends the same ones,
+plus `top_p` and, when the path sets it, `top_k` (not in the OpenAI spec: vLLM and SGLang read it; sent in the
+body beside `extra_body`). A sampled replay sends a call's samples 0..N-1 as consecutive requests of one
+`generate()`; `samples_via` says how they reach the endpoint:
+- "n": one request with `n = N` and the seed of sample 0; choice i is sample i (a run of samples a..b alone, as
+  a resume may send, asks for n = b + 1 and keeps choices a..b). The server derives the choices' draws from
+  that one seed, so they are not the draws of the "seed" way.
+- "seed": N requests, each with its own sample's seed (and no `n`).
+- "auto" (default): "n", until the endpoint refuses it (HTTP 400/422 naming `n`) or answers with fewer choices
+  than asked; that call's samples are then sent the "seed" way, and so is every later call of this engine.
+Each result records the way it came (`EngineResult.samples_via`); the fingerprint names the configured way for
+paths with `samples` > 1. With n > 1 the server's usage covers all choices: each result gets the prompt tokens
+and, from its logprobs, its own completion tokens (0 without logprobs).
+
 The API key is read from the environment variable NAMED by `api_key_env`; `extra_headers` values (inline or read
 from a variable) are sent with every request. Both are held by the client only and scrubbed (`Scrubber`) from
 error messages and answers, so a server that echoes them does not get them stored: they never reach the
@@ -25,12 +40,9 @@ import base64
 import ipaddress
 import os
 import random
-import re
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -39,13 +51,14 @@ import orjson
 from toolaudit import ConfigError
 
 from ..base import Engine, EngineRequest, EngineResult
+from ..completion import row_seed
 from ..paths import PathConfig
 from .config import CAPABILITIES, OpenAIOptions, options_for
+from .failures import Failure, backoff_delay, classify, n_refused
 from .metrics import ServerCounters
-from .shapes import StreamAggregate, openai_messages, openai_tools, result_from_response
+from .shapes import FEW_CHOICES, StreamAggregate, openai_messages, openai_tools, result_from_response
 
 _DUMMY_KEY = "EMPTY"  # what vLLM's docs use for servers without authentication
-_RETRY_STATUS = frozenset({408, 409, 429})
 # Secrets shorter than this are not scrubbed from answers: they cannot be keys, and replacing e.g. a tenant id
 # "7" in every answer would corrupt the outputs being compared.
 MIN_SCRUBBED = 8
@@ -128,57 +141,24 @@ class Scrubber:
         return text
 
 
-def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None,
-                  rng: random.Random | None = None) -> float:
-    """Seconds to wait before retry `attempt` (0 = first retry): "equal jitter" exponential backoff, i.e. a
-    uniform draw in [d/2, d] with d = min(cap, base * 2**attempt). A server's Retry-After (capped) is a floor."""
-    d = min(cap, base * 2 ** attempt)
-    delay = d / 2 + (rng or random).uniform(0, d / 2)
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, cap))
-    return delay
+def request_seed(seed: int, key: str, sample: int) -> int:
+    """The seed sent for sample `sample` of call `key`: the in-process engines' `row_seed`, reduced mod 2**31 so it
+    fits every server's seed type (int64 in vLLM and OpenAI's API, uint32 in llama.cpp, int32 in some gateways).
+    Two calls of a path then draw with different seeds, where sending the path's seed with every request
+    correlated them."""
+    return row_seed(seed, key, sample) % 2**31
 
 
-@dataclass
-class _Failure:
-    """One failed attempt: what to record, whether to try again, and how long the server asked us to wait."""
-
-    message: str
-    retryable: bool
-    retry_after: float | None = None
-
-
-def classify(exc: BaseException, timeout_s: float) -> _Failure:
-    """Sort an attempt's exception into retryable (429, 408, 409, 5xx, connection, timeout, malformed body) or not."""
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message = re.sub(r"^Error code: \d+ - ", "", str(exc.message))
-        return _Failure(f"HTTP {status}: {message}", status in _RETRY_STATUS or status >= 500,
-                        _retry_after(exc.response.headers))
-    if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
-        return _Failure(f"timeout: no complete response within {timeout_s:g}s", True)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
-        return _Failure(f"connection error: {detail}", True)
-    timeouts, transport = _http_errors()
-    if isinstance(exc, timeouts):
-        return _Failure(f"timeout: no complete response within {timeout_s:g}s", True)
-    if isinstance(exc, transport):  # a streamed body read line by line: the HTTP library's own errors
-        return _Failure(f"connection error: {type(exc).__name__}: {exc}", True)
-    if isinstance(exc, ValueError):  # a body that is not JSON (truncated by a proxy, or broken)
-        return _Failure(f"malformed response: {type(exc).__name__}: {exc}", True)
-    return _Failure(f"{type(exc).__name__}: {exc}", False)
-
-
-def _http_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """(timeout, transport) exception classes of the HTTP library under the openai client (httpx2 in newer
-    releases, httpx in older ones), of those imported: what reading a streamed body raises unwrapped."""
-    modules = [m for m in (sys.modules.get("httpx2"), sys.modules.get("httpx")) if m is not None]
-    return (tuple(m.TimeoutException for m in modules if hasattr(m, "TimeoutException")),
-            tuple(m.TransportError for m in modules if hasattr(m, "TransportError")))
+def sample_runs(requests: list[EngineRequest]) -> list[list[EngineRequest]]:
+    """Requests split into runs of one call's consecutive samples (same key, sample indices rising by one), in
+    order: how a sampled replay sends a call's N samples (0..N-1, together)."""
+    runs: list[list[EngineRequest]] = []
+    for req in requests:
+        if runs and runs[-1][-1].key == req.key and req.sample == runs[-1][-1].sample + 1:
+            runs[-1].append(req)
+        else:
+            runs.append([req])
+    return runs
 
 
 async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -195,18 +175,6 @@ async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
             data.append(value[1:] if value.startswith(" ") else value)
     if data:
         yield "\n".join(data)
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Retry-After in seconds (or OpenAI's retry-after-ms); HTTP dates are ignored."""
-    try:
-        if headers.get("retry-after-ms"):
-            return float(headers["retry-after-ms"]) / 1000
-        if headers.get("retry-after"):
-            return float(headers["retry-after"])
-    except (TypeError, ValueError):
-        pass
-    return None
 
 
 def _map_strings(value: Any, fn) -> Any:
@@ -260,6 +228,7 @@ class OpenAIEngine(Engine):
         self._fingerprints: dict[str, None] = {}  # system_fingerprints seen, in order
         self.server_counters = ServerCounters(path.name, path.model, self.options.base_url, self.options.metrics_url,
                                               {**self._headers, **({"Authorization": sent[0]} if sent else {})})
+        self._n_refused: str | None = None  # samples_via "auto": why the endpoint cannot give n choices, once seen
 
     # ------------------------------------------------------------------ generation
 
@@ -278,18 +247,51 @@ class OpenAIEngine(Engine):
 
     async def _generate_all(self, requests: list[EngineRequest]) -> list[EngineResult]:
         slots = asyncio.Semaphore(self.options.concurrency)
-        return list(await asyncio.gather(*(self._request(slots, r) for r in requests)))
+        groups = sample_runs(requests) if self.path.sampled else [[r] for r in requests]
+        answers = await asyncio.gather(*(self._group(slots, g) for g in groups))
+        return [result for answer in answers for result in answer]
 
-    async def _request(self, slots: asyncio.Semaphore, req: EngineRequest) -> EngineResult:
-        """Attempts with backoff between them; the last failure becomes the result's `error`."""
+    async def _group(self, slots: asyncio.Semaphore, group: list[EngineRequest]) -> list[EngineResult]:
+        """One call's consecutive samples: one request asking for `n` choices, or a request per sample (see the
+        module docstring). A single request (greedy, or sample 0 alone) is the same either way."""
+        via = self.options.samples_via
+        if not self.path.sampled or via == "seed" or (via == "auto" and self._n_refused):
+            return list(await asyncio.gather(*(self._single(slots, r) for r in group)))
+        n = group[-1].sample + 1
+        if n == 1:
+            return [await self._single(slots, group[0])]
+        results, failure = await self._request(slots, self._body(group[0], n), [r.key for r in group],
+                                               [r.sample for r in group])
+        refused = failure is not None and n_refused(failure)
+        few = any((r.error or "").startswith(FEW_CHOICES) for r in results)
+        if via == "auto" and (refused or few):
+            # for the rest of this engine's life: an endpoint that cannot give n choices now will not later
+            self._n_refused = self._n_refused or (failure.message if refused else next(
+                r.error for r in results if (r.error or "").startswith(FEW_CHOICES)))
+            return list(await asyncio.gather(*(self._single(slots, r) for r in group)))
+        for r in results:
+            r.samples_via = "n"
+        return results
+
+    async def _single(self, slots: asyncio.Semaphore, req: EngineRequest) -> EngineResult:
+        result = (await self._request(slots, self._body(req), [req.key], [0]))[0][0]
+        if self.path.sampled:
+            result.samples_via = "seed"
+        return result
+
+    async def _request(self, slots: asyncio.Semaphore, body: dict[str, Any], keys: list[str],
+                       choices: list[int]) -> tuple[list[EngineResult], Failure | None]:
+        """Attempts with backoff between them: the results for `choices` of the answer (one per key), or, when
+        every attempt failed, one error result per key and the last failure."""
         opts = self.options
-        failure = _Failure("not attempted", False)
+        failure = Failure("not attempted", False)
         attempts = 0
         for attempt in range(opts.max_retries + 1):
             attempts += 1
             async with slots:
                 try:
-                    return self._scrub_result(await asyncio.wait_for(self._attempt(req), opts.timeout_s))
+                    results = await asyncio.wait_for(self._attempt(body, keys, choices), opts.timeout_s)
+                    return [self._scrub_result(r) for r in results], None
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 -- every failure becomes a row, never a crash
@@ -299,22 +301,24 @@ class OpenAIEngine(Engine):
             await asyncio.sleep(backoff_delay(attempt, opts.backoff_s, opts.backoff_max_s, failure.retry_after,
                                               self._rng))
         tries = f" (after {attempts} attempts)" if attempts > 1 else ""
-        return EngineResult(key=req.key, error=self._scrub(failure.message)[:500] + tries)
+        message = self._scrub(failure.message)[:500] + tries
+        return [EngineResult(key=key, error=message) for key in keys], failure
 
-    async def _attempt(self, req: EngineRequest) -> EngineResult:
+    async def _attempt(self, body: dict[str, Any], keys: list[str], choices: list[int]) -> list[EngineResult]:
         import openai
 
-        kwargs = self._body(req)
+        n = body.get("n", 1)
         t0 = time.perf_counter()
         if not self.options.stream:
-            completion = await self._client.chat.completions.create(**kwargs)
+            completion = await self._client.chat.completions.create(**body)
             latency = time.perf_counter() - t0
             if not hasattr(completion, "model_dump"):
                 raise ValueError(f"response is not a chat completion: {str(completion)[:200]!r}")
-            return result_from_response(req.key, completion.model_dump(mode="json"), latency, latency)
-        agg = StreamAggregate()
+            data = completion.model_dump(mode="json")
+            return [result_from_response(key, data, latency, latency, index=i, n=n) for key, i in zip(keys, choices)]
+        aggs = {i: StreamAggregate(index=i) for i in choices}
         async with self._client.chat.completions.with_streaming_response.create(
-                **kwargs, stream=True, stream_options={"include_usage": True}) as response:
+                **body, stream=True, stream_options={"include_usage": True}) as response:
             done = False
             async for data in sse_data(response.iter_lines()):
                 if done or data.startswith("[DONE]"):  # read on to the end: the connection is then reused
@@ -328,18 +332,28 @@ class OpenAIEngine(Engine):
                     message = error.get("message") if isinstance(error, dict) else None
                     raise openai.APIError(message if isinstance(message, str) else "an error occurred during "
                                           "streaming", response.http_response.request, body=error)
-                agg.add(chunk, time.perf_counter() - t0)
+                now = time.perf_counter() - t0
+                for agg in aggs.values():
+                    agg.add(chunk, now)
         if not done:
             # a stream cut between events ends "cleanly": what came may look whole (even hold the finish_reason)
             # but without [DONE] it can lack the usage chunk, later tool-call deltas or logprobs
             raise ValueError("the stream ended before [DONE]")
-        if agg.finish_reason is None:
-            raise ValueError("the stream ended without a finish_reason")
         latency = time.perf_counter() - t0
-        ttft = agg.first_token_at if agg.first_token_at is not None else latency
-        return result_from_response(req.key, agg.response(), latency, ttft)
+        out = []
+        for key, i in zip(keys, choices):
+            agg = aggs[i]
+            if n > 1 and not agg.seen:
+                out.append(EngineResult(key=key, error=f"{FEW_CHOICES}: no choice {i} in the stream (n = {n})"))
+                continue
+            if agg.finish_reason is None:
+                raise ValueError("the stream ended without a finish_reason")
+            ttft = agg.first_token_at if agg.first_token_at is not None else latency
+            out.append(result_from_response(key, agg.response(), latency, ttft, index=i, n=n))
+        return out
 
-    def _body(self, req: EngineRequest) -> dict[str, Any]:
+    def _body(self, req: EngineRequest, n: int = 1) -> dict[str, Any]:
+        """The request for `req` (with `n` > 1: for samples 0..n-1 of its call, seeded as sample 0)."""
         p, opts = self.path, self.options
         body: dict[str, Any] = {"model": p.model, "messages": openai_messages(req.messages),
                                 "temperature": p.temperature, "max_tokens": p.max_tokens}
@@ -349,13 +363,19 @@ class OpenAIEngine(Engine):
                 body["tool_choice"] = opts.tool_choice
         if p.stop is not None:
             body["stop"] = list(p.stop)
-        if p.temperature > 0:
-            body["seed"] = p.seed
+        if p.sampled:
+            body["seed"] = request_seed(p.seed, req.key, 0 if n > 1 else req.sample)
+            body["top_p"] = p.top_p
+            if n > 1:
+                body["n"] = n
         if opts.logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = opts.top_logprobs
-        if opts.extra_body:
-            body["extra_body"] = opts.extra_body
+        extra = dict(opts.extra_body)
+        if p.sampled and p.top_k:
+            extra["top_k"] = p.top_k  # not in the OpenAI spec; vLLM and SGLang read it from the body
+        if extra:
+            body["extra_body"] = extra
         return body
 
     def _scrub_result(self, result: EngineResult) -> EngineResult:
@@ -401,7 +421,10 @@ class OpenAIEngine(Engine):
             "sampling": {"temperature": p.temperature, "max_tokens": p.max_tokens,
                          "seed": p.seed if p.temperature > 0 else None,
                          "stop": list(p.stop) if p.stop is not None else None,
-                         "top_logprobs": opts.top_logprobs if opts.logprobs else None},
+                         "top_logprobs": opts.top_logprobs if opts.logprobs else None,
+                         **p.sampling_components(),
+                         # only where a call has several samples: how they are asked for changes their draws
+                         **({"samples_via": opts.samples_via} if p.sampled and p.samples > 1 else {})},
             "stream": opts.stream,
         }
         if opts.extra_headers:  # only when given: existing paths keep their fingerprints

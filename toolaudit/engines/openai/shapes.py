@@ -38,11 +38,17 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+FEW_CHOICES = "fewer choices than asked for"  # how a result missing from an answer with n choices starts
+
+
 class StreamAggregate:
     """Chat-completion chunks folded back into one response: content, tool calls (argument deltas appended by
-    index), logprobs, finish reason, usage and fingerprint."""
+    index), logprobs, finish reason, usage and fingerprint, of the choice `index` (a request with n > 1 streams
+    every choice's deltas interleaved, each chunk naming its choice)."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: int = 0) -> None:
+        self.index = index
+        self.seen = False  # whether any chunk named this choice
         self.content: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.logprobs: list[dict[str, Any]] = []
@@ -56,8 +62,9 @@ class StreamAggregate:
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
+            if choice.get("index", 0) != self.index:
                 continue
+            self.seen = True
             delta = choice.get("delta") or {}
             got = False
             if delta.get("content"):
@@ -82,7 +89,7 @@ class StreamAggregate:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
         if self.tool_calls:
             message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        return {"choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason,
+        return {"choices": [{"index": self.index, "message": message, "finish_reason": self.finish_reason,
                              "logprobs": {"content": self.logprobs} if self.logprobs else None}],
                 "usage": self.usage, "system_fingerprint": self.system_fingerprint}
 
@@ -106,20 +113,31 @@ def logprob_evidence(entries: list[dict[str, Any]]) -> tuple[list[str], list[flo
     return ([] if token_ids else tokens), margins, token_ids, top2
 
 
-def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_s: float) -> EngineResult:
-    """A Chat Completions response body (or an aggregated stream) -> EngineResult."""
+def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_s: float, index: int = 0,
+                         n: int = 1) -> EngineResult:
+    """Choice `index` of a Chat Completions response body (or an aggregated stream) -> EngineResult.
+
+    With n > 1 choices, usage is the request's: the prompt is counted once (as every choice's `prompt_tokens`) and
+    completion tokens are summed over the choices, so a choice's own count comes from its logprobs (0 without
+    them). A choice the answer lacks is an error starting with `FEW_CHOICES`."""
     choices = data.get("choices") or []
-    if not choices or not isinstance(choices[0].get("message"), dict):
-        return EngineResult(key=key, error="malformed response: no choices[0].message",
+    choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == index), None)
+    if choice is None and n == 1 and choices and isinstance(choices[0], dict):
+        choice = choices[0]  # a server that numbers its only choice oddly
+    if choice is None and n > 1:
+        return EngineResult(key=key, error=f"{FEW_CHOICES}: no choice {index} among the {len(choices)} returned "
+                                           f"(n = {n})", system_fingerprint=data.get("system_fingerprint"))
+    if choice is None or not isinstance(choice.get("message"), dict):
+        return EngineResult(key=key, error=f"malformed response: no choices[{index}].message",
                             system_fingerprint=data.get("system_fingerprint"))
-    choice = choices[0]
     message = {k: v for k, v in choice["message"].items() if v is not None or k == "content"}
     tokens, margins, token_ids, top2 = logprob_evidence((choice.get("logprobs") or {}).get("content") or [])
     usage = data.get("usage") or {}
+    completion = usage.get("completion_tokens") if n == 1 else None
     return EngineResult(
         key=key, text=message.get("content") or "", token_ids=token_ids,
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or len(tokens) or len(token_ids)),
+        completion_tokens=int(completion or len(tokens) or len(token_ids)),
         latency_s=latency_s, ttft_s=ttft_s, margins=margins, top2=top2, tokens=tokens, message=message,
         system_fingerprint=data.get("system_fingerprint"), finish_reason=choice.get("finish_reason"),
     )

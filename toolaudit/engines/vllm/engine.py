@@ -180,13 +180,20 @@ class VLLMEngine(LocalEngine):
             conv.append({"role": "assistant", "content": p.prompt.prefill})
         return Prompt([], p.prompt.prefill, chat=(conv, list(req.tools) or None))
 
-    def _sampling(self, key: str):
+    def _sampling(self, req: EngineRequest):
+        """The request's `SamplingParams`. Sampled: its own seed, `row_seed(path seed, key, sample)` (vLLM gives a
+        seeded request its own generator, so its draws do not depend on its batch), and the path's top_p and
+        top_k (vLLM 0.32: top_k 0 or -1 keeps every token; both are applied in the rejection sampler too, so
+        speculative paths need nothing else). Passed explicitly, they also keep the model's
+        generation_config.json defaults (which `LLM.generate` applies only without params) out."""
         from vllm import SamplingParams
 
         p = self.path
+        sampled = p.temperature > 0
         return SamplingParams(
             temperature=p.temperature, max_tokens=p.max_tokens, logprobs=2, stop=list(p.stop_strings) or None,
-            include_stop_str_in_output=True, seed=row_seed(p.seed, key) if p.temperature > 0 else None,
+            include_stop_str_in_output=True, seed=row_seed(p.seed, req.key, req.sample) if sampled else None,
+            top_p=p.top_p if sampled else 1.0, top_k=p.top_k if sampled else 0,
         )
 
     def _lost(self, exc: Exception) -> bool:
@@ -199,7 +206,7 @@ class VLLMEngine(LocalEngine):
     def _decode(self, requests: list[EngineRequest], prompts: list[Prompt]) -> list[EngineResult]:
         """All requests go to vLLM together (its scheduler batches them)."""
         llm = self._model
-        params = [self._sampling(r.key) for r in requests]
+        params = [self._sampling(r) for r in requests]
         before = spec_counters(llm)
         t0 = time.time()
         if self.options["prompt_format"] == "chat_template":
@@ -266,7 +273,7 @@ class VLLMEngine(LocalEngine):
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                                              "model"),
             "sampling": {"temperature": p.temperature, "seed": p.seed, "max_tokens": p.max_tokens,
-                         "stop": list(p.stop_strings)},
+                         "stop": list(p.stop_strings), **p.sampling_components()},
             "prompt": {"format": o["prompt_format"], **self._prompt()},
             "cpu_threads_bind": runtime.threads_bind() if device_type == "cpu" else None,
         }
