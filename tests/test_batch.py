@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import orjson
 from click.testing import CliRunner
@@ -57,6 +58,13 @@ def test_export_writes_batch_input_lines(tmp_path):
     assert customer == call.customer
     body = first["body"]
     assert body["model"] == "served-name" and body["temperature"] == 0.0 and body["seed"] == 0
+    # sampled: each call its own seed (one seed for every call would correlate their draws)
+    from toolaudit.engines.paths import load_paths
+    from toolaudit.replay.batch import request_body
+
+    sampled = replace(load_paths()["target"], temperature=0.7)
+    seeds = {request_body(sampled, [], [], key=f"s\x1f{i}")["seed"] for i in range(5)}
+    assert len(seeds) == 5
     assert body["max_tokens"] == 96 and body["messages"] == call.request["messages"]
     assert [t["function"]["name"] for t in body["tools"]] == [t["function"]["name"] for t in call.tools]
     assert len({x["custom_id"] for x in lines}) == len(lines)

@@ -28,6 +28,7 @@ from toolaudit.compare.request_digest import digest_hex
 from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.engines import EngineResult
 from toolaudit.engines.fingerprint import fingerprint
+from toolaudit.engines.openai.engine import request_seed
 from toolaudit.engines.openai.shapes import openai_messages, openai_tools, result_from_response
 from toolaudit.engines.paths import PathConfig, load_paths
 from toolaudit.ingest.traces import EXCERPT_CHARS
@@ -64,10 +65,13 @@ def resolve_path(name: str, paths_file: str | None) -> PathConfig:
     return paths[name]
 
 
-def request_body(path: PathConfig, messages: list, tools: list, model: str | None = None) -> dict[str, Any]:
-    """The Chat Completions body of one replayed call on `path` (as the openai engine would send it)."""
+def request_body(path: PathConfig, messages: list, tools: list, model: str | None = None,
+                 key: str = "") -> dict[str, Any]:
+    """The Chat Completions body of one replayed call on `path` (as the openai engine would send it: the seed is
+    the call's own, `request_seed`, so the calls of a sampled path do not all draw with one seed)."""
     body: dict[str, Any] = {"model": model or path.model, "messages": openai_messages(messages),
-                            "temperature": path.temperature, "max_tokens": path.max_tokens, "seed": path.seed}
+                            "temperature": path.temperature, "max_tokens": path.max_tokens,
+                            "seed": request_seed(path.seed, key, 0) if path.temperature > 0 else path.seed}
     if tools:
         body["tools"] = openai_tools(tools)
     if path.stop is not None:
@@ -99,7 +103,8 @@ def export_requests(options: ReplayOptions, out: str | Path, model: str | None =
     with open(out, "wb") as handle:
         for call in calls:
             line = {"custom_id": custom_id(call.session_id, call.call_index, call.customer), "method": "POST",
-                    "url": URL, "body": request_body(path, call.request.get("messages") or [], call.tools, model)}
+                    "url": URL, "body": request_body(path, call.request.get("messages") or [], call.tools, model,
+                                                     f"{call.session_id}\x1f{call.call_index}")}
             handle.write(orjson.dumps(line) + b"\n")
             counts.requests += 1
     return counts
