@@ -116,6 +116,7 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
                              baseline_name=baseline_name, candidate_name=(candidate_names or ("candidate",))[0],
                              workers=workers, format=None if trace_format == "auto" else trace_format, shard=shard,
                              pair_by=pair_by)
+    temperature = _recorded_temperature([baseline, *candidates], session_key, customer_key, options.format)
     scans = None
     if ray is not None:  # the scans on a Ray cluster; the rows are written here as in process
         from toolaudit.compare.ray_scan import RayScans
@@ -138,6 +139,9 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
                 run_id, per_candidate = compare_matrix(store, baseline, list(candidates), names, options,
                                                        progress=bar.update if total else None, scans=scans)
                 runs = {name: counts for name, (_, counts) in per_candidate.items()}
+        if temperature:
+            for rid in [run_id, *(m["run_id"] for m in store.matrix_members(run_id))]:
+                store.update_options(rid, {"request_temperature": temperature})
         show_run(store, run_id, fmt, db)
     for name, counts in runs.items():
         for side, path in (("baseline", baseline), ("candidate", candidates[list(runs).index(name)])):
@@ -155,3 +159,18 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
     failed = [f"{name}: {p}" if len(runs) > 1 else p for name, p in problems.items() if p]
     if failed:
         raise click.ClickException("; ".join(failed))
+
+
+def _recorded_temperature(logs: list[str], session_key: str, customer_key: str, fmt: str | None) -> float | None:
+    """The highest temperature the logs' first requests asked for; said before the comparison when > 0 (each
+    call then has one sample per side: its differences are sampling noise, not drift)."""
+    from toolaudit.ingest.temperature import SCANNED, recorded_temperature
+
+    temps = [t for t in (recorded_temperature(log, session_key, customer_key, fmt) for log in logs) if t]
+    if not temps:
+        return None
+    click.echo(f"warning: the recorded requests sample (temperature up to {max(temps):g} in the first {SCANNED} "
+               "of a log): with one answer per call on each side, a call that differs measures sampling noise, not "
+               "drift; replay the calls with --samples N (e.g. 16) to test whether the tool-call distribution "
+               "moved (docs/statistics.md)", err=True)
+    return max(temps)
