@@ -152,8 +152,23 @@ def _sampled(store: Store, run: dict) -> dict[str, Any]:
     from toolaudit.analysis.sampled import sampled_summary
 
     s = sampled_summary(store, run["run_id"])
+    s["calibration"] = _calibration(store, run)
     return {"samples_per_call": s["samples_per_call"], "shifted_calls": s["shifted_calls"], "global_p": s["global_p"],
             "sampled": s}
+
+
+def _calibration(store: Store, run: dict) -> dict[str, Any] | None:
+    """A sampled run's calibration line: its matrix's noise floor (the baseline against itself with other seeds)
+    under the same tests, which should shift no call and not reject globally. None without a sampled floor."""
+    from toolaudit.analysis.floor import floor_member
+    from toolaudit.analysis.sampled import sampled_summary
+
+    member = floor_member(store, run["run_id"])
+    if member is None or not is_sampled(member):
+        return None
+    f = sampled_summary(store, member["run_id"])
+    return {"run_id": member["run_id"], "path": member["candidate_name"], "calls_tested": f["calls_tested"],
+            "shifted_calls": f["shifted_calls"], "global_p": f["global_p"], "median_tv": f["median_tv"]}
 
 
 def _floor(store: Store, run_id: int) -> dict[str, Any] | None:

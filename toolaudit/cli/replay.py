@@ -199,6 +199,9 @@ MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-dra
 # 90: every chunk ends with the batch draining (chunks of 96 replayed in 203 s against 211 s for 64).
 DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
 DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
+# `demo --sampled`: the first call of 8 sessions, 16 samples each per path at temperature 0.7 (docs/benchmarks.md
+# has its time); the noise floor is the calibration: the target again with other seeds.
+DEMO_SAMPLED_CALLS, DEMO_SAMPLES, DEMO_TEMPERATURE = 8, 16, 0.7
 
 
 @click.command(epilog=example("toolaudit demo --db demo.duckdb"))
@@ -213,6 +216,12 @@ DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
               "(batch-invariant kernels) on the first 2 calls of each session, with the recommendation per customer.")
 @click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
               help="With --matrix: the session drift budget the recommendation uses.")
+@click.option("--sampled", is_flag=True, help=f"Sampled decoding instead: temperature {DEMO_TEMPERATURE}, N samples "
+              f"(--samples) of the first call of {DEMO_SAMPLED_CALLS} sessions per path; whether spec-ngram keeps "
+              "the target's tool-call distribution, beside the calibration line (the target against itself with "
+              "other seeds).")
+@click.option("--samples", type=click.IntRange(2), default=DEMO_SAMPLES, show_default=True,
+              help="With --sampled: samples per call and path.")
 @click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
               help="Decode the baseline a second time with other batch neighbours (batch 8 against 16) and show "
                    "the drift beside that floor (the demo's calls cost about half again as long).")
@@ -223,16 +232,29 @@ DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
 @output_options
 @friendly_errors
 @interruptible
-def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, noise_floor: bool,
-         max_tokens: int,
-         verbose: bool, fmt: str) -> None:
+def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, sampled: bool,
+         samples: int, noise_floor: bool, max_tokens: int, verbose: bool, fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
     from toolaudit.engines import make_engine
     from toolaudit.replay.inputs import resolve_paths
     from toolaudit.replay.replayer import ReplayOptions
 
     Path(db).resolve().parent.mkdir(parents=True, exist_ok=True)
+    if sampled and matrix:
+        raise click.UsageError("--sampled and --matrix are two demos: give one")
     schemas = REPO_ROOT / "schemas"
+    if sampled:
+        options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate="spec-ngram",
+                                limit=limit or DEMO_SAMPLED_CALLS, calls_per_session=1,
+                                chunk=limit or DEMO_SAMPLED_CALLS, run_name="demo-sampled",
+                                schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics,
+                                noise_floor=True, max_tokens=max_tokens, temperature=DEMO_TEMPERATURE,
+                                samples_per_call=samples)
+        click.echo(f"replaying the first call of {options.limit} demo sessions, {samples} samples each, at "
+                   f"temperature {DEMO_TEMPERATURE} through target, spec-ngram and target-floor (other seeds: the "
+                   f"calibration); results in {db}", err=True)
+        _run_replay(db, options, None, fmt, verbose=verbose)
+        return
     candidates = list(MATRIX_CANDIDATES) if matrix else ["spec-ngram"]
     options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate=candidates[0],
                             candidates=candidates if matrix else None,

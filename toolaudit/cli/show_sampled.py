@@ -41,6 +41,14 @@ def _histogram(h: list[dict[str, Any]], width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _calibration_lines(c: dict[str, Any] | None) -> list[str]:
+    """The floor under the same tests: the baseline against itself with other seeds should shift nothing."""
+    if not c:
+        return []
+    return [f"  calibration           {c['path']} (the baseline, other seeds): {c['shifted_calls']} of "
+            f"{c['calls_tested']} calls shifted; global p = {_p(c['global_p'])}; median TV {_tv(c['median_tv'])}"]
+
+
 def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
     """The sampled section of `summary`: the headline line, then the tests, the power, the paired figures, the
     most-shifted calls and the slices. Nothing for a run that is not sampled."""
@@ -58,6 +66,7 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         f"(distribution_shift, BH q={s['q']:g}); global p = {_p(s['global_p'])}",
         "  (the drift figures above compare sample 0 of each side: at temperature > 0 they measure sampling noise; "
         "these test the distributions)",
+        *_calibration_lines(s.get("calibration")),
         f"  calls tested          {tested} of {s['calls']}{share}; {s['calls_untested']} untested (fewer than 2 "
         f"usable samples a side)" + (f"; {s['calls_without_test_row']} sampled calls without a test row"
                                      if s["calls_without_test_row"] else ""),
