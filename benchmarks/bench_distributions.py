@@ -1,4 +1,4 @@
-"""Cost of the sampled-run statistics (`toolaudit/analysis/distributions.py`, `analysis/sampled.py`).
+"""Cost of the sampled-run statistics (`toolaudit/compare/distributions.py`, `analysis/sampled.py`).
 
     python benchmarks/bench_distributions.py                    # N = 16, 2,000 calls
     python benchmarks/bench_distributions.py -n 32 --calls 5000
