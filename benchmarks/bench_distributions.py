@@ -1,12 +1,13 @@
-"""Cost of the sampled-run statistics (`toolaudit/analysis/distributions.py`, `analysis/sampled.py`).
+"""Cost of the sampled-run statistics (`toolaudit/compare/distributions.py`, `analysis/sampled.py`).
 
     python benchmarks/bench_distributions.py                    # N = 16, 2,000 calls
     python benchmarks/bench_distributions.py -n 32 --calls 5000
+    python benchmarks/bench_distributions.py --zipf 16 --calls 200   # free text with repeats: 16 outcomes, Zipf
 
-Synthetic calls: each with its own outcome distribution over 1 to 6 outcomes (Dirichlet), both sides drawn
-from it. Prints ms per `call_test` (what a sampled replay pays per call, split by how many outcomes the call
-had and whether its p-value was exact), the global test over all calls, and `sampled_summary` on a DuckDB
-file holding the run (what `summary` pays).
+Synthetic calls: each with its own outcome distribution over 1 to 6 outcomes (Dirichlet), or with --zipf K
+one Zipf distribution over K outcomes (p ~ 1/rank), both sides drawn from it. Prints ms per `call_test` (what
+a sampled replay pays per call, split by whether its p-value was exact and by how many outcomes the call had),
+the global test over all calls, and `sampled_summary` on a DuckDB file holding the run (what `summary` pays).
 """
 
 from __future__ import annotations
@@ -33,11 +34,16 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=16, help="samples per side and call")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--zipf", type=int, metavar="K", help="every call Zipf over K outcomes instead")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     calls = []
     for _ in range(args.calls):
-        probs = rng.dirichlet(np.ones(int(rng.integers(1, 7))))
+        if args.zipf:
+            probs = 1 / np.arange(1, args.zipf + 1)
+            probs /= probs.sum()
+        else:
+            probs = rng.dirichlet(np.ones(int(rng.integers(1, 7))))
         calls.append(tuple([f"f(x={i})" for i in rng.choice(len(probs), size=args.n, p=probs)] for _ in range(2)))
 
     times: dict[tuple[int, bool], list[float]] = defaultdict(list)
@@ -53,9 +59,15 @@ def main() -> None:
     total = time.perf_counter() - start
     print(f"call_test, N = {args.n} a side, {args.calls} calls: {1000 * total / args.calls:.2f} ms per call "
           f"({total:.1f} s)")
+    for exact in (True, False):
+        ts = [t for (_, e), tt in times.items() if e is exact for t in tt]
+        if ts:
+            print(f"  {'exact' if exact else 'permutation_test'}: {len(ts)} calls, median "
+                  f"{1000 * statistics.median(ts):.2f} ms, max {1000 * max(ts):.1f} ms")
     for (k, exact), ts in sorted(times.items()):
-        print(f"  {k} outcomes, {'exact' if exact else 'permutation_test'}: {len(ts)} calls, median "
-              f"{1000 * statistics.median(ts):.2f} ms")
+        if not args.zipf:
+            print(f"  {k} outcomes, {'exact' if exact else 'permutation_test'}: {len(ts)} calls, median "
+                  f"{1000 * statistics.median(ts):.2f} ms")
     for state in ("warm", "cold"):  # warm: the exact nulls call_test built are cached; cold: a fresh process
         if state == "cold":
             dist.clear_caches()

@@ -119,8 +119,8 @@ def test_calibration_a_distribution_against_itself(capsys):
     flagged = sum(dist.shifted(p))
     g = dist.global_test(calls, seed=1)
     with capsys.disabled():
-        print(f"\ncalibration: calls {len(calls)}, N 16, rejected at alpha 0.05: {rejected}, BH-flagged: {flagged}, "
-              f"global p {g.p_value:.3f}")
+        print(f"\ncalibration  calls  N   rejected at 0.05  BH-flagged  global p\n"
+              f"             {len(calls):<5}  16  {rejected:<16}  {flagged:<10}  {g.p_value:.3f}")
     assert rejected <= 200 * dist.ALPHA + 3 * math.sqrt(200 * 0.05 * 0.95)
     assert flagged <= 2
     assert g.calls == 200 and g.p_value > 0.05

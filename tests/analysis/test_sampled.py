@@ -120,6 +120,27 @@ def _write_p_values(store: Store, p_values: list[float | None]) -> int:
     return run_id
 
 
+def _write_cut_run(store: Store) -> int:
+    """A sampled run whose sample 0 was cut at max_tokens on every call (no matched `calls` row) while the other
+    samples answered: the distribution tests exist, the greedy figures do not."""
+    run_id = store.create_run("replay", "cut", "target", "spec-ngram", "t.jsonl", "t.jsonl", {"samples": 4})
+    buf = RowBuffer()
+    for i in range(6):
+        sides = {"baseline": ["truncated", "s5", "s5", "s10"], "candidate": ["truncated", "s5", "s10", "s10"]}
+        for side, keys in sides.items():
+            for j, key in enumerate(keys):
+                outcome, kind, name, args = _outcome(key)
+                buf.add("samples", run_id=run_id, session_id="c", call_index=i, side=side, sample_index=j,
+                        outcome=outcome, outcome_kind=kind, tool_name=name, arguments=args)
+        t = dist.call_test(*(dist.tested(_outcome(k)[0] for k in sides[side]) for side in sides), seed=i)
+        buf.add("sampled_calls", run_id=run_id, session_id="c", call_index=i, customer="acme", tool_name=SEARCH,
+                **t.as_row())
+        buf.add("calls", run_id=run_id, session_id="c", call_index=i, customer="acme", match_status="truncated")
+    store.write_rows(buf)
+    store.finish_run(run_id, {})
+    return run_id
+
+
 @pytest.fixture(scope="module")
 def sampled_db(tmp_path_factory):
     db = tmp_path_factory.mktemp("sampled") / "sampled.duckdb"
@@ -129,7 +150,8 @@ def sampled_db(tmp_path_factory):
         plain = _write_plain_run(store)
         p = [float(x) for x in np.round(rng.uniform(0, 0.2, 150) ** 2, 3)] + [1.0] * 30 + [None] * 10 + [0.004] * 5
         pvalues = _write_p_values(store, p)
-    return {"db": str(db), "run": run_id, "plain": plain, "pvalues": pvalues, **planted}
+        cut = _write_cut_run(store)
+    return {"db": str(db), "run": run_id, "plain": plain, "pvalues": pvalues, "cut": cut, **planted}
 
 
 def invoke(*args: str):
@@ -232,3 +254,12 @@ def test_sampled_bounds_on_a_run_that_is_not_sampled_are_a_usage_error(sampled_d
     assert out.exit_code == 2 and "--max-shifted-calls: run 2 is not a sampled run" in out.output
     out = invoke("check", "--db", sampled_db["db"], "--run", str(sampled_db["plain"]), "--max-valid-drop", "1pp")
     assert out.exit_code == 2 and "--max-valid-drop" in out.output
+
+
+def test_sampled_bounds_need_no_matched_sample_0(sampled_db):
+    """Sample 0 cut everywhere: the sampled bounds still judge the tests; a greedy bound has nothing to judge."""
+    db, run = sampled_db["db"], str(sampled_db["cut"])
+    ok = invoke("check", "--db", db, "--run", run, "--max-shifted-calls", "100%", "--max-valid-drop", "100pp")
+    assert ok.exit_code == 0 and "0 of 6 calls tested shifted" in ok.output, ok.output
+    greedy = invoke("check", "--db", db, "--run", run, "--max-shifted-calls", "100%", "--max-call-drift", "5%")
+    assert greedy.exit_code == 2 and "has no matched calls" in greedy.output

@@ -79,7 +79,7 @@ def session_drift_at(p_call: float, calls_per_session: float) -> float:
 class Judged:
     """One budget judged by a rule: the figure with its interval, the value the rule compared, the verdict."""
 
-    name: str  # "call_drift" | "session_drift"
+    name: str  # "call_drift" | "session_drift" | "shifted_calls" | "valid_drop" (sampled runs)
     rule: Rule
     estimate: float
     low: float

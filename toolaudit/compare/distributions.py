@@ -139,8 +139,8 @@ def call_test(baseline: Sequence[str], candidate: Sequence[str], seed: int, resa
     if small:
         return CallTest(nx, ny, k, g, None, tv, None, None)
     rng = np.random.default_rng(seed)
-    null = _exact_null(cx + cy, nx)
-    if null is not None and len(null[0]) <= resamples:
+    null = _exact_null(cx + cy, nx, limit=resamples)
+    if null is not None:
         values, probs, _ = null
         p = float(probs[values >= g - _REL_TOL * max(1.0, g)].sum())
     else:
@@ -170,9 +170,11 @@ def _count(col: Sequence[int], n: int) -> int:
     return int(ways[n])
 
 
-def _exact_null(totals: Sequence[int], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _exact_null(totals: Sequence[int], n: int, limit: int = _MAX_TABLES
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The exact permutation null of G for these outcome totals and n baseline samples: the G of every table
-    that can arise, its probability and their cumulative sum; None when there are more than `_MAX_TABLES`.
+    that can arise, its probability and their cumulative sum; None when there are more than `limit` (at most
+    `_MAX_TABLES`).
 
     Outcomes seen once in the call (free text makes many) add xlogy(1, 1) = 0 to G on whichever side they
     fall, so they are pooled into one column whose split only carries probability: exact, and a call whose 2N
@@ -180,7 +182,7 @@ def _exact_null(totals: Sequence[int], n: int) -> tuple[np.ndarray, np.ndarray, 
     multi = tuple(sorted(int(t) for t in totals if t > 1))
     key = (multi, sum(1 for t in totals if t == 1), n)
     count = _key_count(*key)
-    if count > _MAX_TABLES:
+    if count > min(limit, _MAX_TABLES):
         return None
     return _small_null(*key) if count <= _SMALL_NULL else _large_null(*key)
 

@@ -3,7 +3,7 @@
 At temperature > 0 one answer per call says nothing about a decode path; the distribution of its answers does.
 Each sample is reduced to one label: its canonical tool-call signature (tool names and canonical arguments, so
 key order and whitespace never separate two samples, as in greedy drift) or a word for why it has none. The
-labels are what `analysis.distributions` tests; the first call's tool and arguments are kept for the
+labels are what `compare.distributions` tests; the first call's tool and arguments are kept for the
 per-argument value shares.
 """
 
