@@ -47,7 +47,7 @@ def write_call_test(rows: RowBuffer, m: Member, call: TraceCall, base: list[Samp
     """The call's `sampled_calls` row: the test over the samples a test may use (not truncated, not failed)."""
     b = [o.outcome for o in base if o.kind.tested]
     c = [o.outcome for o in cand if o.kind.tested]
-    tools = [o.tool_name for o in base if o.tool_name]
+    tools = [o.tool_name for o in base if o.tool_name and o.kind.tested]
     modal = max(sorted(set(tools)), key=tools.count) if tools else None
     test = call_test(b, c, seed=test_seed(call))
     rows.add("sampled_calls", run_id=m.run_id, session_id=call.session_id, call_index=call.call_index,
