@@ -66,9 +66,9 @@ def install_plugin(into: Path) -> Path:
     return site
 
 
-def paths_toml(temperature: float, top_p: float, max_tokens: int, batch: int, dtype: str) -> str:
+def paths_toml(temperature: float, top_p: float, max_tokens: int, batch: int, dtype: str, device: str = "cpu") -> str:
     common = (f'dtype = "{dtype}"\ntemperature = {temperature}\ntop_p = {top_p}\nmax_tokens = {max_tokens}\n'
-              f"batch_size = {batch}\n")
+              f'batch_size = {batch}\ndevice = "{device}"\n')
     text = f'[paths.target]\nengine = "torch"\n{common}\n'
     for name, (bug, spec, _) in CANDIDATES.items():
         text += f'[paths.{name}]\nengine = "torch-broken"\nbug = "{bug}"\n{common}speculative = {spec}\n\n'
@@ -77,7 +77,7 @@ def paths_toml(temperature: float, top_p: float, max_tokens: int, batch: int, dt
 
 def power_table(workdir: Path, calls: int, samples: int, temperature: float = 0.7, top_p: float = 0.9,
                 max_tokens: int = 64, dtype: str = "float32", candidates: list[str] | None = None,
-                ) -> tuple[list[Row], float]:
+                device: str = "cpu") -> tuple[list[Row], float]:
     """Replay the matrix and read each candidate's sampled figures; returns the rows and the replay's seconds."""
     from toolaudit.analysis.floor import is_noise_floor
     from toolaudit.analysis.sampled import sampled_summary
@@ -86,7 +86,7 @@ def power_table(workdir: Path, calls: int, samples: int, temperature: float = 0.
     names = candidates or list(CANDIDATES)
     site = install_plugin(workdir)
     paths = workdir / "paths.toml"
-    paths.write_text(paths_toml(temperature, top_p, max_tokens, batch=max(16, samples), dtype=dtype))
+    paths.write_text(paths_toml(temperature, top_p, max_tokens, batch=max(16, samples), dtype=dtype, device=device))
     db = workdir / "power.duckdb"
     args = [sys.executable, "-m", "toolaudit", "replay", str(DEMO), "--paths", str(paths), "--baseline", "target",
             *[a for n in [*names, "target"] for a in ("--candidate", n)], "--samples", str(samples),
@@ -130,12 +130,13 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--candidate", action="append", help="only these candidates (repeat)")
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows, seconds = power_table(Path(tmp), a.calls, a.samples, a.temperature, a.top_p, a.max_tokens, a.dtype,
-                                    a.candidate)
+                                    a.candidate, a.device)
     print(f"demo calls {a.calls} (first call of each session), N = {a.samples} per path, temperature "
-          f"{a.temperature}, top_p {a.top_p}, {a.dtype}, max_tokens {a.max_tokens}; replay {seconds:.0f} s")
+          f"{a.temperature}, top_p {a.top_p}, {a.dtype}, max_tokens {a.max_tokens}, {a.device}; replay {seconds:.0f} s")
     print(format_table(rows))
 
 

@@ -32,14 +32,16 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     calls = load_calls(ReplayOptions(traces=["traces/demo.jsonl"], limit=a.calls, calls_per_session=1))[0]
-    print(f"CPU {cpu_capability()}; demo calls {len(calls)} (first of each session), N = {a.samples}, {a.dtype}, "
+    where = f"CPU {cpu_capability()}" if a.device == "cpu" else _gpu_name()
+    print(f"{where}; demo calls {len(calls)} (first of each session), N = {a.samples}, {a.dtype}, "
           f"temperature {a.temperature}")
     print(f"{'path':<12} {'way':<26} {'samples':>7} {'tokens':>7} {'seconds':>8} {'samples/s':>9} {'ratio':>6}")
     for name in a.paths.split(","):
         path = replace(load_paths()[name], dtype=a.dtype, temperature=a.temperature, samples=a.samples,
-                       batch_size=a.samples)
+                       batch_size=a.samples, device=a.device)
         engine = make_engine(path)
         engine.load()
         per_call = [Schedule.requests([c], path) for c in calls]
@@ -65,6 +67,12 @@ def main() -> None:
         same = best["one batch of N rows"][2] == best["N independent requests"][2]
         print(f"{name:<12} same tokens both ways: {same}")
         engine.close()
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0)
 
 
 if __name__ == "__main__":

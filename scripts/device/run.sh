@@ -4,8 +4,8 @@
 #
 #   bash scripts/device/run.sh                    # everything (the device call after the staging calls)
 #   STEPS="install tests" TESTS_K=bf16 bash scripts/device/run.sh   (steps: install versions tests replay step
-#                                                                   replay-dynamic bench; default: all but
-#                                                                   step and replay-dynamic)
+#                                                                   replay-dynamic bench samples power probe;
+#                                                                   default: install versions tests bench replay)
 #
 # Each step has its own time limit (a hang costs that step, not the session's device time), and a failed step
 # does not stop the next: what each printed is in $OUT/<step>.log, its exit status in $OUT/steps.txt.
@@ -98,4 +98,9 @@ step replay-dynamic 120 "$PY" -m toolaudit replay traces/demo.jsonl --paths scri
     --baseline target-dynamic --candidate spec-ngram-dynamic --db "$OUT/dynamic.duckdb"
 step bench 300 "$PY" benchmarks/bench_engine.py --device cuda --setups ${BENCH_SETUPS:-bf16-native} \
     --prompts 24 --json "$OUT/bench.json"
+# Sampled decoding (issue 34): N samples of a call as rows of one batch against N independent requests, and the
+# broken samplers' power table with the calibration, on CUDA in bf16.
+step samples 120 "$PY" benchmarks/bench_samples.py --device cuda --samples 16 --calls 8 --rounds 2
+step power 300 "$PY" benchmarks/bench_sampled_power.py --device cuda --dtype bfloat16 --calls ${POWER_CALLS:-24} \
+    --samples 16
 cat "$OUT/steps.txt"

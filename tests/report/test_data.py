@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 from toolaudit.analysis.figures import run_summary
 from toolaudit.cli import cli
-from toolaudit.compare.vocabulary import DRIFTED_KINDS
 from toolaudit.report import ReportOptions, customer_report, is_noise_floor, slugs
 from toolaudit.report.data import KIND_COLUMNS
 from toolaudit.report.text import kinds_text
 from toolaudit.store import Store
+from toolaudit.store.vocabulary import DRIFTED_KINDS
 
 
 def _report(db_path: Path, customer: str, **kwargs) -> dict:

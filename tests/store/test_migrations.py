@@ -6,10 +6,10 @@ import re
 
 from conftest import REPO
 
-from toolaudit.compare.vocabulary import DRIFTED_KINDS
 from toolaudit.store import Store
 from toolaudit.store.db import SESSIONS_SQL
 from toolaudit.store.migrations import MIGRATIONS
+from toolaudit.store.vocabulary import DRIFTED_KINDS
 
 EXPECTED_TABLES = {
     "schema_migrations": ["version", "name", "applied_at"],

@@ -15,9 +15,9 @@ import orjson
 
 from toolaudit.analysis.runs import is_sampled, run_options, samples_per_call, sampling
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
-from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store import Store
 from toolaudit.store import queries as q
+from toolaudit.store.vocabulary import MatchStatus
 
 
 @dataclass(frozen=True)

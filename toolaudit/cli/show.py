@@ -7,8 +7,8 @@ import click
 from toolaudit.cli.common import print_rows
 from toolaudit.cli.show_sampled import sampled_lines
 from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
-from toolaudit.compare.vocabulary import ArgDiffKind
 from toolaudit.report.output import format_table, json_value, pct, to_json
+from toolaudit.store.vocabulary import ArgDiffKind
 
 
 def problem_lines(s: dict, db: str | None = None) -> list[str]:

@@ -21,12 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from toolaudit.compare.vocabulary import MatchStatus
+from toolaudit.store.vocabulary import LENGTH, TRUNCATED_BOTH, TRUNCATED_ONE, MatchStatus
 
-LENGTH = "length"  # the finish reason of an answer cut at max_tokens (OpenAI's word; engines use it too)
-# How each truncated pair is explained in `calls.detail`; the one-sided texts end with the other side's reason.
-TRUNCATED_BOTH = f"both outputs stopped at max_tokens (finish_reason '{LENGTH}')"
-TRUNCATED_ONE = "{side} output stopped at max_tokens (finish_reason '" + LENGTH + "'); {other} finished: "
 TRUNCATION_HINT = ("raise max_tokens if the answers need the room (a runaway generation, one that repeats itself, "
                    "is cut at any limit: then the cut is the finding)")
 MISMATCH_HINT = "check --session-key (it must separate sessions), or pair by request (--pair-by request)"

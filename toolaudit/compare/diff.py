@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 from deepdiff import DeepDiff
 
-from toolaudit.compare.vocabulary import ArgDiff, ArgDiffKind, CallDiff, DriftKind
 from toolaudit.ingest import deepjson
+from toolaudit.store.vocabulary import ArgDiff, ArgDiffKind, CallDiff, DriftKind
 from toolaudit.validate.records import ParsedOutput, ToolCall
 
 # Returns True/False for valid/invalid arguments, None when validity is unknown (no or invalid schema).

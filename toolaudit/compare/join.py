@@ -18,17 +18,16 @@ from typing import Any
 from toolaudit.compare.pairs import Analyzer, SideOutput, message_raw_text
 from toolaudit.compare.recorder import Recorder
 from toolaudit.compare.request_digest import digest_hex
-from toolaudit.compare.vocabulary import DriftKind, MatchStatus
 from toolaudit.ingest.records import finish_reason, system_fingerprint
 from toolaudit.ingest.traces import TraceCall
 from toolaudit.store.staging import BASELINE_ONLY, CANDIDATE_ONLY, FAST, TRUNCATED, Staging
+from toolaudit.store.vocabulary import MISMATCHES_SHOWN, DriftKind, MatchStatus
 from toolaudit.validate.toolcalls import parse_message
 
 # (side, line, byte offset, call index) -> the call as recorded, re-read from its file
 ReadCall = Callable[[int, int, int, int], TraceCall]
 # (candidate line, byte offset) -> (line, schema validity, schema errors as JSON)
 Verdict = Callable[[int, int], tuple[int, bool | None, str | None]]
-MISMATCHES_SHOWN = 5  # mismatched pairs named in the run's counts (all are rows: calls.detail says why)
 
 
 def side_output(call: TraceCall, path_name: str) -> SideOutput:

@@ -21,9 +21,9 @@ from toolaudit.compare.attribution import NotCompared, not_compared
 from toolaudit.compare.diff import diff_outputs
 from toolaudit.compare.outcomes import SampleOutcome, sample_outcome
 from toolaudit.compare.request_digest import describe_difference
-from toolaudit.compare.vocabulary import CallDiff, DriftKind, MatchStatus
 from toolaudit.ingest import deepjson
 from toolaudit.store import RowBuffer, json_text
+from toolaudit.store.vocabulary import CallDiff, DriftKind, MatchStatus
 from toolaudit.validate.records import ParsedOutput, ToolCall
 from toolaudit.validate.schemas import CompiledSchema, SchemaRegistry, tool_schemas_from_request
 

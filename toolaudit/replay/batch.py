@@ -25,7 +25,6 @@ import orjson
 from toolaudit import ConfigError, StoreError
 from toolaudit.compare.pairs import Analyzer, write_call, write_output
 from toolaudit.compare.request_digest import digest_hex
-from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.engines import EngineResult
 from toolaudit.engines.fingerprint import fingerprint
 from toolaudit.engines.openai.engine import request_seed
@@ -35,6 +34,7 @@ from toolaudit.ingest.traces import EXCERPT_CHARS
 from toolaudit.replay.replayer import ReplayOptions, first_divergence, load_calls, side_output
 from toolaudit.store import RowBuffer, Store
 from toolaudit.store import batch as sb
+from toolaudit.store.vocabulary import MatchStatus
 from toolaudit.validate.schemas import SchemaRegistry
 
 URL = "/v1/chat/completions"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from toolaudit.compare.pairs import write_call, write_output
 from toolaudit.compare.request_digest import digest_hex
-from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.engines import EngineResult
 from toolaudit.engines.paths import PathConfig
 from toolaudit.ingest.traces import TraceCall, TraceLineError
@@ -16,6 +15,7 @@ from toolaudit.replay.evidence import first_divergence, side_output
 from toolaudit.replay.runs import Member
 from toolaudit.replay.sample_rows import write_call_test, write_samples
 from toolaudit.store import RowBuffer, Store
+from toolaudit.store.vocabulary import MatchStatus
 
 
 class ChunkRows:

@@ -30,11 +30,11 @@ from toolaudit.analysis.budgets import flatten, routing_advice
 from toolaudit.analysis.figures import run_options, slice_figures
 from toolaudit.analysis.floor import floor_figures, is_noise_floor
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
-from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store import Store
 from toolaudit.store import report_queries as rq
 from toolaudit.store.queries import drift_kind_counts, status_counts
 from toolaudit.store.report_queries import KIND_COLUMNS
+from toolaudit.store.vocabulary import MatchStatus
 
 # KIND_COLUMNS: the per-tool rows' drift-kind columns, in DriftKind declaration order; the "kinds" text lists
 # them in the same order. Plain strings: they name SQL columns and JSON keys.

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store.db import Store, insert_tables
 from toolaudit.store.rows import RowBuffer, json_text
+from toolaudit.store.vocabulary import MatchStatus
 
 
 def _keys(keys: list[tuple[str, int]]) -> pa.Table:

@@ -18,11 +18,11 @@ from typing import Any
 import orjson
 
 from toolaudit import RunNotFound, StoreError
-from toolaudit.compare.join import MISMATCHES_SHOWN
 from toolaudit.ingest.shards import Shard, merge_counts, shard_from_options
 from toolaudit.store import Store
 from toolaudit.store.merge import merge_into, merged_before, source_runs
 from toolaudit.store.queries import call_count
+from toolaudit.store.vocabulary import MISMATCHES_SHOWN
 
 # Options that may differ between the shards of one comparison.
 _PER_SHARD_OPTIONS = ("shard", "run_name")

@@ -15,11 +15,11 @@ import orjson
 import pyarrow as pa
 
 from toolaudit import RunNotFound, StoreError, __version__
-from toolaudit.compare.vocabulary import MatchStatus
 from toolaudit.store.migrations import MIGRATIONS
 from toolaudit.store.recovery import LIVE, live_key, settle_dead_runs
 from toolaudit.store.rows import RowBuffer, json_text
 from toolaudit.store.snapshot import SnapshotNote, SnapshotPublisher, open_snapshot
+from toolaudit.store.vocabulary import MatchStatus
 
 _LOCK_PID = re.compile(r"PID (\d+)")
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolaudit import RunNotFound
-from toolaudit.compare.vocabulary import SEVERITY, MatchStatus
 from toolaudit.store.db import Store
+from toolaudit.store.vocabulary import SEVERITY, MatchStatus
 
 NONE_CUSTOMER = "(none)"
 _MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"

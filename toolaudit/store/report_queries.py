@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from toolaudit.compare.vocabulary import DRIFTED_KINDS, DriftKind, MatchStatus
 from toolaudit.store.db import Store
 from toolaudit.store.queries import NONE_CUSTOMER
+from toolaudit.store.vocabulary import DRIFTED_KINDS, DriftKind, MatchStatus
 
 # The per-tool rows' drift-kind columns, in DriftKind declaration order.
 KIND_COLUMNS: tuple[str, ...] = tuple(str(k) for k in DRIFTED_KINDS)

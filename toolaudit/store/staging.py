@@ -32,10 +32,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from toolaudit.compare.attribution import LENGTH, TRUNCATED_BOTH, TRUNCATED_ONE
-from toolaudit.compare.vocabulary import DriftKind, MatchStatus
 from toolaudit.store.db import Store
 from toolaudit.store.rows import RowBuffer
+from toolaudit.store.vocabulary import LENGTH, TRUNCATED_BOTH, TRUNCATED_ONE, DriftKind, MatchStatus
 
 SCAN, INDEX, PAIRS, CVAL, CHUNKS, OUT = "_ta_scan", "_ta_index", "_ta_pairs", "_ta_cval", "_ta_chunks", "_ta_out"
 _SAME_TEXT = (f"CASE WHEN b.text_hash = c.text_hash THEN '{DriftKind.IDENTICAL.value}' "

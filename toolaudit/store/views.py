@@ -17,7 +17,7 @@ exact, order-fixed products doubled `summary`'s time on 2M calls (1.1 -> 2.1 s).
 
 from __future__ import annotations
 
-from toolaudit.compare.vocabulary import DRIFTED_KINDS, MatchStatus
+from toolaudit.store.vocabulary import DRIFTED_KINDS, MatchStatus
 
 MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
 # The migration that last changed a view; builders given an older `version` create the view as it was then.

@@ -1,6 +1,9 @@
-"""The one vocabulary of verdicts stored in the database: drift kinds, match statuses, argument diffs.
+"""The one vocabulary of verdicts stored in the database: drift kinds, match statuses, argument diffs, and the
+words stored with them (a truncated pair's `calls.detail`, how many mismatches a run's counts name).
 
-Every view, figure, gate and report uses these words; `store/views.py` is generated from them.
+Every view, figure, gate and report uses these words; `store/views.py` is generated from them. It lives in the
+store, which owns what the database holds: `compare/` (which decides the verdicts) imports it from here, and the
+store imports nothing from the wings above it.
 """
 
 from __future__ import annotations
@@ -8,6 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+LENGTH = "length"  # the finish reason of an answer cut at max_tokens (OpenAI's word; engines use it too)
+# How each truncated pair is explained in `calls.detail`; the one-sided texts end with the other side's reason.
+TRUNCATED_BOTH = f"both outputs stopped at max_tokens (finish_reason '{LENGTH}')"
+TRUNCATED_ONE = "{side} output stopped at max_tokens (finish_reason '" + LENGTH + "'); {other} finished: "
+MISMATCHES_SHOWN = 5  # mismatched pairs named in the run's counts (all are rows: calls.detail says why)
 
 
 class Vocabulary(str, Enum):
