@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from html import escape, unescape
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -22,6 +24,7 @@ from toolaudit.store import sampled_queries as sq
 from .sampled_scenario import LONG, WORDS, N, outcome, write_sampled_run
 
 ZEPHYR, QUOKKA = "Zephyr Logistics", "Quokka Mutual"
+CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +122,56 @@ def test_a_customer_without_a_shift_reads_so(sampled_report):
         again = customer_report(store, sampled_report["run"], QUOKKA)["sampled"]
     assert data["sampled"]["shifted_calls"] == again["shifted_calls"] == 0
     assert data["sampled"]["global_p"] == again["global_p"]  # deterministic for the same rows
+
+
+MEASURE = """<script>
+const out = [];
+for (const svg of document.querySelectorAll("svg.outcomes")) {
+  const panels = [];
+  for (const g of svg.querySelectorAll("g.histogram")) {
+    const grid = [...g.querySelectorAll("line")].map(l => l.getBoundingClientRect().top);
+    const bars = [...g.querySelectorAll("rect.bar")].map(r => {
+      const b = r.getBoundingClientRect();
+      return {outcome: r.dataset.outcome, samples: +r.dataset.samples, height: b.height, bottom: b.bottom};
+    });
+    panels.push({side: g.dataset.side, zero: Math.max(...grid), topline: Math.min(...grid), bars});
+  }
+  out.push({top: +svg.dataset.top, width: svg.getBoundingClientRect().width, panels});
+}
+const pre = document.createElement("pre");
+pre.id = "measured";
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>"""
+
+
+def test_histograms_render_in_headless_chromium(sampled_report, tmp_path):
+    """The page as Chromium lays it out (a copy with a measuring script; the report itself has none): one pair of
+    histograms per most-shifted call, and every bar as tall as its samples on the chart's axis."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium not installed (apt-get install -y chromium)")
+    files = _files(sampled_report, "zephyr-logistics")
+    shown = json.loads(files["json"])["sampled"]["most_shifted"]
+    page = tmp_path / "measured.html"
+    page.write_text(files["html"].replace("</body>", MEASURE + "</body>"))
+    flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1200,2000"]
+    dom = subprocess.run(flags + [f"--user-data-dir={tmp_path / 'p'}", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    measured = json.loads(unescape(re.search(r'<pre id="measured">(.*?)</pre>', dom.stdout, re.S).group(1)))
+    assert len(measured) == len(shown) == 5
+    for chart, call in zip(measured, shown):
+        assert chart["width"] > 500  # laid out at the page's width, not collapsed
+        assert [p["side"] for p in chart["panels"]] == ["baseline", "candidate"]
+        for panel in chart["panels"]:
+            counts = {h["outcome"]: h["samples"] for h in call[panel["side"]]}
+            drawn = {b["outcome"]: b["samples"] for b in panel["bars"]}
+            assert {o: n for o, n in drawn.items() if n} == counts  # every outcome of the side, with its count
+            assert sum(drawn.values()) == call[f"n_{panel['side']}"] == N
+            per_sample = (panel["zero"] - panel["topline"]) / chart["top"]  # px per sample on the axis
+            assert per_sample > 5
+            for bar in panel["bars"]:
+                assert bar["height"] == pytest.approx(bar["samples"] * per_sample, abs=1.0), bar
+                if bar["samples"]:
+                    assert bar["bottom"] == pytest.approx(panel["zero"], abs=1.0)  # standing on the axis
