@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sampled_scenario import LONG, WORDS, N, outcome, write_sampled_run
 
 from toolaudit.analysis.sampled import customer_sampled
 from toolaudit.cli import cli
@@ -20,8 +21,6 @@ from toolaudit.report import customer_report
 from toolaudit.report.charts import OUTCOME_LABEL
 from toolaudit.store import Store
 from toolaudit.store import sampled_queries as sq
-
-from .sampled_scenario import LONG, WORDS, N, outcome, write_sampled_run
 
 ZEPHYR, QUOKKA = "Zephyr Logistics", "Quokka Mutual"
 CHROMIUM = Path("/usr/bin/chromium")

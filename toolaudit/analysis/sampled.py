@@ -120,10 +120,14 @@ class SampledGate:
     @property
     def valid_drop(self) -> tuple[float, float, float] | None:
         """baseline - candidate schema-valid rate: (estimate, low, high) of its 95% interval; None without calls."""
-        v = self.valid
-        if v.difference is None or v.low is None or v.high is None:
-            return None
-        return -v.difference, -v.high, -v.low
+        return drop_of(self.valid)
+
+
+def drop_of(v: dist.PairedFigure) -> tuple[float, float, float] | None:
+    """A paired rate's drop, baseline - candidate: (estimate, low, high) of its 95% interval; None without calls."""
+    if v.difference is None or v.low is None or v.high is None:
+        return None
+    return -v.difference, -v.high, -v.low
 
 
 def sampled_gate(store: Store, run_id: int) -> SampledGate:
@@ -310,3 +314,48 @@ def customer_sampled(store: Store, run_id: int, customer: str, top: int = TOP) -
                    "no_tool_call_rate": _paired(calls, _kind_share("no_tool_call")).as_dict()},
         "most_shifted": _most_shifted(calls, top),
     }
+
+
+@dataclass(frozen=True)
+class SampledSlice:
+    """A sampled run's figures on one slice of its calls (all of them, or one customer's), for `frontier`: shifted
+    calls (the run-wide BH verdicts on the slice's calls) of those tested with the Wilson interval, the slice's own
+    global test, the median TV of its tested calls and the schema-valid rates paired by call."""
+
+    run_id: int
+    customer: str | None
+    samples_per_call: int
+    calls: int
+    shifted: Rate
+    global_p: float | None
+    median_tv: float | None
+    valid: dist.PairedFigure
+
+    @property
+    def valid_drop(self) -> tuple[float, float, float] | None:
+        return drop_of(self.valid)
+
+    def as_dict(self) -> dict[str, Any]:
+        drop = self.valid_drop
+        return {"samples_per_call": self.samples_per_call, "calls": self.calls, "calls_tested": self.shifted.n,
+                "shifted_calls": self.shifted.k, "shifted_share": self.shifted.p if self.shifted.n else None,
+                "shifted_ci_low": self.shifted.low if self.shifted.n else None,
+                "shifted_ci_high": self.shifted.high if self.shifted.n else None, "global_p": self.global_p,
+                "median_tv": self.median_tv, "valid_drop": None if drop is None else drop[0],
+                "valid_drop_ci_low": None if drop is None else drop[1],
+                "valid_drop_ci_high": None if drop is None else drop[2]}
+
+
+def sampled_slices(store: Store, run_id: int, customers: list[str | None]) -> dict[str | None, SampledSlice]:
+    """`SampledSlice` of a sampled run for each of `customers` (None: every call), from one read of its samples. A
+    customer without sampled calls gets a slice of 0 calls. Raises NotSampled."""
+    r = _load(store, run_id)
+    n = samples_per_call(r.run)
+    out = {}
+    for customer in customers:
+        calls = [c for c in r.calls if customer is None or c.row["customer"] == customer]
+        tvs = [c.row["tv"] for c in calls if c.row["p_value"] is not None and c.row["tv"] is not None]
+        g = dist.global_test([c.outcomes() for c in calls], SEED) if calls else dist.GlobalTest(0.0, None, 0)
+        out[customer] = SampledSlice(r.run["run_id"], customer, n, len(calls), _shifted_rate(calls), g.p_value,
+                                     statistics.median(tvs) if tvs else None, valid_figure(calls))
+    return out
