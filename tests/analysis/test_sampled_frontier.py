@@ -115,3 +115,32 @@ def test_a_shifted_budget_on_a_greedy_run_is_a_usage_error(matrix_db):
     assert out.exit_code == 2 and "--max-shifted-calls: run" in out.output and "not a sampled run" in out.output
     ok = invoke("frontier", "--db", matrix_db["db"], "--run", str(matrix_db["plain"]), "--max-call-drift", "5%")
     assert ok.exit_code == 0 and "recommended: target-only" in ok.output, ok.output  # 0 of 10: upper 27.8%
+
+
+def test_remedy_reports_of_a_sampled_matrix(matrix_db, tmp_path):
+    db, matrix = matrix_db["db"], str(matrix_db["matrix"])
+    out = invoke("report", "--db", db, "--run", matrix, "--all-customers", "--as", "md,json", "-o", str(tmp_path),
+                 "--max-shifted-calls", "40%", "--json")
+    assert out.exit_code == 0, out.output
+    printed = json.loads(out.output)
+    assert {r["customer"]: r["recommendation"]["choice"] for r in printed["remedies"]} == {
+        QUOKKA: "spec-draft", ZEPHYR: "spec-ngram"}
+    assert printed["frontier"]["overall"]["recommendation"]["choice"] == "spec-ngram"
+    folder = tmp_path / f"run-{matrix}"
+    zephyr = json.loads((folder / "zephyr-logistics.json").read_text())
+    assert zephyr["frontier"]["sampled"] and zephyr["settings"]["max_shifted_calls"] == 0.4
+    assert zephyr["method"].startswith("A sampled matrix")
+    md = (folder / "zephyr-logistics.md").read_text()
+    assert "| candidate | shifted | 95% CI | global p | median TV | schema-valid drop (95% CI) |" in md
+    assert f"`{FLOOR}` (noise floor: calibration)" in md and "**Recommended: spec-ngram" in md
+    for text in (md, (folder / "zephyr-logistics.json").read_text()):
+        assert "quokka" not in text.lower()  # each candidate's figures on this customer's calls only
+    member = json.loads((tmp_path / f"run-{zephyr['candidates'][0]['run_id']}" / "zephyr-logistics.json").read_text())
+    assert member["sampled"]["customer"] == ZEPHYR  # each candidate's own report has its distribution tests
+    bare = invoke("report", "--db", db, "--run", matrix, "--customer", QUOKKA, "--as", "md", "-o", str(tmp_path / "b"))
+    assert bare.exit_code == 0, bare.output
+    assert "**No recommendation: a sampled matrix is judged on the share of calls" in \
+        (tmp_path / "b" / f"run-{matrix}" / "quokka-mutual.md").read_text()
+    plain = invoke("report", "--db", db, "--run", str(matrix_db["plain"]), "--all-customers", "-o", str(tmp_path / "p"),
+                   "--max-shifted-calls", "5%")
+    assert plain.exit_code == 2 and "is not a sampled matrix" in plain.output

@@ -201,9 +201,11 @@ class FrontierPoint:
     pareto: bool
 
 
-def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | None = None) -> str:
+def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | None = None,
+                   y_title: str = "drifted calls", budget_label: str = "call drift budget") -> str:
     """Drift (y, with its 95% interval) against speedup over the baseline (x): one dot per candidate, filled
-    when Pareto-optimal; the baseline itself sits at 1.0x and 0 drift; an optional call drift budget line."""
+    when Pareto-optimal; the baseline itself sits at 1.0x and 0 drift; an optional call drift budget line. A
+    sampled matrix draws its shifted calls instead (`y_title`, `budget_label`)."""
     f = Frame(height=340, top=30, left=72)
     top = nice_max(max([p.high for p in points] + ([budget] if budget else []) + [1e-6]))
     x_max = max([p.speedup for p in points] + [1.0]) * 1.15
@@ -229,8 +231,7 @@ def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | 
         by = y(budget)
         body.append(f'<line x1="{f.left}" x2="{f.left + f.plot_w:.1f}" y1="{by:.1f}" y2="{by:.1f}" '
                     f'stroke="{AMBER}" stroke-width="2" stroke-dasharray="5 4"/>')
-        body.append(_text(f.left + f.plot_w - 4, by - 6, f"call drift budget {percent_label(budget)}", "end",
-                          AMBER))
+        body.append(_text(f.left + f.plot_w - 4, by - 6, f"{budget_label} {percent_label(budget)}", "end", AMBER))
     for p in points:
         px = x(p.speedup)
         body.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{y(p.high):.1f}" y2="{y(p.low):.1f}" '
@@ -244,7 +245,7 @@ def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | 
              _text(f.left + 26, 17, "Pareto-optimal", "start", INK),
              f'<circle cx="{f.left + 146}" cy="13" r="5" fill="#fff" stroke="{BLUE}" stroke-width="2"/>',
              _text(f.left + 156, 17, "dominated (whisker: 95% CI)", "start", INK)]
-    body += f.axis_titles("speedup over the baseline (tokens/s)", "drifted calls")
+    body += f.axis_titles("speedup over the baseline (tokens/s)", y_title)
     return _svg(f.width, f.height, title, body)
 
 

@@ -59,6 +59,7 @@ class ReportOptions:
     top_arguments: int = 15
     examples: int = 8
     table_rows: int = 20  # per-tool rows shown in HTML/Markdown (JSON has them all)
+    max_shifted_calls: float | None = None  # a sampled matrix's remedy reports: the budget on shifted calls
 
 
 def customers_of(store: Store, run_id: int) -> list[str]:
