@@ -26,7 +26,7 @@ def _p(p: float | None) -> str:
 
 
 def _pp(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:+.2f}pp"
+    return "-" if x is None else f"{x * 100 + 0.0:+.2f}pp"  # + 0.0: no "-0.00"
 
 
 def sampled_frontier_text(f, title: str) -> list[str]:

@@ -122,7 +122,7 @@ def _sampled_cells(r: dict) -> list[str]:
     drop = s["valid_drop"]
 
     def pp(x: float) -> str:
-        return f"{x * 100:+.2f}"
+        return f"{x * 100 + 0.0:+.2f}"  # + 0.0: no "-0.00"
 
     return [f"{pct(s['shifted_share'])} ({s['shifted_calls']}/{s['calls_tested']})",
             f"{pct(s['shifted_ci_low'])}-{pct(s['shifted_ci_high'])}",

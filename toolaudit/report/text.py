@@ -138,7 +138,7 @@ def tv_text(x: float | None) -> str:
 
 
 def pp_text(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:+.2f} pts"
+    return "n/a" if x is None else f"{x * 100 + 0.0:+.2f} pts"  # + 0.0: no "-0.00"
 
 
 def sampled_sentences(s: dict) -> list[str]:
