@@ -11,15 +11,33 @@ decision). Session figures use the customer's session length: `--session-calls` 
 calls per session of the replayed traces before any sampling (`options.trace_session_calls`), else the mean
 of the matched calls per session. Figures come from the `frontier` / `customer_frontier` views, so a
 customer's frontier uses that customer's calls only.
+
+A sampled matrix (each call decoded N times per path at temperature > 0, `analysis/sampled.py`) is judged on its
+distributions, not on sample 0's drift (which measures sampling noise): each candidate carries its shifted calls
+(the run-wide BH verdicts on the slice's calls) with their Wilson interval, the slice's global test, median TV and
+schema-valid drop; the noise floor (the baseline with other seeds) is the calibration row, never a remedy; the
+budget is `max_shifted_calls`, judged by the same rule, and Pareto-optimality is on the shifted share and speed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from toolaudit import StoreError
 from toolaudit.analysis.figures import run_options
-from toolaudit.analysis.rules import DEFAULT_RULE, EPS, Judged, Rule, judge_calls, judge_sessions, session_drift_at
+from toolaudit.analysis.floor import is_noise_floor
+from toolaudit.analysis.rules import (
+    DEFAULT_RULE,
+    EPS,
+    Judged,
+    Rule,
+    judge_calls,
+    judge_sessions,
+    judge_shifted,
+    session_drift_at,
+)
+from toolaudit.analysis.runs import is_sampled
+from toolaudit.analysis.sampled import NotSampled, SampledSlice, sampled_slices
 from toolaudit.analysis.stats import Rate, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
@@ -32,14 +50,15 @@ class Budget:
     max_call_drift: float | None = None
     max_session_drift: float | None = None
     rule: Rule = DEFAULT_RULE
+    max_shifted_calls: float | None = None  # a sampled matrix: the share of calls tested whose distribution shifted
 
     @property
     def given(self) -> bool:
-        return self.max_call_drift is not None or self.max_session_drift is not None
+        return any(x is not None for x in (self.max_call_drift, self.max_session_drift, self.max_shifted_calls))
 
     def as_dict(self) -> dict:
         return {"max_call_drift": self.max_call_drift, "max_session_drift": self.max_session_drift,
-                "rule": self.rule.value}
+                "max_shifted_calls": self.max_shifted_calls, "rule": self.rule.value}
 
 
 @dataclass(frozen=True)
@@ -60,13 +79,21 @@ class Remedy:
     acceptance_rate: float | None
     tokens_per_forward_pass: float | None
     pareto: bool | None  # None when speed was not measured (recorded logs)
-    within_budget: bool | None  # None when no budget was given
+    within_budget: bool | None  # None when no budget was given (and for the noise floor of a sampled matrix)
     judged: tuple[Judged, ...] = ()  # each budget as the rule judged it
+    noise_floor: bool = False  # the baseline against itself (batch neighbours, or other seeds when sampled)
+    sampled: SampledSlice | None = None  # a sampled matrix: the distribution figures on this slice
+
+    @property
+    def gate_rate(self) -> Rate:
+        """What a budget judges: the shifted calls of a sampled candidate, else its drifted calls."""
+        return self.sampled.shifted if self.sampled is not None else self.rate
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("rate", "judged")}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("rate", "judged", "sampled")}
         out.update(calls=self.rate.n, drifted_calls=self.rate.k, drift_rate=self.rate.p, ci_low=self.rate.low,
-                   ci_high=self.rate.high, budget_checks=[j.as_dict() for j in self.judged])
+                   ci_high=self.rate.high, budget_checks=[j.as_dict() for j in self.judged],
+                   sampled=None if self.sampled is None else self.sampled.as_dict())
         return out
 
 
@@ -87,11 +114,24 @@ class Frontier:
     budget: Budget
     remedies: list[Remedy]
     recommendation: Recommendation | None
+    sampled: bool = False  # a sampled matrix: judged on shifted calls (`max_shifted_calls`)
+    budget_hint: str | None = None  # a sampled matrix: which budget to give (or which budgets it does not use)
+
+    @property
+    def calibration(self) -> Remedy | None:
+        """A sampled matrix's noise floor, the row that says what no shift looks like at this N."""
+        return next((r for r in self.remedies if r.noise_floor and r.sampled is not None), None)
 
     def as_dict(self) -> dict:
+        calibration = self.calibration
         return {"matrix_id": self.matrix_id, "baseline": self.baseline, "customer": self.customer,
-                "budget": self.budget.as_dict(), "remedies": [r.as_dict() for r in self.remedies],
-                "recommendation": None if self.recommendation is None else self.recommendation.__dict__}
+                "budget": self.budget.as_dict(), "sampled": self.sampled,
+                "remedies": [r.as_dict() for r in self.remedies],
+                "calibration": None if calibration is None else {"candidate": calibration.candidate,
+                                                                 "run_id": calibration.run_id,
+                                                                 **calibration.sampled.as_dict()},
+                "recommendation": None if self.recommendation is None else self.recommendation.__dict__,
+                "budget_hint": self.budget_hint}
 
 
 def matrix_of(store: Store, run_id: int | None) -> dict:
@@ -102,9 +142,26 @@ def matrix_of(store: Store, run_id: int | None) -> dict:
     return run
 
 
+Slices = dict[int, dict[str | None, SampledSlice]]  # member run id -> customer (None: all) -> figures
+
+
+def _members(store: Store, run: dict) -> dict[int, dict]:
+    return {m["run_id"]: m for m in (store.matrix_members(run["run_id"]) or [run])}
+
+
+def _sampled_slices(store: Store, members: dict[int, dict], customers: list[str | None]) -> Slices | None:
+    """Every member's sampled figures for `customers`, one read of each member's samples; None when the matrix is
+    not sampled."""
+    if not any(is_sampled(m) for m in members.values()):
+        return None
+    return {rid: sampled_slices(store, rid, customers) for rid, m in members.items() if is_sampled(m)}
+
+
 def frontier(store: Store, run_id: int | None, customer: str | None = None, budget: Budget | None = None,
-             session_calls: float | None = None) -> Frontier:
-    """The frontier of a matrix run (or plain run) for all traffic or one customer."""
+             session_calls: float | None = None, slices: Slices | None = None) -> Frontier:
+    """The frontier of a matrix run (or plain run) for all traffic or one customer. `slices`: a sampled matrix's
+    figures when the caller has read them already (`customer_frontiers`). Raises NotSampled for a budget on shifted
+    calls of a matrix that is not sampled."""
     budget = budget or Budget()
     run = matrix_of(store, run_id)
     rows = q.frontier_rows(store, run["run_id"], customer)
@@ -114,32 +171,91 @@ def frontier(store: Store, run_id: int | None, customer: str | None = None, budg
     if session_calls is None:  # a replay that sampled calls knows its traces' real session lengths
         lengths = run_options(run).get("trace_session_calls") or {}
         session_calls = lengths.get("(all)" if customer is None else customer)
-    remedies = [_remedy(row, budget, session_calls) for row in rows]
-    recommendation = recommend(remedies, budget) if budget.given else None
-    return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation)
+    members = _members(store, run)
+    slices = slices if slices is not None else _sampled_slices(store, members, [customer])
+    if slices is None:
+        if budget.max_shifted_calls is not None:
+            raise NotSampled(f"run {run['run_id']} is not a sampled run: --max-shifted-calls judges sampled runs "
+                             "(replay with --samples N at temperature > 0); use --max-call-drift here")
+        remedies = [_remedy(row, budget, session_calls) for row in rows]
+        recommendation = recommend(remedies, budget) if budget.given else None
+        return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation)
+    remedies = _sampled_pareto([_remedy(row, budget, session_calls, members.get(row["run_id"]),
+                                        slices.get(row["run_id"], {}).get(customer)) for row in rows])
+    recommendation, notes = None, []
+    if budget.max_call_drift is not None or budget.max_session_drift is not None:
+        notes.append("--max-call-drift and --max-session-drift are not used on a sampled matrix: they judge sample "
+                     "0's drift, which at temperature > 0 is sampling noise")
+    if budget.max_shifted_calls is not None:
+        recommendation = recommend([r for r in remedies if not r.noise_floor], budget)
+    else:
+        notes.append(_budget_hint(remedies, budget))
+    return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation, True,
+                    "; ".join(notes) or None)
 
 
 def customer_frontiers(store: Store, run_id: int | None, budget: Budget | None = None,
                        session_calls: float | None = None) -> list[Frontier]:
     """One frontier per customer of the matrix, each from that customer's calls only."""
     run = matrix_of(store, run_id)
-    return [frontier(store, run["run_id"], c, budget, session_calls)
-            for c in q.frontier_customers(store, run["run_id"])]
+    customers = q.frontier_customers(store, run["run_id"])
+    slices = _sampled_slices(store, _members(store, run), list(customers))
+    return [frontier(store, run["run_id"], c, budget, session_calls, slices) for c in customers]
 
 
-def _remedy(row: dict, budget: Budget, session_calls: float | None) -> Remedy:
+def _budget_hint(remedies: list[Remedy], budget: Budget) -> str:
+    """Which budget a sampled matrix needs, and the smallest one the data can pass: the noise floor's bound (what
+    the baseline against itself reaches at this N and call count), else that of a candidate with no shifted call."""
+    floor = next((r for r in remedies if r.noise_floor and r.sampled is not None), None)
+    tested = max((r.sampled.shifted.n for r in remedies if r.sampled is not None), default=0)
+    if floor is not None and floor.sampled.shifted.n:
+        bound = budget.rule.of(floor.sampled.shifted)
+        least = f"the noise floor ({floor.candidate}) reaches {100 * bound:.2f}% on its {budget.rule.label}"
+    else:
+        bound = budget.rule.of(wilson(0, tested)) if tested else 1.0
+        least = f"a candidate with no shifted call reaches {100 * bound:.2f}% on its {budget.rule.label}"
+    return (f"a sampled matrix is judged on the share of calls whose outcome distribution shifted (sample 0's drift "
+            f"is sampling noise): give --max-shifted-calls PCT for a recommendation; {least} over {tested} calls, "
+            "so a budget under that passes nothing at this N")
+
+
+def _sampled_pareto(remedies: list[Remedy]) -> list[Remedy]:
+    """Pareto-optimality of a sampled matrix's candidates on the shifted share and speed (the floor is none): no
+    other candidate, nor the baseline (no shift, 1.0x), at least as good on both and better on one."""
+    points = [(r, r.sampled.shifted.p, r.speedup) for r in remedies
+              if not r.noise_floor and r.sampled is not None and r.speedup is not None]
+    out = []
+    for r in remedies:
+        if r.noise_floor or r.sampled is None or r.speedup is None:
+            out.append(replace(r, pareto=None))
+            continue
+        share, speed = r.sampled.shifted.p, r.speedup
+        beaten = speed <= 1 and (share > 0 or speed < 1)
+        beaten = beaten or any(o is not r and s <= share and v >= speed and (s < share or v > speed)
+                               for o, s, v in points)
+        out.append(replace(r, pareto=not beaten))
+    return out
+
+
+def _remedy(row: dict, budget: Budget, session_calls: float | None, member: dict | None = None,
+            sampled: SampledSlice | None = None) -> Remedy:
     rate = wilson(row["drifted_calls"], row["calls"])
     length = float(session_calls or row["mean_calls_per_session"] or 1.0)
+    floor = member is not None and is_noise_floor(member)
     judged = []
-    if budget.max_call_drift is not None:
-        judged.append(judge_calls(rate, budget.max_call_drift, budget.rule))
-    if budget.max_session_drift is not None:
-        judged.append(judge_sessions(rate, length, budget.max_session_drift, budget.rule))
+    if sampled is not None:  # sample 0's drift is noise: a sampled candidate is judged on its shifted calls
+        if budget.max_shifted_calls is not None and not floor:
+            judged.append(judge_shifted(sampled.shifted, budget.max_shifted_calls, budget.rule))
+    else:
+        if budget.max_call_drift is not None:
+            judged.append(judge_calls(rate, budget.max_call_drift, budget.rule))
+        if budget.max_session_drift is not None:
+            judged.append(judge_sessions(rate, length, budget.max_session_drift, budget.rule))
     return Remedy(row["run_id"], row["candidate"], rate, row["sessions"] or 0, row["observed_session_drift"],
                   length, session_drift_at(rate.p, length), session_drift_at(rate.high, length),
                   row["baseline_tokens_per_s"], row["candidate_tokens_per_s"], row["speedup"],
                   row["acceptance_rate"], row["tokens_per_forward_pass"], row["pareto"],
-                  all(j.ok for j in judged) if judged else None, tuple(judged))
+                  all(j.ok for j in judged) if judged else None, tuple(judged), floor, sampled)
 
 
 def recommend(remedies: list[Remedy], budget: Budget) -> Recommendation:
@@ -147,16 +263,16 @@ def recommend(remedies: list[Remedy], budget: Budget) -> Recommendation:
     judged = budget.rule.of
     within = [r for r in remedies if r.within_budget]
     if not within:
-        closest = min(remedies, key=lambda r: judged(r.rate))
+        closest = min(remedies, key=lambda r: judged(r.gate_rate))
         return Recommendation(BASELINE_CHOICE, None, f"no candidate is within budget on its {_rule_name(budget)} "
                                                      f"(closest: {closest.candidate}, {_bound_text(closest)})")
     timed = [r for r in within if r.speedup is not None]
     if not timed:
-        best = min(within, key=lambda r: (judged(r.rate), r.candidate))
+        best = min(within, key=lambda r: (judged(r.gate_rate), r.candidate))
         return Recommendation(best.candidate, best.run_id, f"within budget with the lowest drift "
                                                            f"{budget.rule.label} (speed was not measured: "
                                                            "recorded logs)")
-    best = max(timed, key=lambda r: (r.speedup, -judged(r.rate)))
+    best = max(timed, key=lambda r: (r.speedup, -judged(r.gate_rate)))
     if best.speedup <= 1 + EPS:
         return Recommendation(BASELINE_CHOICE, None, f"candidates within budget are not faster than the "
                                                      f"baseline (best {best.candidate} at {best.speedup:.2f}x)")

@@ -44,6 +44,7 @@ class _Call:
     candidate: list[Sample]
     shifted: bool = False
     q_value: float | None = None
+    left_out: dict[str, dict[str, int]] | None = None  # side -> untested kind -> samples (truncated, failed)
 
     def sides(self) -> tuple[list[Sample], list[Sample]]:
         return self.baseline, self.candidate
@@ -68,16 +69,19 @@ def _load(store: Store, run_id: int) -> _Run:
     rows = sq.sampled_call_rows(store, run["run_id"])
     samples: dict[tuple[str, int], dict[str, list[Sample]]] = {}
     excluded: dict[str, dict[str, int]] = {}
+    per_call: dict[tuple[str, int], dict[str, dict[str, int]]] = {}
     for session_id, call_index, side, outcome, kind, tool, args in sq.sample_rows(store, run["run_id"]):
         if kind in dist.UNTESTED or outcome in dist.UNTESTED:
-            by_kind = excluded.setdefault(side, {})
-            by_kind[kind] = by_kind.get(kind, 0) + 1
+            for into in (excluded, per_call.setdefault((session_id, call_index), {})):
+                by_kind = into.setdefault(side, {})
+                by_kind[kind] = by_kind.get(kind, 0) + 1
             continue
         samples.setdefault((session_id, call_index), {}).setdefault(side, []).append((outcome, kind, tool, args))
     calls = []
     for row in rows:
         got = samples.pop((row["session_id"], row["call_index"]), {})
-        calls.append(_Call(row, got.get("baseline", []), got.get("candidate", [])))
+        calls.append(_Call(row, got.get("baseline", []), got.get("candidate", []),
+                           left_out=per_call.get((row["session_id"], row["call_index"]))))
     q_values = dist.bh_q_values([c.row["p_value"] for c in calls])
     for call, q in zip(calls, q_values):
         call.q_value, call.shifted = q, q is not None and q <= dist.Q
@@ -116,10 +120,14 @@ class SampledGate:
     @property
     def valid_drop(self) -> tuple[float, float, float] | None:
         """baseline - candidate schema-valid rate: (estimate, low, high) of its 95% interval; None without calls."""
-        v = self.valid
-        if v.difference is None or v.low is None or v.high is None:
-            return None
-        return -v.difference, -v.high, -v.low
+        return drop_of(self.valid)
+
+
+def drop_of(v: dist.PairedFigure) -> tuple[float, float, float] | None:
+    """A paired rate's drop, baseline - candidate: (estimate, low, high) of its 95% interval; None without calls."""
+    if v.difference is None or v.low is None or v.high is None:
+        return None
+    return -v.difference, -v.high, -v.low
 
 
 def sampled_gate(store: Store, run_id: int) -> SampledGate:
@@ -255,3 +263,99 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
         "customers": _slices(calls, "customer", tests),
         "shifted_sql": sq.shifted_calls_sql(r.run["run_id"]),
     }
+
+
+def _left_out(calls: list[_Call]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for call in calls:
+        for side, kinds in (call.left_out or {}).items():
+            for kind, n in kinds.items():
+                out.setdefault(side, {})[kind] = out.setdefault(side, {}).get(kind, 0) + n
+    return out
+
+
+def customer_sampled(store: Store, run_id: int, customer: str, top: int = TOP) -> dict[str, Any] | None:
+    """One customer's figures of a sampled run, for its report: only that customer's calls (`sampled_calls.customer`,
+    '(none)' for calls without one). Shifted calls are the run-wide BH verdicts (q over every call of the run, as
+    `summary` and `check` count them) restricted to the customer's calls; the global test, the power, the paired
+    figures and the most-shifted calls (lowest p, up to `top`, with both outcome histograms) are computed from the
+    customer's calls alone, so its global p is `global_test` on them (the `summary` customer row draws its
+    permutations beside other customers' calls: the two agree up to Monte Carlo error). None when the customer has
+    no sampled call in the run. Raises NotSampled for a run that is not sampled."""
+    r = _load(store, run_id)
+    calls = [c for c in r.calls if c.row["customer"] == customer]
+    if not calls:
+        return None
+    n = samples_per_call(r.run)
+    rate = _shifted_rate(calls)
+    g = dist.global_test([c.outcomes() for c in calls], SEED)
+    tvs = [c.row["tv"] for c in calls if c.row["p_value"] is not None and c.row["tv"] is not None]
+    pw = dist.power(n, rate.n)
+    return {
+        "run_id": r.run["run_id"],
+        "customer": customer,
+        "samples_per_call": n,
+        "calls": len(calls),
+        "calls_tested": rate.n,
+        "calls_untested": len(calls) - rate.n,
+        "samples_left_out": _left_out(calls),
+        "q": dist.Q,
+        "shifted_calls": rate.k,
+        "shifted_share": rate.p if rate.n else None,
+        "shifted_ci_low": rate.low if rate.n else None,
+        "shifted_ci_high": rate.high if rate.n else None,
+        "global_p": g.p_value,
+        "global_statistic": g.statistic,
+        "global_calls": g.calls,
+        "median_tv": statistics.median(tvs) if tvs else None,
+        "power": {**pw.as_dict(), "tv": POWER_TV, "samples_needed_per_call": dist.samples_needed(POWER_TV)},
+        "paired": {"schema_valid_rate": valid_figure(calls).as_dict(),
+                   "unparseable_rate": _paired(calls, _kind_share("unparseable")).as_dict(),
+                   "no_tool_call_rate": _paired(calls, _kind_share("no_tool_call")).as_dict()},
+        "most_shifted": _most_shifted(calls, top),
+    }
+
+
+@dataclass(frozen=True)
+class SampledSlice:
+    """A sampled run's figures on one slice of its calls (all of them, or one customer's), for `frontier`: shifted
+    calls (the run-wide BH verdicts on the slice's calls) of those tested with the Wilson interval, the slice's own
+    global test, the median TV of its tested calls and the schema-valid rates paired by call."""
+
+    run_id: int
+    customer: str | None
+    samples_per_call: int
+    calls: int
+    shifted: Rate
+    global_p: float | None
+    median_tv: float | None
+    valid: dist.PairedFigure
+
+    @property
+    def valid_drop(self) -> tuple[float, float, float] | None:
+        return drop_of(self.valid)
+
+    def as_dict(self) -> dict[str, Any]:
+        drop = self.valid_drop
+        return {"samples_per_call": self.samples_per_call, "calls": self.calls, "calls_tested": self.shifted.n,
+                "shifted_calls": self.shifted.k, "shifted_share": self.shifted.p if self.shifted.n else None,
+                "shifted_ci_low": self.shifted.low if self.shifted.n else None,
+                "shifted_ci_high": self.shifted.high if self.shifted.n else None, "global_p": self.global_p,
+                "median_tv": self.median_tv, "valid_drop": None if drop is None else drop[0],
+                "valid_drop_ci_low": None if drop is None else drop[1],
+                "valid_drop_ci_high": None if drop is None else drop[2]}
+
+
+def sampled_slices(store: Store, run_id: int, customers: list[str | None]) -> dict[str | None, SampledSlice]:
+    """`SampledSlice` of a sampled run for each of `customers` (None: every call), from one read of its samples. A
+    customer without sampled calls gets a slice of 0 calls. Raises NotSampled."""
+    r = _load(store, run_id)
+    n = samples_per_call(r.run)
+    out = {}
+    for customer in customers:
+        calls = [c for c in r.calls if customer is None or c.row["customer"] == customer]
+        tvs = [c.row["tv"] for c in calls if c.row["p_value"] is not None and c.row["tv"] is not None]
+        g = dist.global_test([c.outcomes() for c in calls], SEED) if calls else dist.GlobalTest(0.0, None, 0)
+        out[customer] = SampledSlice(r.run["run_id"], customer, n, len(calls), _shifted_rate(calls), g.p_value,
+                                     statistics.median(tvs) if tvs else None, valid_figure(calls))
+    return out

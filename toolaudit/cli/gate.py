@@ -51,6 +51,8 @@ class CannotCheck(click.ClickException):
 @click.option("--max-session-drift", type=Proportion(), help="Session drift budget for routing advice.")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for the session budget "
               "(default: the customer's mean).")
+@click.option("--max-shifted-calls", type=Proportion(), help="A sampled matrix: the budget on the share of calls "
+              "whose outcome distribution shifted, for the remedy reports' recommendation (5%).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the files written and each customer's headline figures as one JSON object.")
 @click.option("--history", is_flag=True, help="Write the history of every run instead of one run's reports: drift "
@@ -61,12 +63,13 @@ class CannotCheck(click.ClickException):
 def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool,
            formats: tuple[str, ...], old_format: tuple[str, ...], out_dir: str, near_tie_margin: float,
            max_call_drift: float | None, max_session_drift: float | None, session_calls: float | None,
-           as_json: bool, history: bool, path_pair: tuple[str, str] | None) -> None:
+           max_shifted_calls: float | None, as_json: bool, history: bool, path_pair: tuple[str, str] | None) -> None:
     """Write per-customer drift reports (HTML, Markdown, JSON) for a run.
 
     For a matrix run (`replay --candidate A --candidate B ...`): each candidate's reports, and per customer a
     remedy report (every candidate's drift and speed, the Pareto frontier, the fastest candidate within the
-    --max-call-drift / --max-session-drift budget), also printed here.
+    --max-call-drift / --max-session-drift budget), also printed here. A sampled run's reports add its
+    distribution tests; a sampled matrix's remedy reports judge --max-shifted-calls.
 
     With --history: the runs over time instead (HTML, or JSON with --as json), for every customer's calls or, with
     --customer / --all-customers, one page per customer from that customer's calls only."""
@@ -75,7 +78,7 @@ def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_custome
     from toolaudit.report.write import ReportError, written_json
 
     if history:
-        if max_session_drift is not None or session_calls is not None:
+        if max_session_drift is not None or session_calls is not None or max_shifted_calls is not None:
             raise click.UsageError("--history draws the call drift budget (--max-call-drift) only")
         _report_history(db, run_ref, customers, all_customers, formats + old_format, out_dir, max_call_drift,
                         path_pair, as_json)
@@ -91,10 +94,15 @@ def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_custome
     except ReportError as exc:
         raise click.UsageError(f"--as: {exc}") from None
     options = ReportOptions(near_tie_margin=near_tie_margin, max_call_drift=max_call_drift,
-                            max_session_drift=max_session_drift, session_calls=session_calls)
-    budget = Budget(max_call_drift, max_session_drift)
+                            max_session_drift=max_session_drift, session_calls=session_calls,
+                            max_shifted_calls=max_shifted_calls)
+    budget = Budget(max_call_drift, max_session_drift, max_shifted_calls=max_shifted_calls)
     with reading(db) as store:
         run = store.run_row(resolve_run(store, run_ref))
+        if max_shifted_calls is not None and not _sampled_matrix(store, run):
+            raise click.UsageError(f"--max-shifted-calls: run {run['run_id']} is not a sampled matrix (it judges the "
+                                   "remedy reports of `replay --samples N` with several candidates; `check "
+                                   "--max-shifted-calls` gates one sampled run)")
         written = write_reports_detailed(store, run["run_id"], None if all_customers else customers, wanted, out_dir,
                                          options)
         if as_json:
@@ -109,6 +117,12 @@ def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_custome
             show_matrix(store, run["run_id"], "table", budget, session_calls)
     for w in written:
         click.echo(str(w.path))
+
+
+def _sampled_matrix(store, run: dict) -> bool:
+    from toolaudit.analysis.runs import is_sampled
+
+    return run["kind"] == "matrix" and any(is_sampled(m) for m in store.matrix_members(run["run_id"]))
 
 
 def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool,

@@ -21,8 +21,50 @@ from toolaudit.cli.show import show_summary
 from toolaudit.report.output import format_table, pct, to_json
 
 
+def _p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def _pp(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100 + 0.0:+.2f}pp"  # + 0.0: no "-0.00"
+
+
+def sampled_frontier_text(f, title: str) -> list[str]:
+    """A sampled matrix's frontier: each candidate's distribution figures, the noise floor as the calibration row,
+    and the recommendation (or which budget to give)."""
+    rows = []
+    for r in f.remedies:
+        s = r.sampled
+        name = f"{r.candidate} (noise floor: calibration)" if r.noise_floor else r.candidate
+        if s is None:
+            rows.append([name] + ["-"] * 9)
+            continue
+        share = s.shifted
+        drop = s.valid_drop
+        rows.append([name, f"{share.k}/{share.n}", pct(share.p) if share.n else "-",
+                     f"{pct(share.low)}-{pct(share.high)}" if share.n else "-", _p(s.global_p),
+                     "-" if s.median_tv is None else f"{s.median_tv:.2f}",
+                     "-" if drop is None else f"{_pp(drop[0])} ({_pp(drop[1])} to {_pp(drop[2])})",
+                     "-" if r.speedup is None else f"{r.speedup:.2f}x",
+                     "-" if r.pareto is None else ("yes" if r.pareto else "no"),
+                     "-" if r.within_budget is None else ("yes" if r.within_budget else "no")])
+    base = next((r.baseline_tokens_per_s for r in f.remedies if r.baseline_tokens_per_s), None)
+    n = next((r.sampled.samples_per_call for r in f.remedies if r.sampled is not None), None)
+    head = f"{title}: sampled, {n} samples per call (distribution_shift, BH q=0.05)"
+    lines = [head + (f" (baseline {f.baseline}: {base:.1f} tokens/s)" if base else f" (baseline {f.baseline})"),
+             format_table(["candidate", "shifted", "share", "95% CI", "global p", "median TV",
+                           "schema-valid drop (95% CI)", "speedup", "pareto", "in budget"], rows)]
+    if f.recommendation is not None:
+        lines.append(f"  recommended: {f.recommendation.choice} ({f.recommendation.reason})")
+    if f.budget_hint:
+        lines.append(f"  {'note' if f.recommendation else 'no recommendation'}: {f.budget_hint}")
+    return lines
+
+
 def frontier_text(f, title: str) -> list[str]:
     """One frontier as a table, with the recommendation when a budget was given."""
+    if f.sampled:
+        return sampled_frontier_text(f, title)
     length = f.remedies[0].session_calls if f.remedies else 1.0
     rows = []
     for r in f.remedies:
@@ -102,18 +144,26 @@ def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=
 @click.option("--max-session-drift", type=Proportion(), help="Session drift budget for the recommendation.")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for session drift (default: "
               "each customer's mean).")
+@click.option("--max-shifted-calls", type=Proportion(), help="A sampled matrix: the budget on the share of calls "
+              "whose outcome distribution shifted (distribution_shift, BH q=0.05), e.g. 5%.")
 @rule_option
 @output_options
 @friendly_errors
 def frontier_cmd(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
-                 session_calls: float | None, rule: str | None, fmt: str) -> None:
+                 session_calls: float | None, max_shifted_calls: float | None, rule: str | None, fmt: str) -> None:
     """Candidates of a remedy matrix side by side, and per customer the fastest one within the budget.
 
     The budget is judged by the rule `check` uses (default: the 95% upper bound, so a candidate is recommended
-    only when the data show it is within budget; otherwise the answer is target-only, the baseline)."""
+    only when the data show it is within budget; otherwise the answer is target-only, the baseline). A sampled
+    matrix (replay --samples N) is judged on its shifted calls (--max-shifted-calls), its noise floor the
+    calibration row."""
     from toolaudit.analysis.frontier import Budget
+    from toolaudit.analysis.sampled import NotSampled
     from toolaudit.cli.common import gate_rule
 
-    budget = Budget(max_call_drift, max_session_drift, gate_rule(rule))
+    budget = Budget(max_call_drift, max_session_drift, gate_rule(rule), max_shifted_calls)
     with reading(db) as store:
-        show_matrix(store, resolve_run(store, run_ref), fmt, budget, session_calls)
+        try:
+            show_matrix(store, resolve_run(store, run_ref), fmt, budget, session_calls)
+        except NotSampled as err:
+            raise click.UsageError(f"--max-shifted-calls: {err}") from None

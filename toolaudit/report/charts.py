@@ -7,6 +7,7 @@ Each function returns one `<svg>` element sized by its viewBox (it scales to the
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -200,9 +201,11 @@ class FrontierPoint:
     pareto: bool
 
 
-def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | None = None) -> str:
+def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | None = None,
+                   y_title: str = "drifted calls", budget_label: str = "call drift budget") -> str:
     """Drift (y, with its 95% interval) against speedup over the baseline (x): one dot per candidate, filled
-    when Pareto-optimal; the baseline itself sits at 1.0x and 0 drift; an optional call drift budget line."""
+    when Pareto-optimal; the baseline itself sits at 1.0x and 0 drift; an optional call drift budget line. A
+    sampled matrix draws its shifted calls instead (`y_title`, `budget_label`)."""
     f = Frame(height=340, top=30, left=72)
     top = nice_max(max([p.high for p in points] + ([budget] if budget else []) + [1e-6]))
     x_max = max([p.speedup for p in points] + [1.0]) * 1.15
@@ -228,8 +231,7 @@ def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | 
         by = y(budget)
         body.append(f'<line x1="{f.left}" x2="{f.left + f.plot_w:.1f}" y1="{by:.1f}" y2="{by:.1f}" '
                     f'stroke="{AMBER}" stroke-width="2" stroke-dasharray="5 4"/>')
-        body.append(_text(f.left + f.plot_w - 4, by - 6, f"call drift budget {percent_label(budget)}", "end",
-                          AMBER))
+        body.append(_text(f.left + f.plot_w - 4, by - 6, f"{budget_label} {percent_label(budget)}", "end", AMBER))
     for p in points:
         px = x(p.speedup)
         body.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{y(p.high):.1f}" y2="{y(p.low):.1f}" '
@@ -243,7 +245,7 @@ def frontier_chart(points: Sequence[FrontierPoint], title: str, budget: float | 
              _text(f.left + 26, 17, "Pareto-optimal", "start", INK),
              f'<circle cx="{f.left + 146}" cy="13" r="5" fill="#fff" stroke="{BLUE}" stroke-width="2"/>',
              _text(f.left + 156, 17, "dominated (whisker: 95% CI)", "start", INK)]
-    body += f.axis_titles("speedup over the baseline (tokens/s)", "drifted calls")
+    body += f.axis_titles("speedup over the baseline (tokens/s)", y_title)
     return _svg(f.width, f.height, title, body)
 
 
@@ -344,3 +346,77 @@ def history_chart(points: Sequence[HistoryPoint], title: str, budget: float | No
         lx += _LEGEND_WIDTHS[kind]
     body.append(_text(f.left + f.plot_w / 2, f.height - 6, "runs, oldest first", fill=INK))
     return _svg(f.width, f.height, title, body)
+
+
+OUTCOME_LABEL = 16  # characters of an outcome shown under its bar; the full text is the bar's and label's <title>
+OUTCOME_BARS = 8  # outcomes drawn per histogram; the rest are pooled into one bar
+
+
+def clip_label(text: str, limit: int = OUTCOME_LABEL) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pooled_outcomes(rows: Sequence[tuple[str, int, int]], bars: int = OUTCOME_BARS) -> list[tuple[str, int, int]]:
+    """(outcome, baseline samples, candidate samples) rows as drawn: the first `bars - 1` kept and the rest pooled
+    into one "(k other outcomes)" row when there are more than `bars`."""
+    if len(rows) <= bars:
+        return list(rows)
+    rest = rows[bars - 1:]
+    return [*rows[: bars - 1], (f"({len(rest)} other outcomes)", sum(r[1] for r in rest), sum(r[2] for r in rest))]
+
+
+def shared_prefix(outcomes: Sequence[str], least: int = 6) -> str:
+    """The start the tool-call signatures among `outcomes` share (`search_tickets({"limit":`), when at least `least`
+    characters and more than one signature: left out of their labels, so the labels show what tells them apart."""
+    calls = [o for o in outcomes if "(" in o]
+    if len(calls) < 2:
+        return ""
+    prefix = os.path.commonprefix(calls)
+    return prefix if len(prefix) >= least else ""
+
+
+def outcome_histograms(rows: Sequence[tuple[str, int, int]], n_baseline: int, n_candidate: int, title: str) -> str:
+    """Two outcome histograms side by side, baseline left and candidate right, on one count axis: a bar per
+    outcome (the same outcomes in the same order in both), its height the samples of that side with that outcome.
+    Long outcome labels are clipped under the bar; each bar and label carries the full outcome in a `<title>`.
+    Bars carry `data-side`, `data-samples` and `data-outcome` (the SVG also `data-top`, its axis top)."""
+    rows = pooled_outcomes(rows)
+    prefix = shared_prefix([r[0] for r in rows])
+    width, height, top_m, bottom_m, gap = 760, 310, 34, 120, 36
+    panel_w = (width - gap) / 2
+    left = 84
+    plot_w, plot_h = panel_w - left - 8, height - top_m - bottom_m
+    top = max(nice_max(max([max(r[1], r[2]) for r in rows] + [1])), 4.0)
+    slot = plot_w / max(len(rows), 1)
+    body = []
+    for panel, (side, total, colour) in enumerate((("baseline", n_baseline, SLATE), ("candidate", n_candidate, BLUE))):
+        x0 = panel * (panel_w + gap) + left
+        body.append(f'<g class="histogram" data-side="{side}">')
+        for i in range(5):
+            value = top * i / 4
+            y = top_m + plot_h * (1 - i / 4)
+            body.append(f'<line x1="{x0:.1f}" x2="{x0 + plot_w:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
+            body.append(_text(x0 - 6, y + 4, f"{value:g}", "end"))
+        body.append(_text(x0 + plot_w / 2, 16, f"{side} ({total} samples)", fill=INK,
+                          extra=' font-weight="600"'))
+        for i, row in enumerate(rows):
+            outcome, count = row[0], row[1 + panel]
+            h = plot_h * count / top
+            bx = x0 + i * slot + slot * 0.15
+            tip = escape(f"{outcome}: {count} of {total} samples")
+            body.append(f'<rect class="bar" data-side="{side}" data-samples="{count}" '
+                        f'data-outcome="{escape(outcome, quote=True)}" x="{bx:.2f}" y="{top_m + plot_h - h:.2f}" '
+                        f'width="{slot * 0.7:.2f}" height="{h:.2f}" fill="{colour}" rx="2"><title>{tip}</title>'
+                        "</rect>")
+            if count:
+                body.append(_text(bx + slot * 0.35, top_m + plot_h - h - 4, str(count), fill=INK))
+            cx, cy = x0 + (i + 0.5) * slot, top_m + plot_h + 12
+            shown = "…" + outcome[len(prefix):] if prefix and outcome.startswith(prefix) else outcome
+            body.append(f'<g class="label"><title>{escape(outcome)}</title>'
+                        + _text(cx, cy, clip_label(shown), "end", extra=f' transform="rotate(-40 {cx:.1f} {cy:.1f})"')
+                        + "</g>")
+        body.append("</g>")
+    if prefix:
+        body.append(_text(8, height - 8, f"… = {clip_label(prefix, 80)}", "start", extra=' class="prefix"'))
+    svg = _svg(width, height, title, body)
+    return svg.replace('class="chart"', f'class="chart outcomes" data-top="{top:g}"', 1)

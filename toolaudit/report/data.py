@@ -29,6 +29,8 @@ from toolaudit import ToolauditError, __version__
 from toolaudit.analysis.budgets import flatten, routing_advice
 from toolaudit.analysis.figures import run_options, slice_figures
 from toolaudit.analysis.floor import floor_figures, is_noise_floor
+from toolaudit.analysis.runs import is_sampled, samples_per_call, sampling
+from toolaudit.analysis.sampled import customer_sampled
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.store import Store
 from toolaudit.store import report_queries as rq
@@ -57,6 +59,7 @@ class ReportOptions:
     top_arguments: int = 15
     examples: int = 8
     table_rows: int = 20  # per-tool rows shown in HTML/Markdown (JSON has them all)
+    max_shifted_calls: float | None = None  # a sampled matrix's remedy reports: the budget on shifted calls
 
 
 def customers_of(store: Store, run_id: int) -> list[str]:
@@ -113,6 +116,8 @@ def customer_report(store: Store, run_id: int | None, customer: str,
         "margins": _margins(store, rid, customer, options.near_tie_margin),
         "examples": _examples(store, rid, customer, options),
         "routing": None,
+        "sampling": _sampling(run),
+        "sampled": customer_sampled(store, rid, customer) if is_sampled(run) else None,
     }
     if options.max_call_drift is not None or options.max_session_drift is not None:
         by_traffic = sorted(tools, key=lambda t: (-t["calls"], t["tool_name"]))
@@ -129,6 +134,18 @@ def _session_length(rate: Rate) -> list[dict[str, float]]:
     """Expected share of sessions with drift for 1..10 calls, with the interval carried through."""
     curves = [expected_session_drift(x) for x in (rate.p, rate.low, rate.high)]
     return [{"calls": n, "p": p, "low": lo, "high": hi} for (n, p), (_, lo), (_, hi) in zip(*curves)]
+
+
+def _sampling(run: dict) -> dict[str, Any] | None:
+    """How the run's answers were drawn when at temperature > 0 (or sampled N times per call): its greedy figures
+    (drift, sessions, examples) then compare one sample of each side, sample 0 of a sampled run, and measure
+    sampling noise, not drift; the `sampled` section tests the distributions. None for greedy runs."""
+    drawn = sampling(run)
+    if not is_sampled(run) and not (drawn and drawn["sampling_noise"]):
+        return None
+    return {"temperature": drawn["temperature"] if drawn else run_options(run).get("temperature"),
+            "samples_per_call": samples_per_call(run), "sampling_noise": True,
+            "greedy_figures": "sample 0 of each side" if is_sampled(run) else "one sample of each side"}
 
 
 def _run_info(run: dict) -> dict[str, Any]:

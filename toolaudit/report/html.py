@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from toolaudit.report.charts import histogram, interval_chart, session_drift_chart
+from toolaudit.report.charts import histogram, interval_chart, outcome_histograms, session_drift_chart
 from toolaudit.report.output import pct
 from toolaudit.report.text import (
     budget_text,
@@ -15,8 +15,13 @@ from toolaudit.report.text import (
     kinds_text,
     margin_summary,
     num,
+    outcome_rows,
+    paired_rows,
     routing_rest,
     routing_rows,
+    sampled_sentences,
+    sampling_note,
+    shifted_call_head,
     tools_rest,
 )
 
@@ -116,7 +121,7 @@ def render_html(r: dict) -> str:
         f"<title>{e(title)}</title><style>{CSS}</style></head><body><main>",
         _header(r), _cards(r),
         '<ul class="findings">' + "".join(f"<li>{e(s)}</li>" for s in headline_sentences(r)) + "</ul>",
-        _paths(r), _routing(r), _tools(r), _arguments(r), _session_length(r), _margins(r), _examples(r),
+        _paths(r), _sampled(r), _routing(r), _tools(r), _arguments(r), _session_length(r), _margins(r), _examples(r),
         _footer(r), "</main></body></html>",
     ]
     return "\n".join(p for p in parts if p)
@@ -142,7 +147,7 @@ def _cards(r: dict) -> str:
     sessions = (f"observed, {h['sessions']:,} sessions · compounded from own rates "
                 f"{pct(h['compounded_session_drift_own_rates'])}" if h["sessions"] else "no matched sessions")
     cards = [
-        _card("Drifted calls", pct(h["drift_rate"]),
+        _card("Sample 0 differs (noise)" if r.get("sampling") else "Drifted calls", pct(h["drift_rate"]),
               f"{h['drifted_calls']:,} of {h['calls']:,} · 95% CI {pct(h['ci_low'])}–{pct(h['ci_high'])}"),
         _card("Sessions with drift", pct(h["observed_session_drift"]) if h["sessions"] else "n/a", sessions),
         _card("5-call session", pct(n5["p"]), f"expected · 95% CI {pct(n5['low'])}–{pct(n5['high'])}"),
@@ -186,6 +191,41 @@ def _paths(r: dict) -> str:
     return "\n".join(out)
 
 
+def _sampled(r: dict) -> str:
+    """The sampled-decoding section: this customer's distribution tests and its most-shifted calls, each with its
+    two outcome histograms side by side and the outcome table. Nothing for a run that is not sampled."""
+    s = r.get("sampled")
+    if not s:
+        note_text = sampling_note(r)
+        return f'<div class="callout">{e(note_text)}</div>' if note_text else ""
+    out = ['<h2 id="sampled">Sampled decoding</h2>', f'<div class="callout">{e(sampling_note(r))}</div>',
+           '<ul class="findings">' + "".join(f"<li>{e(x)}</li>" for x in sampled_sentences(s)) + "</ul>",
+           note("Paired by call: each call's share among its usable samples on each side, the difference "
+                "(candidate − baseline) averaged over the calls with a 95% t interval."),
+           table(["figure", "baseline", "candidate", "difference", "95% CI", "calls"],
+                 [[e(c) for c in row] for row in paired_rows(s)], numeric=range(1, 6))]
+    if not s["most_shifted"]:
+        return "\n".join(out + ['<div class="empty">No call of this customer was tested.</div>'])
+    out += ["<h3>Most-shifted calls</h3>",
+            note("This customer's calls with the lowest p, each with the baseline's and the candidate's outcome "
+                 "histograms on one axis (hover a bar or label for the full outcome).")]
+    for i, call in enumerate(s["most_shifted"], 1):
+        rows = outcome_rows(call)
+        badge = "bad" if call["shifted"] else "muted"
+        chart = outcome_histograms(rows, call["n_baseline"], call["n_candidate"],
+                                   f"Outcomes of session {call['session_id']} call {call['call_index']}: baseline "
+                                   "and candidate")
+        out.append(f'<div class="example shifted-call" data-session="{e(call["session_id"])}" '
+                   f'data-call="{e(call["call_index"])}"><h3>{i}. {code(call["tool_name"])} '
+                   f'<span class="badge {badge}">{"distribution shift" if call["shifted"] else "not shifted"}'
+                   f'</span></h3><p class="where">Session {code(call["session_id"])}, call {e(call["call_index"])} · '
+                   f"{e(shifted_call_head(call))}</p>{chart}"
+                   + table(["outcome", "baseline samples", "candidate samples"],
+                           [[mono(o), f"{b:,}", f"{c:,}"] for o, b, c in rows], numeric=(1, 2), classes={0: "val"})
+                   + "</div>")
+    return "\n".join(out)
+
+
 def _routing(r: dict) -> str:
     if not r["routing"]:
         return ""
@@ -200,7 +240,8 @@ def _routing(r: dict) -> str:
         "<h2>Routing advice</h2>",
         note(f"Budget: at most {e(budget_text(r))}. Judged on the 95% Wilson upper bound (sessions: "
              "1 − (1 − upper)<sup>n</sup>): traffic stays on the candidate only where the data show it "
-             "is within budget."),
+             "is within budget."
+             + (f" {e(sampling_note(r))} The advice below judges those figures." if r.get("sampling") else "")),
         table(["scope", "calls", "drift", "upper bound", "session upper bound", "advice", "why"], rows,
               numeric=range(1, 5)),
         note(e(rest)) if rest else ""])

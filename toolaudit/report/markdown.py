@@ -14,8 +14,13 @@ from toolaudit.report.text import (
     kinds_text,
     margin_summary,
     num,
+    outcome_rows,
+    paired_rows,
     routing_rest,
     routing_rows,
+    sampled_sentences,
+    sampling_note,
+    shifted_call_head,
     tools_rest,
 )
 
@@ -56,9 +61,11 @@ def render_markdown(r: dict) -> str:
             f"{md_cell(run['candidate_name'], True)} against baseline {md_cell(run['baseline_name'], True)}."), ""]
     out += [f"- {md_cell(s)}" for s in headline_sentences(r)] + [""]
     out += _md_paths(r)
+    out += _md_sampled(r)
     if r["routing"]:
         out += ["## Routing advice", "",
                 f"Budget: at most {budget_text(r)}, judged on the 95% Wilson upper bound.", ""]
+        out += [f"{sampling_note(r)} The advice below judges those figures.", ""] if r.get("sampling") else []
         out += md_table(["scope", "calls", "drift", "upper bound", "session upper bound", "advice", "why"], [
             [md_cell(a["scope"], True), f"{a['calls']:,}", pct(a["drift_rate"]), pct(a["ci_high"]),
              pct(a["session_upper"]), f"**{a['verdict']}**", a["reason"]] for a in routing_rows(r)],
@@ -119,6 +126,25 @@ def _md_paths(r: dict) -> list[str]:
                  f"{nf['excess_ci_low'] * 100:+.2f} to {nf['excess_ci_high'] * 100:+.2f}); {nf['only_candidate']} "
                  f"calls drifted on the candidate only, {nf['only_floor']} on the floor only, {nf['both']} on "
                  "both (not the candidate's doing)."), ""]
+    return out
+
+
+def _md_sampled(r: dict) -> list[str]:
+    """This customer's distribution tests and most-shifted calls (the outcome histograms as tables)."""
+    s = r.get("sampled")
+    if not s:
+        return []
+    out = ["## Sampled decoding", "", md_cell(sampling_note(r)), ""]
+    out += [f"- {md_cell(x)}" for x in sampled_sentences(s)] + [""]
+    out += md_table(["figure (paired by call)", "baseline", "candidate", "difference", "95% CI", "calls"],
+                    paired_rows(s), numeric=range(1, 6))
+    if s["most_shifted"]:
+        out += ["### Most-shifted calls", "", "This customer's calls with the lowest p: samples per outcome.", ""]
+    for i, call in enumerate(s["most_shifted"], 1):
+        out += [f"{i}. {md_cell(call['tool_name'], True)}, session {md_cell(call['session_id'], True)}, call "
+                f"{call['call_index']}: {md_cell(shifted_call_head(call))}", ""]
+        out += md_table(["outcome", "baseline samples", "candidate samples"],
+                        [[md_cell(o, True), str(b), str(c)] for o, b, c in outcome_rows(call)], numeric=(1, 2))
     return out
 
 

@@ -26,13 +26,24 @@ METHOD = ("Drift is judged against the baseline's own outputs on the same calls.
           "target-only. Speeds are tokens over each of this customer's calls' share of its batch's wall time.")
 
 
+METHOD_SAMPLED = ("A sampled matrix: each call decoded N times per path at temperature > 0, so sample 0's drift is "
+                  "sampling noise and is not judged. A call is shifted (distribution_shift) when its candidate's "
+                  "outcome distribution differs from the baseline's under Benjamini-Hochberg at q = 0.05 over the "
+                  "candidate run's calls; the share is of this customer's calls tested, with its 95% Wilson interval. "
+                  "Global p: the customer's summed G against labels permuted within each call. Schema-valid drop: "
+                  "baseline minus candidate, paired by call, with a 95% t interval. The noise floor (the baseline "
+                  "with other seeds) is the calibration: what no shift looks like at this N; it is never a remedy. "
+                  "The recommendation is the fastest candidate whose shifted share's 95% Wilson upper bound is "
+                  "within --max-shifted-calls, else target-only. Pareto: on the shifted share and speed.")
+
+
 def remedies_report(store: Store, run_id: int | None, customer: str,
                     options: ReportOptions | None = None) -> dict[str, Any]:
     """One customer's remedy report. Each candidate's `report` (the relative path of its detailed report in
     the same format) is None here; the writer sets it per format."""
     options = options or ReportOptions()
     matrix = matrix_of(store, run_id)
-    budget = Budget(options.max_call_drift, options.max_session_drift)
+    budget = Budget(options.max_call_drift, options.max_session_drift, max_shifted_calls=options.max_shifted_calls)
     f = frontier(store, matrix["run_id"], customer, budget, options.session_calls)
     members = {m["run_id"]: m for m in (store.matrix_members(matrix["run_id"]) or [matrix])}
     candidates = []
@@ -52,10 +63,10 @@ def remedies_report(store: Store, run_id: int | None, customer: str,
                    "baseline_name": matrix["baseline_name"], "baseline_path": matrix["baseline_source"],
                    "baseline_fingerprint": matrix["baseline_fingerprint"]},
         "settings": {"max_call_drift": options.max_call_drift, "max_session_drift": options.max_session_drift,
-                     "session_calls": f.remedies[0].session_calls},
+                     "max_shifted_calls": options.max_shifted_calls, "session_calls": f.remedies[0].session_calls},
         "frontier": f.as_dict(),
         "candidates": candidates,
-        "method": METHOD,
+        "method": METHOD_SAMPLED if f.sampled else METHOD,
     }
 
 
@@ -77,17 +88,51 @@ COLUMNS = ["candidate", "drift", "95% CI", "session drift", "session upper", "to
 
 
 def _verdict(r: dict) -> str:
-    rec = r["frontier"]["recommendation"]
+    fr = r["frontier"]
+    rec = fr["recommendation"]
+    if rec is None and fr.get("sampled"):
+        return f"No recommendation: {fr['budget_hint']}."
     if rec is None:
         return "No budget given: pass --max-call-drift and/or --max-session-drift for a recommendation."
-    return f"Recommended: {rec['choice']} ({rec['reason']})."
+    note_text = f" Note: {fr['budget_hint']}." if fr.get("budget_hint") else ""
+    return f"Recommended: {rec['choice']} ({rec['reason']}).{note_text}"
 
 
 def _budget(r: dict) -> str:
     s = r["settings"]
+    if r["frontier"].get("sampled"):
+        shifted = s.get("max_shifted_calls")
+        return "none" if shifted is None else f"shifted calls {pct(shifted)}"
     parts = [f"call drift {pct(s['max_call_drift'])}" if s["max_call_drift"] is not None else "",
              f"session drift {pct(s['max_session_drift'])}" if s["max_session_drift"] is not None else ""]
     return " and ".join(p for p in parts if p) or "none"
+
+
+FLOOR_MARK = " (noise floor: calibration)"
+SAMPLED_COLUMNS = ["candidate", "shifted", "95% CI", "global p", "median TV", "schema-valid drop (95% CI)",
+                   "tokens/s", "speedup", "Pareto", "in budget"]
+
+
+def _sampled_cells(r: dict) -> list[str]:
+    """A sampled candidate's table cells after its name, as text."""
+    s = r["sampled"] or {}
+    if not s.get("calls_tested"):
+        return ["-"] * 9
+    p = s["global_p"]
+    drop = s["valid_drop"]
+
+    def pp(x: float) -> str:
+        return f"{x * 100 + 0.0:+.2f}"  # + 0.0: no "-0.00"
+
+    return [f"{pct(s['shifted_share'])} ({s['shifted_calls']}/{s['calls_tested']})",
+            f"{pct(s['shifted_ci_low'])}-{pct(s['shifted_ci_high'])}",
+            "-" if p is None else f"{p:.2g}" if p < 0.001 else f"{p:.3f}",
+            "-" if s["median_tv"] is None else f"{s['median_tv']:.2f}",
+            "-" if drop is None else f"{pp(drop)} ({pp(s['valid_drop_ci_low'])} to {pp(s['valid_drop_ci_high'])}) pts",
+            "-" if r["candidate_tokens_per_s"] is None else f"{r['candidate_tokens_per_s']:.1f}",
+            "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+            "-" if r["pareto"] is None else ("yes" if r["pareto"] else "no"),
+            "-" if r["within_budget"] is None else ("yes" if r["within_budget"] else "no")]
 
 
 def render_remedies_markdown(r: dict) -> str:
@@ -100,8 +145,12 @@ def render_remedies_markdown(r: dict) -> str:
     base = next((x["baseline_tokens_per_s"] for x in fr["remedies"] if x["baseline_tokens_per_s"]), None)
     if base:
         out += [f"Baseline speed: {base:.1f} tokens/s.", ""]
-    out += md_table(COLUMNS, [[md_cell(x["candidate"], True), *_cells(x)] for x in fr["remedies"]],
-                     numeric=range(1, 8))
+    if fr.get("sampled"):
+        out += md_table(SAMPLED_COLUMNS, [[md_cell(x["candidate"], True) + (FLOOR_MARK if x["noise_floor"] else ""),
+                                           *_sampled_cells(x)] for x in fr["remedies"]], numeric=range(1, 8))
+    else:
+        out += md_table(COLUMNS, [[md_cell(x["candidate"], True), *_cells(x)] for x in fr["remedies"]],
+                        numeric=range(1, 8))
     out += [md_cell(r["method"]), "", "## Candidates", ""]
     for c in r["candidates"]:
         kinds = ", ".join(f"{k} {n}" for k, n in c["drift_kinds"].items()) or "no drift"
@@ -119,11 +168,24 @@ def render_remedies_html(r: dict) -> str:
     rec = fr["recommendation"]
     badge = ("" if rec is None else
              f' <span class="badge {"ok" if rec["choice"] != "target-only" else "warn"}">{e(rec["choice"])}</span>')
-    rows = [[code(x["candidate"]), *(e(c) for c in _cells(x))] for x in fr["remedies"]]
-    points = [FrontierPoint(x["candidate"], x["speedup"], x["drift_rate"], x["ci_low"], x["ci_high"],
-                            bool(x["pareto"])) for x in fr["remedies"] if x["speedup"] is not None]
-    chart = (frontier_chart(points, f"Drift against speedup, {r['customer']}", r["settings"]["max_call_drift"])
-             if points else note("Speeds were not measured (recorded logs): no frontier chart."))
+    if fr.get("sampled"):
+        columns = SAMPLED_COLUMNS
+        rows = [[code(x["candidate"]) + (e(FLOOR_MARK) if x["noise_floor"] else ""), *map(e, _sampled_cells(x))]
+                for x in fr["remedies"]]
+        points = [FrontierPoint(x["candidate"], x["speedup"], x["sampled"]["shifted_share"],
+                                x["sampled"]["shifted_ci_low"], x["sampled"]["shifted_ci_high"], bool(x["pareto"]))
+                  for x in fr["remedies"] if x["speedup"] is not None and not x["noise_floor"]
+                  and (x["sampled"] or {}).get("calls_tested")]
+        chart = (frontier_chart(points, f"Shifted calls against speedup, {r['customer']}",
+                                r["settings"].get("max_shifted_calls"), "shifted calls", "shifted-call budget")
+                 if points else "")
+    else:
+        columns = COLUMNS
+        rows = [[code(x["candidate"]), *(e(c) for c in _cells(x))] for x in fr["remedies"]]
+        points = [FrontierPoint(x["candidate"], x["speedup"], x["drift_rate"], x["ci_low"], x["ci_high"],
+                                bool(x["pareto"])) for x in fr["remedies"] if x["speedup"] is not None]
+        chart = (frontier_chart(points, f"Drift against speedup, {r['customer']}", r["settings"]["max_call_drift"])
+                 if points else note("Speeds were not measured (recorded logs): no frontier chart."))
     items = []
     for c in r["candidates"]:
         kinds = ", ".join(f"{k} {n}" for k, n in c["drift_kinds"].items()) or "no drift"
@@ -142,7 +204,7 @@ def render_remedies_html(r: dict) -> str:
         note(f"Budget: {e(_budget(r))}; session figures for {r['settings']['session_calls']:.1f} calls per "
              "session."),
         "<h2>Frontier</h2>", chart,
-        table(COLUMNS, rows, numeric=range(1, 8)),
+        table(columns, rows, numeric=range(1, 8)),
         note(e(r["method"])),
         "<h2>Candidates</h2>", "<ul>" + "".join(items) + "</ul>",
         f"<footer><p>Generated by toolaudit {e(r['report']['toolaudit_version'])} at "

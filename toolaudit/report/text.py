@@ -16,7 +16,8 @@ def num(value: float | None, digits: int = 1) -> str:
 def headline_sentences(r: dict) -> list[str]:
     """The figures people quote, in words; shared by the HTML and Markdown renderings."""
     h, run, nf, m = r["headline"], r["run"], r["noise_floor"], r["margins"]
-    lines = [(f"{h['drifted_calls']:,} of {h['calls']:,} tool calls drifted: {pct(h['drift_rate'])} "
+    verb = "differ in sample 0 (sampling noise)" if r.get("sampling") else "drifted"
+    lines = [(f"{h['drifted_calls']:,} of {h['calls']:,} tool calls {verb}: {pct(h['drift_rate'])} "
               f"(95% CI {pct(h['ci_low'])} to {pct(h['ci_high'])}), {run['candidate_name']} against "
               f"{run['baseline_name']}.")]
     if h["sessions"]:
@@ -48,6 +49,9 @@ def headline_sentences(r: dict) -> list[str]:
     if m["large_margin"]:
         lines.append(f"{m['large_margin']} drifted call(s) diverged at a token the baseline preferred by "
                      f"{m['threshold']:g} logit or more: possible decode-path bug, see the examples.")
+    note = sampling_note(r)
+    if note:
+        lines.insert(0, note)
     if run["noise_floor_run"]:
         lines.insert(0, "This is a noise-floor run: both sides use the same decode path, so any drift here "
                         "is run-to-run nondeterminism, not speculative decoding.")
@@ -105,3 +109,89 @@ def budget_text(r: dict) -> str:
 
 def kinds_text(tool: dict) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {tool[k]}" for k in KIND_COLUMNS if tool.get(k))
+
+
+def sampling_note(r: dict) -> str | None:
+    """What the greedy figures of a run at temperature > 0 measure: one sample against one sample is sampling
+    noise. None for greedy runs."""
+    s = r.get("sampling")
+    if not s:
+        return None
+    at = "" if s["temperature"] is None else f"temperature {s['temperature']:g}, "
+    if r.get("sampled"):
+        return (f"Sampled run ({at}{s['samples_per_call']} samples per call): the drift figures compare "
+                f"{s['greedy_figures']}, which measures sampling noise, not drift; the sampled decoding section "
+                "tests whether the tool-call distribution moved.")
+    at = "" if s["temperature"] is None else f"Temperature {s['temperature']:g}, "
+    return (f"{at}{'o' if at else 'O'}ne sample per call: a call that differs measures sampling noise, not drift; "
+            "replay with --samples N (e.g. 16) to test whether the tool-call distribution moved.")
+
+
+def p_text(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def tv_text(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def pp_text(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100 + 0.0:+.2f} pts"  # + 0.0: no "-0.00"
+
+
+def sampled_sentences(s: dict) -> list[str]:
+    """The customer's sampled-decoding figures in words (`analysis.sampled.customer_sampled`)."""
+    tested = s["calls_tested"]
+    share = ("" if not tested else f": {pct(s['shifted_share'])} (95% CI {pct(s['shifted_ci_low'])} to "
+             f"{pct(s['shifted_ci_high'])})")
+    lines = [f"{s['samples_per_call']} samples per call and path: {s['shifted_calls']:,} of {tested:,} calls tested "
+             f"shifted (distribution_shift, Benjamini-Hochberg q = {s['q']:g} over the run's calls){share}.",
+             f"Global test over this customer's {s['global_calls']:,} calls: p = {p_text(s['global_p'])} (summed G "
+             f"against labels permuted within each call); median TV distance {tv_text(s['median_tv'])}."]
+    if s["calls_untested"]:
+        lines.append(f"{s['calls_untested']:,} call(s) untested: fewer than 2 usable samples on a side.")
+    left = [f"{n} {kind} ({side})" for side, kinds in sorted(s["samples_left_out"].items())
+            for kind, n in sorted(kinds.items())]
+    if left:
+        lines.append("Samples left out of every test and rate: " + ", ".join(left) + ".")
+    pw = s["power"]
+    per_call = ("no TV distance reaches 80% power" if pw["per_call_tv"] is None
+                else f"a shift of TV >= {tv_text(pw['per_call_tv'])}")
+    lines.append(f"Power (80%, alpha {pw['alpha']:g}): one call's test detects {per_call}; TV {pw['tv']:g} needs "
+                 f"{pw['samples_needed_per_call']} samples per call. Few shifted calls with a small N is a lower "
+                 "bound, not a clean bill.")
+    return lines
+
+
+PAIRED_FIGURES = (("schema_valid_rate", "schema-valid rate"), ("unparseable_rate", "unparseable rate"),
+                  ("no_tool_call_rate", "no-tool-call rate"))
+
+
+def paired_rows(s: dict) -> list[list[str]]:
+    """(figure, baseline, candidate, difference, 95% CI, calls) as text, paired by call."""
+    rows = []
+    for key, label in PAIRED_FIGURES:
+        f = s["paired"][key]
+        if not f["calls"]:
+            rows.append([label, "n/a", "n/a", "n/a", "n/a", "0"])
+            continue
+        rows.append([label, pct(f["baseline"]), pct(f["candidate"]), pp_text(f["difference"]),
+                     f"{pp_text(f['low'])} to {pp_text(f['high'])}", f"{f['calls']:,}"])
+    return rows
+
+
+def outcome_rows(call: dict) -> list[tuple[str, int, int]]:
+    """A most-shifted call's outcomes as (outcome, baseline samples, candidate samples), most samples first."""
+    b = {h["outcome"]: h["samples"] for h in call["baseline"]}
+    c = {h["outcome"]: h["samples"] for h in call["candidate"]}
+    return sorted(((o, b.get(o, 0), c.get(o, 0)) for o in b.keys() | c.keys()),
+                  key=lambda row: (-(row[1] + row[2]), row[0]))
+
+
+def shifted_call_head(call: dict) -> str:
+    verdict = "distribution_shift" if call["shifted"] else "not shifted under BH"
+    return (f"p {p_text(call['p_value'])}, q {p_text(call['q_value'])} ({verdict}), TV {tv_text(call['tv'])} "
+            f"(95% CI {tv_text(call['tv_low'])} to {tv_text(call['tv_high'])}), {call['n_baseline']} baseline and "
+            f"{call['n_candidate']} candidate samples")
