@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from scipy import optimize, special, stats
 
+from toolaudit.compare.projections import Projections
+
 # Sample outcomes the tests leave out: a sample cut at max_tokens or one the engine failed says nothing about the
 # path's tool-call distribution (the budget or the engine decided it). Counted by the callers, never compared.
 UNTESTED = frozenset({"truncated", "error"})
@@ -139,6 +141,12 @@ def call_test(baseline: Sequence[str], candidate: Sequence[str], seed: int, resa
     if small:
         return CallTest(nx, ny, k, g, None, tv, None, None)
     rng = np.random.default_rng(seed)
+    projected = Projections(baseline, candidate)
+    if projected.useful:  # tool calls with readable arguments: the summed G of every projection (projections.py)
+        g = projected.observed()
+        p = projected.p_value(g, rng, resamples, _REL_TOL * max(1.0, g))
+        low, high = _tv_interval(x, y, k, tv, rng, interval_resamples)
+        return CallTest(nx, ny, k, g, min(1.0, p), tv, low, high)
     null = _exact_null(cx + cy, nx, limit=resamples)
     if null is not None:
         values, probs, _ = null
@@ -278,6 +286,14 @@ def global_tests(calls: Sequence[tuple[Sequence[str], Sequence[str]]], groups: S
         for key in keys:
             used[key] += 1
         if k == 1:
+            continue
+        projected = Projections(baseline, candidate)
+        if projected.useful:
+            g = projected.observed()
+            draws = projected.statistic(projected.random_splits(rng, resamples))
+            for key in keys:
+                observed[key] += g
+                null[key] += draws
             continue
         cx, cy = _counts(x, k), _counts(y, k)
         g = float(_g(cx, cy))
