@@ -306,7 +306,7 @@ class OpenAIEngine(Engine):
             latency = time.perf_counter() - t0
             if not hasattr(completion, "model_dump"):
                 raise ValueError(f"response is not a chat completion: {str(completion)[:200]!r}")
-            return result_from_response(req.key, completion.model_dump(mode="json"), latency, latency)
+            return result_from_response(req.key, completion.model_dump(mode="json"), latency, latency, req.logprobs)
         agg = StreamAggregate()
         async with self._client.chat.completions.with_streaming_response.create(
                 **kwargs, stream=True, stream_options={"include_usage": True}) as response:
@@ -332,7 +332,7 @@ class OpenAIEngine(Engine):
             raise ValueError("the stream ended without a finish_reason")
         latency = time.perf_counter() - t0
         ttft = agg.first_token_at if agg.first_token_at is not None else latency
-        return result_from_response(req.key, agg.response(), latency, ttft)
+        return result_from_response(req.key, agg.response(), latency, ttft, req.logprobs)
 
     def _body(self, req: EngineRequest) -> dict[str, Any]:
         p, opts = self.path, self.options
@@ -346,9 +346,9 @@ class OpenAIEngine(Engine):
             body["stop"] = list(p.stop)
         if p.temperature > 0:
             body["seed"] = p.seed
-        if opts.logprobs:
+        if opts.logprobs or req.logprobs:
             body["logprobs"] = True
-            body["top_logprobs"] = opts.top_logprobs
+            body["top_logprobs"] = max(opts.top_logprobs if opts.logprobs else 0, req.logprobs)
         if opts.extra_body:
             body["extra_body"] = opts.extra_body
         return body

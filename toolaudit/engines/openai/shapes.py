@@ -106,15 +106,36 @@ def logprob_evidence(entries: list[dict[str, Any]]) -> tuple[list[str], list[flo
     return ([] if token_ids else tokens), margins, token_ids, top2
 
 
-def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_s: float) -> EngineResult:
-    """A Chat Completions response body (or an aggregated stream) -> EngineResult."""
+def top_logprob_pairs(entries: list[dict[str, Any]], k: int) -> list[list[tuple[int | str, float]]]:
+    """Per token, its top-k alternatives as (token, logprob), most likely first, the values as the server sent
+    them; tokens as ids when the server writes `token_id:N`. Empty when k is 0 or any token lacks alternatives
+    (a server with logprobs disabled, e.g. during speculation, sends none)."""
+    if k <= 0 or not entries or not all(e.get("top_logprobs") for e in entries):
+        return []
+    steps = []
+    for e in entries:
+        ranked = sorted((t for t in e["top_logprobs"] if t.get("logprob") is not None), key=lambda t: -t["logprob"])
+        steps.append([(_token(str(t.get("token", ""))), float(t["logprob"])) for t in ranked[:k]])
+    return steps
+
+
+def _token(text: str) -> int | str:
+    match = _TOKEN_ID.fullmatch(text)
+    return int(match.group(1)) if match else text
+
+
+def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_s: float,
+                         top: int = 0) -> EngineResult:
+    """A Chat Completions response body (or an aggregated stream) -> EngineResult (`top`: the top-k logprobs
+    the request asked for, `EngineRequest.logprobs`)."""
     choices = data.get("choices") or []
     if not choices or not isinstance(choices[0].get("message"), dict):
         return EngineResult(key=key, error="malformed response: no choices[0].message",
                             system_fingerprint=data.get("system_fingerprint"))
     choice = choices[0]
     message = {k: v for k, v in choice["message"].items() if v is not None or k == "content"}
-    tokens, margins, token_ids, top2 = logprob_evidence((choice.get("logprobs") or {}).get("content") or [])
+    entries = (choice.get("logprobs") or {}).get("content") or []
+    tokens, margins, token_ids, top2 = logprob_evidence(entries)
     usage = data.get("usage") or {}
     return EngineResult(
         key=key, text=message.get("content") or "", token_ids=token_ids,
@@ -122,4 +143,5 @@ def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_
         completion_tokens=int(usage.get("completion_tokens") or len(tokens) or len(token_ids)),
         latency_s=latency_s, ttft_s=ttft_s, margins=margins, top2=top2, tokens=tokens, message=message,
         system_fingerprint=data.get("system_fingerprint"), finish_reason=choice.get("finish_reason"),
+        top_logprobs=top_logprob_pairs(entries, top),
     )

@@ -36,7 +36,7 @@ from ..models import converted_dir, resolve
 from ..threads import set_by_toolaudit
 from . import runtime
 from .config import CAPABILITIES, options_of
-from .evidence import attribute_spec, result_from_output, spec_counters
+from .evidence import attribute_spec, ranked_logprobs, result_from_output, spec_counters
 
 log = logging.getLogger(__name__)
 
@@ -180,12 +180,13 @@ class VLLMEngine(LocalEngine):
             conv.append({"role": "assistant", "content": p.prompt.prefill})
         return Prompt([], p.prompt.prefill, chat=(conv, list(req.tools) or None))
 
-    def _sampling(self, key: str):
+    def _sampling(self, key: str, logprobs: int = 0):
         from vllm import SamplingParams
 
         p = self.path
         return SamplingParams(
-            temperature=p.temperature, max_tokens=p.max_tokens, logprobs=2, stop=list(p.stop_strings) or None,
+            temperature=p.temperature, max_tokens=p.max_tokens, logprobs=max(2, logprobs),
+            stop=list(p.stop_strings) or None,
             include_stop_str_in_output=True, seed=row_seed(p.seed, key) if p.temperature > 0 else None,
         )
 
@@ -199,7 +200,7 @@ class VLLMEngine(LocalEngine):
     def _decode(self, requests: list[EngineRequest], prompts: list[Prompt]) -> list[EngineResult]:
         """All requests go to vLLM together (its scheduler batches them)."""
         llm = self._model
-        params = [self._sampling(r.key) for r in requests]
+        params = [self._sampling(r.key, r.logprobs) for r in requests]
         before = spec_counters(llm)
         t0 = time.time()
         if self.options["prompt_format"] == "chat_template":
@@ -212,6 +213,8 @@ class VLLMEngine(LocalEngine):
         results = [result_from_output(req.key, self._text(prompt.prefill, [int(t) for t in out.outputs[0].token_ids]),
                                       out, t0)
                    for req, prompt, out in zip(requests, prompts, outputs)]
+        for req, result, out in zip(requests, results, outputs):
+            result.top_logprobs = ranked_logprobs(out, req.logprobs)
         if self.path.speculative is not None:
             drafted = after["drafted"] - before["drafted"]
             accepted = after["accepted"] - before["accepted"]
