@@ -111,6 +111,11 @@ def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_custome
                    "rise is also significant.")
 @click.option("--expect-fingerprint", metavar="FP",
               help="Fail unless the candidate path has this fingerprint (or an 8+ character prefix).")
+@click.option("--expect-numerics", metavar="FP", help="Probe the run's candidate path (or --path) now and fail "
+              "unless its probe numerics hash is FP (an 8+ character prefix), naming decisions vs numerics.")
+@click.option("--path", "probe_path", metavar="NAME", help="With --expect-numerics: the path to probe.")
+@click.option("--paths", "probe_paths", type=click.Path(dir_okay=False, exists=True),
+              help="With --expect-numerics: paths.toml (default: the run's).")
 @rule_option
 @click.option("--use-upper-bound", is_flag=True, help="Older spelling of --rule upper (now the default).")
 @click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
@@ -118,8 +123,8 @@ def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_custome
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object (same exit codes).")
 def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
           session_calls: float | None, against_ref: str | None, max_increase: float | None,
-          expect_fingerprint: str | None, rule: str | None, use_upper_bound: bool, allow_errors: int,
-          as_json: bool) -> None:
+          expect_fingerprint: str | None, expect_numerics: str | None, probe_path: str | None,
+          probe_paths: str | None, rule: str | None, use_upper_bound: bool, allow_errors: int, as_json: bool) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
 
     Budgets are judged by one rule, printed with the verdict (default: the 95% Wilson upper bound must be within
@@ -132,12 +137,14 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
     bounds = Bounds(max_call_drift, max_session_drift, against_ref, max_increase, expect_fingerprint,
                     gate_rule(rule, use_upper_bound), allow_errors, session_calls)
     try:
-        bounds.validate()  # before the database is opened: a usage error whatever the file holds
+        if not (expect_numerics and _no_bound(bounds)):  # the probe alone is a bound too
+            bounds.validate()  # before the database is opened: a usage error whatever the file holds
         with reading(db) as store:
             run_id = store.run_row(resolve_run(store, run_ref))["run_id"]
             if against_ref is not None:
                 bounds = replace(bounds, against=resolve_run(store, against_ref, "--against", before=run_id))
             verdict = gate(store, run_id, bounds)
+            probed = _probe(store, run_id, expect_numerics, probe_path, probe_paths)
     except GateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     except ToolauditError as exc:
@@ -145,12 +152,27 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
     for warning in verdict.warnings():
         click.echo(warning, err=True)
     if as_json:
-        click.echo(to_json(verdict.as_dict()))
+        click.echo(to_json(verdict.as_dict() | ({"probe": probed[2]} if probed else {})))
     else:
-        for line in _verdict_lines(verdict, db):
+        for line in _verdict_lines(verdict, db) + (probed[1] if probed else []):
             click.echo(line)
-    if not verdict.ok:
+    if not verdict.ok or (probed and not probed[0]):
         sys.exit(1)
+
+
+def _no_bound(b) -> bool:
+    return b.max_call_drift is None and b.max_session_drift is None and b.against is None and not b.expect_fingerprint
+
+
+def _probe(store, run_id: int, expected: str | None, path: str | None, paths: str | None):
+    """`--expect-numerics`: (ok, lines, JSON) of a probe of the run's path, or None when not asked."""
+    if expected is None:
+        if path or paths:
+            raise click.UsageError("--path and --paths go with --expect-numerics")
+        return None
+    from toolaudit.cli.probe import expect_numerics
+
+    return expect_numerics(store, run_id, expected, path, paths)
 
 
 def _verdict_lines(verdict, db: str) -> list[str]:
