@@ -136,27 +136,28 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
     # `against` holds the text until the store is open (validate() asks only whether it was given)
     bounds = Bounds(max_call_drift, max_session_drift, against_ref, max_increase, expect_fingerprint,
                     gate_rule(rule, use_upper_bound), allow_errors, session_calls)
+    only_probe = bool(expect_numerics) and _no_bound(bounds)  # the probe alone is a bound too
     try:
-        if not (expect_numerics and _no_bound(bounds)):  # the probe alone is a bound too
+        if not only_probe:
             bounds.validate()  # before the database is opened: a usage error whatever the file holds
         with reading(db) as store:
             run_id = store.run_row(resolve_run(store, run_ref))["run_id"]
             if against_ref is not None:
                 bounds = replace(bounds, against=resolve_run(store, against_ref, "--against", before=run_id))
-            verdict = gate(store, run_id, bounds)
+            verdict = None if only_probe else gate(store, run_id, bounds)
             probed = _probe(store, run_id, expect_numerics, probe_path, probe_paths)
     except GateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     except ToolauditError as exc:
         raise CannotCheck(str(exc)) from None
-    for warning in verdict.warnings():
+    for warning in verdict.warnings() if verdict else []:
         click.echo(warning, err=True)
     if as_json:
-        click.echo(to_json(verdict.as_dict() | ({"probe": probed[2]} if probed else {})))
+        click.echo(to_json((verdict.as_dict() if verdict else {}) | ({"probe": probed[2]} if probed else {})))
     else:
-        for line in _verdict_lines(verdict, db) + (probed[1] if probed else []):
+        for line in (_verdict_lines(verdict, db) if verdict else []) + (probed[1] if probed else []):
             click.echo(line)
-    if not verdict.ok or (probed and not probed[0]):
+    if (verdict and not verdict.ok) or (probed and not probed[0]):
         sys.exit(1)
 
 

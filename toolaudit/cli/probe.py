@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from toolaudit.cli.common import resolve_run
@@ -91,7 +93,8 @@ def find_reference(store, ref: str, path_name: str):
 
 def expect_numerics(store, run_id: int, expected: str, path_name: str | None, paths_file: str | None,
                     repeats: int = 2) -> tuple[bool, list[str], dict]:
-    """`check --expect-numerics FP`: probe the run's candidate path (or `path_name`) now; (ok, lines, JSON)."""
+    """`check --expect-numerics FP`: probe the run's candidate path (or `path_name`) now, with the probe set of
+    the stored probe that has FP when its file is still there (else the bundled set); (ok, lines, JSON)."""
     from toolaudit import ConfigError
     from toolaudit.analysis.probe_diff import compare_probes
     from toolaudit.engines.paths import load_paths
@@ -106,10 +109,14 @@ def expect_numerics(store, run_id: int, expected: str, path_name: str | None, pa
     paths = load_paths(paths_file or _run_paths_file(run))
     if name not in paths:
         raise ConfigError(f"--expect-numerics: unknown decode path {name!r} (give --path and --paths)")
-    stored = probe_by_numerics(store, expected)
-    probe_set = load_probe_set(None)
-    if stored is not None and stored["probe_set"] != probe_set.digest:
-        stored = None  # probed with the user's own set: no prompt-by-prompt comparison
+    row = probe_by_numerics(store, expected)
+    stored = Probe.from_row(row) if row is not None else None
+    # the expected probe's own set where it came from a file still there (its digest says whether it changed)
+    source = (stored.source if stored is not None and stored.source != "bundled" and Path(stored.source).is_file()
+              else None)
+    probe_set = load_probe_set(source)
+    if stored is not None and stored.probe_set != probe_set.digest:
+        stored = None  # another probe set: no prompt-by-prompt comparison
     result = probe(paths[name], probe_set, repeats)
     got = result.numerics or result.decisions
     ok = got.startswith(expected)
@@ -119,7 +126,7 @@ def expect_numerics(store, run_id: int, expected: str, path_name: str | None, pa
     data = {"path": name, "expected": expected, "numerics": result.numerics, "decisions": result.decisions,
             "ok": ok, "seconds": round(result.seconds, 3)}
     if not ok and stored is not None:
-        change = compare_probes(Probe.from_row(stored), result)
+        change = compare_probes(stored, result)
         what = "decisions changed" if not change.same_decisions else "numerics changed, decisions identical"
         lines.append(f"  {what}: {change.words()}")
         data["change"] = change.as_dict()

@@ -31,6 +31,7 @@ from toolaudit import ToolauditError, __version__
 from toolaudit.engines import Engine, EngineResult, make_engine
 from toolaudit.engines.fingerprint import fingerprint
 from toolaudit.engines.paths import PathConfig, PromptConfig
+from toolaudit.engines.registry import ENGINES
 from toolaudit.replay.probe_set import ProbeSet
 
 Factory = Callable[[PathConfig], Engine]
@@ -84,13 +85,14 @@ class Probe:
     traces: list[PromptTrace] = field(default_factory=list)
     unstable_prompts: list[int] = field(default_factory=list)
     note: str | None = None  # e.g. "the endpoint returned no logprobs: tokens only"
+    source: str = "bundled"  # the probe set's: "bundled" or the probe file's path
     probe_id: int | None = None
     toolaudit_version: str = __version__
 
     def row(self, run_id: int | None = None, side: str | None = None) -> dict[str, Any]:
         """The `probes` row (probe_id and created_at are the store's)."""
         detail = {"load_seconds": self.load_seconds, "note": self.note, "unstable_prompts": self.unstable_prompts,
-                  "prompts": [t.as_dict() for t in self.traces]}
+                  "source": self.source, "prompts": [t.as_dict() for t in self.traces]}
         return {"run_id": run_id, "side": side, "path_name": self.path_name, "engine": self.engine,
                 "config_fingerprint": self.config_fingerprint, "probe_set": self.probe_set, "prompts": self.prompts,
                 "repeats": self.repeats, "decisions": self.decisions, "numerics": self.numerics,
@@ -107,7 +109,8 @@ class Probe:
                    row["jitter_median"], row["seconds"] or 0.0, detail.get("load_seconds", 0.0),
                    orjson.loads(row["engine_versions"]) if row.get("engine_versions") else {},
                    [PromptTrace.from_dict(p) for p in detail.get("prompts", [])],
-                   detail.get("unstable_prompts", []), detail.get("note"), row.get("probe_id"),
+                   detail.get("unstable_prompts", []), detail.get("note"), detail.get("source", "bundled"),
+                   row.get("probe_id"),
                    row.get("toolaudit_version") or "")
 
     def as_dict(self) -> dict[str, Any]:
@@ -122,10 +125,13 @@ class Probe:
 
 
 def probe_path(path: PathConfig, max_tokens: int) -> PathConfig:
-    """The path as a probe decodes it: greedy, `max_tokens`, one sample, no few-shot examples (short prompts:
-    prefill is most of a probe's cost on CPU) and no prefix cache (no prompt meets KV an earlier decode left)."""
-    return replace(path, temperature=0.0, max_tokens=max_tokens, samples=1, prefix_caching=False,
-                   prompt=PromptConfig(few_shot=0, prefill=path.prompt.prefill))
+    """The path as a probe decodes it: greedy, `max_tokens`, one sample; on engines that render prompts in this
+    process, no few-shot examples (short prompts: prefill is most of a probe's cost on CPU) and no prefix cache
+    (no prompt meets KV an earlier decode left). An endpoint's server decides those itself."""
+    path = replace(path, temperature=0.0, max_tokens=max_tokens, samples=1)
+    if not ENGINES.spec(path.engine, f"paths.{path.name}").capabilities.in_process:
+        return path
+    return replace(path, prefix_caching=False, prompt=PromptConfig(few_shot=0, prefill=path.prompt.prefill))
 
 
 def probe(path: PathConfig, probe_set: ProbeSet, repeats: int = 2, factory: Factory = make_engine,
@@ -162,7 +168,7 @@ def probe(path: PathConfig, probe_set: ProbeSet, repeats: int = 2, factory: Fact
                  decisions_hash(first), numerics_hash(first) if numeric else None, not unstable,
                  max(deltas) if deltas else (None if not unstable else 0.0),
                  statistics.median(deltas) if deltas else (None if not unstable else 0.0),
-                 seconds, load_seconds, versions, first, unstable, note)
+                 seconds, load_seconds, versions, first, unstable, note, probe_set.source)
 
 
 def trace(result: EngineResult, max_tokens: int) -> PromptTrace:
