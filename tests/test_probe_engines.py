@@ -75,10 +75,11 @@ def test_a_kernel_choice_the_config_misses_changes_the_probe(setup, tmp_path, fp
     db = tmp_path / "a.duckdb"
     base = ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths), "--probe-file", str(probe_file),
             "--db", str(db), "--json"]
-    first = cli_json(*base)
+    first = cli_json(*base, "--against", "latest")  # no earlier probe of the path: nothing to compare yet
+    assert first["against"] is None and first["probe_id"] == 1
     assert first["stable"] and first["jitter"] is None and first["numerics"].startswith("num-")
     assert first["prompts"] == 3 and first["repeats"] == 2 and first["seconds"] > 0
-    again = cli_json(*base, "--against", "probe:1")  # a fresh engine on the same path: the same bits
+    again = cli_json(*base, "--against", "latest")  # a fresh engine on the same path: the same bits
     assert (again["decisions"], again["numerics"]) == (first["decisions"], first["numerics"])
     assert again["against"]["same"] and again["against"]["words"].startswith("identical")
 

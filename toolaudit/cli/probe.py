@@ -31,13 +31,16 @@ def probe_command(path, paths_file: str | None, probe_file: str | None, repeats:
         with Store(db) as store:
             if against is not None:
                 reference = find_reference(store, against, path.name)
+                if reference is None and not as_json:
+                    click.echo(f"--against latest: no earlier probe of path {path.name} in {db}: nothing to "
+                               "compare yet", err=True)
             result.probe_id = insert_probe(store, result.row())
     if reference is not None:
         change = compare_probes(reference, result)
     if as_json:
         data = result.as_dict()
-        if change is not None:
-            data["against"] = {"probe_id": reference.probe_id, **change.as_dict()}
+        if against is not None:
+            data["against"] = {"probe_id": reference.probe_id, **change.as_dict()} if change else None
         click.echo(to_json(data))
         return
     for line in probe_lines(result):
@@ -67,12 +70,16 @@ def probe_lines(p) -> list[str]:
 
 
 def find_reference(store, ref: str, path_name: str):
-    """The stored probe `--against` names: `probe:N` or `run:ID|NAME`; bare digits are a probe id when such a
-    probe exists, else a run; other text is a run name. A run's probe is the one of the path probed (else its
-    candidate's)."""
+    """The stored probe `--against` names: `latest` (the newest probe of the path, None when there is none yet),
+    `probe:N` or `run:ID|NAME`; bare digits are a probe id when such a probe exists, else a run; other text is a
+    run name. A run's probe is the one of the path probed (else its candidate's)."""
     from toolaudit import RunNotFound
     from toolaudit.replay.probe import Probe
-    from toolaudit.store.probes import probe_by_id, probes_of_run
+    from toolaudit.store.probes import latest_probe, probe_by_id, probes_of_run
+
+    if ref == "latest":
+        row = latest_probe(store, path_name)
+        return Probe.from_row(row) if row is not None else None
 
     kind, _, text = ref.partition(":") if ref.startswith(("probe:", "run:")) else ("", "", ref)
     if kind == "probe" or (not kind and text.isdigit()):

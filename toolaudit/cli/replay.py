@@ -264,8 +264,8 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
 @click.option("--repeats", type=click.IntRange(1, 10), default=2, show_default=True,
               help="With --probe: decode the probe set this many times; repeats that differ are reported as jitter.")
 @click.option("--db", "db", type=click.Path(dir_okay=False), help="With --probe: store the probe in this DuckDB file.")
-@click.option("--against", metavar="REF", help="With --probe and --db: compare with an earlier probe (probe:ID, or an "
-              "id) or the probe a run recorded (run:ID|NAME, or a name), in words.")
+@click.option("--against", metavar="REF", help="With --probe and --db: compare with an earlier probe (latest: the "
+              "path's newest; probe:ID, or an id) or the probe a run recorded (run:ID|NAME, or a name), in words.")
 @click.option("--json", "as_json", is_flag=True, help="Show the components (with --probe: the probe) as JSON.")
 @friendly_errors
 def fingerprint_cmd(path_name: str, paths_file: str | None, probe: bool, probe_file: str | None, repeats: int,

@@ -1,11 +1,8 @@
 """The OpenAI Chat Completions shapes `toolaudit serve` speaks: request validation, responses, stream chunks and
 errors. Pure functions over dicts and `EngineResult`s, so they are testable without a server or a model.
 
-Logprobs: a request with `logprobs` asks the engine for each step's top-k log-probabilities
-(`EngineRequest.logprobs`, k = max(1, top_logprobs)); engines that compute them (torch, hf, vllm) return true
-log_softmax values, sent as computed. An engine that does not falls back to the margins: in-process engines
-keep, for each generated token, the top-2 token ids and the top-1 minus top-2 *logit* margin, not the
-log-softmax normaliser. Since log-softmax subtracts the same constant from every logit,
+Logprobs: in-process engines keep, for each generated token, the top-2 token ids and the top-1 minus top-2
+*logit* margin, not the log-softmax normaliser. Since log-softmax subtracts the same constant from every logit,
 that margin is exactly logprob(top-1) - logprob(top-2). The values returned are therefore logprobs relative to
 the top-1 token: top-1 gets 0.0 and top-2 gets -margin (true logprobs are these minus log(sum(exp(logit - max))),
 which is >= 0, so they are upper bounds). A client computing top-1 minus top-2 gets the engine's margin exactly.
@@ -177,8 +174,6 @@ def logprobs_content(result: EngineResult, piece: Callable[[int], str], top_n: i
     def name(token: int) -> str:
         return f"token_id:{token}" if as_ids else piece(token)
 
-    if result.top_logprobs:
-        return true_logprobs_content(result, name, piece, top_n)
     entries = []
     for token, (first, second), margin in zip(result.token_ids, result.top2, result.margins):
         values = {first: 0.0, second: -float(margin)}
@@ -186,19 +181,6 @@ def logprobs_content(result: EngineResult, piece: Callable[[int], str], top_n: i
                         for t in (first, second)][: min(top_n, 2)]
         entries.append({"token": name(token), "logprob": values.get(token, UNKNOWN_LOGPROB),
                         "bytes": list(piece(token).encode()), "top_logprobs": alternatives})
-    return entries
-
-
-def true_logprobs_content(result: EngineResult, name: Callable[[int], str], piece: Callable[[int], str],
-                          top_n: int) -> list[dict[str, Any]]:
-    """Logprob entries from the engine's own top-k log-probabilities (`EngineResult.top_logprobs`)."""
-    entries = []
-    for token, step in zip(result.token_ids, result.top_logprobs):
-        values = dict(step)
-        entries.append({"token": name(token), "logprob": values.get(token, UNKNOWN_LOGPROB),
-                        "bytes": list(piece(token).encode()),
-                        "top_logprobs": [{"token": name(t), "logprob": v, "bytes": list(piece(t).encode())}
-                                         for t, v in step[:top_n]]})
     return entries
 
 

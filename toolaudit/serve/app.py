@@ -127,7 +127,7 @@ class EngineHost:
         results = engine.generate(requests)
         out = []
         for r in results:
-            ids = set(r.token_ids) | {t for pair in r.top2 for t in pair} | {t for s in r.top_logprobs for t, _ in s}
+            ids = set(r.token_ids) | {t for pair in r.top2 for t in pair}
             out.append(Served(r, self.fingerprints[settings], {t: _piece(engine, t) for t in ids}))
         return out
 
@@ -238,9 +238,7 @@ def build_app(path: PathConfig, host: EngineHost) -> web.Application:
         request_id = request.headers.get("X-Request-Id", "")
         cid = ("chatcmpl-" + request_id) if _REQUEST_ID.fullmatch(request_id) else new_completion_id()
         key = f"seed:{req.seed}" if req.seed is not None else cid  # seeds a sampled request reproducibly
-        asked = max(1, req.top_logprobs) if req.logprobs else 0  # the engine's own logprobs, top-k
-        served = await host.submit(host.settings_for(req), EngineRequest(key, req.messages, req.tools,
-                                                                         logprobs=asked))
+        served = await host.submit(host.settings_for(req), EngineRequest(key, req.messages, req.tools))
         result = served.result
         if result.error:
             if "exceeds the model's" in result.error:

@@ -37,3 +37,9 @@ def probe_by_numerics(store: Store, prefix: str) -> dict[str, Any] | None:
     rows = store.rows("SELECT * FROM probes WHERE starts_with(numerics, ?) OR (numerics IS NULL AND "
                       "starts_with(decisions, ?)) ORDER BY probe_id DESC LIMIT 1", [prefix, prefix])
     return rows[0] if rows else None
+
+
+def latest_probe(store: Store, path_name: str) -> dict[str, Any] | None:
+    """The newest stored probe of the path named `path_name` (stand-alone or a run's)."""
+    rows = store.rows("SELECT * FROM probes WHERE path_name = ? ORDER BY probe_id DESC LIMIT 1", [path_name])
+    return rows[0] if rows else None
