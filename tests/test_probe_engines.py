@@ -36,7 +36,8 @@ def setup(tmp_path_factory):
     model = build_tiny_model(root / "tiny")
     paths = root / "paths.toml"
     paths.write_text(torch_path_toml("tiny", model, batch_size=4) + "threads = 1\n"
-                     + torch_path_toml("tiny-spec", model, batch_size=4, speculative=True) + "threads = 1\n")
+                     + torch_path_toml("tiny-spec", model, batch_size=4, speculative=True) + "threads = 1\n"
+                     + f'[paths.tiny-hf]\nengine = "hf"\nmodel = "{model}"\ndtype = "float32"\nthreads = 1\n')
     probe_file = root / "probe.jsonl"
     tool = {"type": "function", "function": {"name": "get_quote", "parameters": {"type": "object"}}}
     probe_file.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}], "tools": [tool],
@@ -102,6 +103,16 @@ def test_a_kernel_choice_the_config_misses_changes_the_probe(setup, tmp_path, fp
     fp32_in_bf16(False)
     passed = CliRunner().invoke(cli, check)
     assert passed.exit_code == 0 and "as expected" in passed.output, passed.output
+
+
+def test_the_hf_engine_probes_from_its_scores(setup, tmp_path):
+    """generate()'s scores give the hf engine's logprobs: a stable probe with numerics, the same greedy tokens as
+    the embedded engine on the same float32 weights."""
+    _, _, paths, probe_file = setup
+    args = ["fingerprint", "--probe", "--paths", str(paths), "--probe-file", str(probe_file), "--json"]
+    hf, embedded = cli_json(*args, "--path", "tiny-hf"), cli_json(*args, "--path", "tiny")
+    assert hf["stable"] and hf["numerics"] and hf["engine"] == "hf" and hf["note"] is None
+    assert hf["decisions"] == embedded["decisions"]
 
 
 def test_probe_usage_errors(setup, tmp_path):
