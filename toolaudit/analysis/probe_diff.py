@@ -53,7 +53,8 @@ class ProbeChange:
         delta = f" (max |delta| {self.max_delta:.3g})" if self.max_delta is not None else ""
         if self.flips:
             margins = [f"{f.margin:.3g}" for f in self.flips if f.margin is not None]
-            at = (f", at margins {_and(margins)}" if len(margins) == len(self.flips) else
+            plural = "s" if len(margins) > 1 else ""
+            at = (f", at margin{plural} {_and(margins)}" if len(margins) == len(self.flips) else
                   " (margins unknown: no logprobs)")
             text = f"argmax flipped on {len(self.flips)} of {n} prompts{at}"
             if self.numerics_differ:

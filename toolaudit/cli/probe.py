@@ -10,8 +10,8 @@ from toolaudit.cli.common import resolve_run
 from toolaudit.report.output import to_json
 
 
-def probe_command(path, paths_file: str | None, probe_file: str | None, repeats: int, db: str | None,
-                  against: str | None, as_json: bool) -> None:
+def probe_command(path, probe_file: str | None, repeats: int, db: str | None, against: str | None,
+                  as_json: bool) -> None:
     """Probe `path`, store it with --db, compare it with --against; print the fingerprints and the time."""
     from toolaudit.analysis.probe_diff import compare_probes
     from toolaudit.replay.probe import probe

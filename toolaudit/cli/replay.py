@@ -286,7 +286,7 @@ def fingerprint_cmd(path_name: str, paths_file: str | None, probe: bool, probe_f
     if probe:
         from toolaudit.cli.probe import probe_command
 
-        probe_command(paths[path_name], paths_file, probe_file, repeats, db, against, as_json)
+        probe_command(paths[path_name], probe_file, repeats, db, against, as_json)
         return
     components = make_engine(paths[path_name]).fingerprint_components()
     fp = fingerprint(components)

@@ -50,7 +50,7 @@ class PromptTrace:
     top-2 logprob margins and each step's top-k pairs (empty lists where the engine gave no logprobs)."""
 
     tokens: list[int | str]
-    logprobs: list[float]
+    logprobs: list[float | None]
     margins: list[float]
     top: list[list[tuple[int | str, float]]]
 
@@ -140,8 +140,7 @@ def probe(path: PathConfig, probe_set: ProbeSet, repeats: int = 2, factory: Fact
     fingerprint what came out. `config_fingerprint`: the path's, when the caller has it (else computed here)."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
-    components = factory(path).fingerprint_components()
-    config_fingerprint = config_fingerprint or fingerprint(components)
+    config_fingerprint = config_fingerprint or fingerprint(factory(path).fingerprint_components())
     engine = factory(probe_path(path, max(probe_set.max_tokens)))
     try:
         t0 = time.perf_counter()
@@ -178,7 +177,7 @@ def trace(result: EngineResult, max_tokens: int) -> PromptTrace:
     top = [list(step) for step in result.top_logprobs[:len(tokens)]]
     if len(top) < len(tokens):  # logprobs missing for some steps: none at all rather than a shifted list
         top = []
-    logprobs = [dict(step).get(t, step[-1][1]) for t, step in zip(tokens, top)]
+    logprobs = [dict(step).get(t) for t, step in zip(tokens, top)]  # None: chosen outside the top k (sampled)
     margins = [step[0][1] - step[1][1] if len(step) > 1 else 0.0 for step in top]
     return PromptTrace(tokens, logprobs, margins, top)
 
