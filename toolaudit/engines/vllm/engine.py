@@ -180,13 +180,12 @@ class VLLMEngine(LocalEngine):
             conv.append({"role": "assistant", "content": p.prompt.prefill})
         return Prompt([], p.prompt.prefill, chat=(conv, list(req.tools) or None))
 
-    def _sampling(self, key: str, logprobs: int = 0):
+    def _sampling(self, key: str):
         from vllm import SamplingParams
 
         p = self.path
         return SamplingParams(
-            temperature=p.temperature, max_tokens=p.max_tokens, logprobs=max(2, logprobs),
-            stop=list(p.stop_strings) or None,
+            temperature=p.temperature, max_tokens=p.max_tokens, logprobs=2, stop=list(p.stop_strings) or None,
             include_stop_str_in_output=True, seed=row_seed(p.seed, key) if p.temperature > 0 else None,
         )
 
@@ -200,7 +199,7 @@ class VLLMEngine(LocalEngine):
     def _decode(self, requests: list[EngineRequest], prompts: list[Prompt]) -> list[EngineResult]:
         """All requests go to vLLM together (its scheduler batches them)."""
         llm = self._model
-        params = [self._sampling(r.key, r.logprobs) for r in requests]
+        params = [with_logprobs(self._sampling(r.key), r.logprobs) for r in requests]
         before = spec_counters(llm)
         t0 = time.time()
         if self.options["prompt_format"] == "chat_template":
@@ -273,6 +272,13 @@ class VLLMEngine(LocalEngine):
             "prompt": {"format": o["prompt_format"], **self._prompt()},
             "cpu_threads_bind": runtime.threads_bind() if device_type == "cpu" else None,
         }
+
+
+def with_logprobs(params, k: int):
+    """`params` asking for the top-k logprobs a probe wants (`EngineRequest.logprobs`), when more than 2."""
+    if k > 0 and k > (params.logprobs or 0):
+        params.logprobs = k
+    return params
 
 
 MEMORY_HEADROOM = 0.02  # of the GPU's memory, left free beside vLLM's share (allocator slack, other contexts)
