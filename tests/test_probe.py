@@ -114,7 +114,11 @@ def test_in_words_identical_other_sets_and_noise():
         "identical: decisions and logprobs bit for bit on 1/1 prompts")
     assert not compare_probes(ref, probe([trace([1], [-0.5])], probe_set="other")).comparable
     noisy = compare_probes(ref, probe([trace([1], [-0.49])], stable=False, jitter=0.02))
-    assert "jitter up to 0.02" in noisy.words()
+    assert noisy.within_noise and noisy.words() == (
+        "decisions identical on 1/1 prompts, logprobs differ on 1 (max |delta| 0.01), within the jitter of the "
+        "probes' own repeats (up to 0.02): no change beyond the noise; config fingerprint unchanged")
+    moved = compare_probes(ref, probe([trace([1], [-0.4])], stable=False, jitter=0.02))
+    assert not moved.within_noise and "numerics changed" in moved.words() and "jitter up to 0.02" in moved.words()
 
 
 def test_probes_round_trip_through_the_store(tmp_path):

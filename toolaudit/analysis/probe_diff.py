@@ -40,11 +40,16 @@ class ProbeChange:
     def same(self) -> bool:
         return self.same_decisions and self.numerics_differ == 0
 
+    @property
+    def within_noise(self) -> bool:
+        """The logprobs moved no more than the probes' own repeats did (a nondeterministic path)."""
+        return self.noise is not None and self.max_delta is not None and self.max_delta <= self.noise
+
     def as_dict(self) -> dict[str, Any]:
         return {"same": self.same, "same_decisions": self.same_decisions, "comparable": self.comparable,
                 "prompts": self.prompts, "flipped": [f.__dict__ for f in self.flips],
                 "numerics_differ": self.numerics_differ, "max_delta": self.max_delta,
-                "config_changed": self.config_changed, "words": self.words()}
+                "within_noise": self.within_noise, "config_changed": self.config_changed, "words": self.words()}
 
     def words(self) -> str:
         if not self.comparable:
@@ -60,6 +65,10 @@ class ProbeChange:
             if self.numerics_differ:
                 text += f"; logprobs differ on {self.numerics_differ} more{delta}"
             text += ": the runtime's greedy choices changed"
+        elif self.numerics_differ and self.within_noise:
+            return (f"decisions identical on {n}/{n} prompts, logprobs differ on {self.numerics_differ}{delta}, "
+                    f"within the jitter of the probes' own repeats (up to {self.noise:.3g}): no change beyond the "
+                    "noise; config fingerprint " + ("changed" if self.config_changed else "unchanged"))
         elif self.numerics_differ:
             text = (f"decisions identical on {n}/{n} prompts, logprobs differ on {self.numerics_differ}{delta}: "
                     "the runtime's numerics changed, its greedy choices did not")
