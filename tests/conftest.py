@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A replay probes its paths first (seconds each on the real model, `replay --no-probe`): the suite's many replays
+# (subprocesses included) skip it, and the probe tests (tests/test_probe*.py) turn it back on where they test it.
+os.environ.setdefault("TOOLAUDIT_NO_PROBE", "1")
 
 SEARCH_TOOL = {
     "type": "function",

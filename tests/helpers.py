@@ -231,10 +231,10 @@ class CollectProcess:
 
 
 class AppThread:
-    """An aiohttp application on a free loopback port, served by an event loop on a daemon thread, so a
+    """An aiohttp application on a free loopback port (or `port`), served by an event loop on a daemon thread, so a
     synchronous test (and the synchronous engines) can talk to it. `on_start` coroutines run on that loop."""
 
-    def __init__(self, app, on_start: tuple = ()):
+    def __init__(self, app, on_start: tuple = (), port: int = 0):
         import asyncio
         import threading
 
@@ -247,7 +247,7 @@ class AppThread:
         async def start():
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
             await runner.setup()
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
             self.tasks = [asyncio.get_running_loop().create_task(c) for c in on_start]
             return runner
 

@@ -173,6 +173,11 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
 @click.option("--max-valid-drop", type=Proportion(points=True),
               help="Sampled runs: largest allowed drop of the schema-valid rate, baseline minus candidate paired by "
                    "call (0.02, 2% or 2pp), judged on the 95% interval by --rule.")
+@click.option("--expect-numerics", metavar="FP", help="Probe the run's candidate path (or --path) now and fail "
+              "unless its probe numerics hash is FP (an 8+ character prefix), naming decisions vs numerics.")
+@click.option("--path", "probe_path", metavar="NAME", help="With --expect-numerics: the path to probe.")
+@click.option("--paths", "probe_paths", type=click.Path(dir_okay=False, exists=True),
+              help="With --expect-numerics: paths.toml (default: the run's).")
 @rule_option
 @click.option("--use-upper-bound", is_flag=True, help="Older spelling of --rule upper (now the default).")
 @click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
@@ -181,7 +186,8 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
 def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
           session_calls: float | None, against_ref: str | None, max_increase: float | None,
           expect_fingerprint: str | None, max_shifted_calls: float | None, max_valid_drop: float | None,
-          rule: str | None, use_upper_bound: bool, allow_errors: int, as_json: bool) -> None:
+          expect_numerics: str | None, probe_path: str | None, probe_paths: str | None, rule: str | None,
+          use_upper_bound: bool, allow_errors: int, as_json: bool) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
 
     Budgets are judged by one rule, printed with the verdict (default: the 95% Wilson upper bound must be within
@@ -194,26 +200,45 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
     # `against` holds the text until the store is open (validate() asks only whether it was given)
     bounds = Bounds(max_call_drift, max_session_drift, against_ref, max_increase, expect_fingerprint,
                     gate_rule(rule, use_upper_bound), allow_errors, session_calls, max_shifted_calls, max_valid_drop)
+    only_probe = bool(expect_numerics) and _no_bound(bounds)  # the probe alone is a bound too
     try:
-        bounds.validate()  # before the database is opened: a usage error whatever the file holds
+        if not only_probe:
+            bounds.validate()  # before the database is opened: a usage error whatever the file holds
         with reading(db) as store:
             run_id = store.run_row(resolve_run(store, run_ref))["run_id"]
             if against_ref is not None:
                 bounds = replace(bounds, against=resolve_run(store, against_ref, "--against", before=run_id))
-            verdict = gate(store, run_id, bounds)
+            verdict = None if only_probe else gate(store, run_id, bounds)
+            probed = _probe(store, run_id, expect_numerics, probe_path, probe_paths)
     except GateUsageError as exc:
         raise click.UsageError(str(exc)) from None
     except ToolauditError as exc:
         raise CannotCheck(str(exc)) from None
-    for warning in verdict.warnings():
+    for warning in verdict.warnings() if verdict else []:
         click.echo(warning, err=True)
     if as_json:
-        click.echo(to_json(verdict.as_dict()))
+        click.echo(to_json((verdict.as_dict() if verdict else {}) | ({"probe": probed[2]} if probed else {})))
     else:
-        for line in _verdict_lines(verdict, db):
+        for line in (_verdict_lines(verdict, db) if verdict else []) + (probed[1] if probed else []):
             click.echo(line)
-    if not verdict.ok:
+    if (verdict and not verdict.ok) or (probed and not probed[0]):
         sys.exit(1)
+
+
+def _no_bound(b) -> bool:
+    return (b.max_call_drift is None and b.max_session_drift is None and b.against is None and not b.expect_fingerprint
+            and b.max_shifted_calls is None and b.max_valid_drop is None)
+
+
+def _probe(store, run_id: int, expected: str | None, path: str | None, paths: str | None):
+    """`--expect-numerics`: (ok, lines, JSON) of a probe of the run's path, or None when not asked."""
+    if expected is None:
+        if path or paths:
+            raise click.UsageError("--path and --paths go with --expect-numerics")
+        return None
+    from toolaudit.cli.probe import expect_numerics
+
+    return expect_numerics(store, run_id, expected, path, paths)
 
 
 def _verdict_lines(verdict, db: str) -> list[str]:

@@ -31,13 +31,13 @@ DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 
 
 def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, verbose: bool = False,
-                ray=None) -> None:
+                ray=None, probe: bool = False) -> None:
     from toolaudit.engines import ENGINES, threads
     from toolaudit.engines.logs import EngineLogs, log_file_for
 
     logs = EngineLogs(None if verbose else log_file_for(db))
     try:
-        _replay_into(db, options, resume, fmt, budget, logs, ray)
+        _replay_into(db, options, resume, fmt, budget, logs, ray, probe)
     finally:  # also after a failure: the engines' log often says why
         for choice in threads.choices():  # e.g. "torch threads: 1 (2 cores, 1 busy; OMP_WAIT_POLICY=passive)"
             click.echo(choice.line(), err=True)
@@ -45,7 +45,7 @@ def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, ver
             click.echo(line, err=True)
 
 
-def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, ray=None) -> None:
+def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, ray=None, probe: bool = False) -> None:
     from toolaudit.replay.replayer import replay_traces
     from toolaudit.store import Store
 
@@ -59,7 +59,8 @@ def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, r
         bar = _LazyBar(store.publish_snapshots("replay", on_error=_warn))  # readers follow the run meanwhile
         try:
             run_id, counts = replay_traces(store, options, progress=bar.update, resume=resume,
-                                           on_total=bar.start, logs=logs, engines=engines)
+                                           on_total=bar.start, logs=logs, engines=engines,
+                                           on_probe=_warn_line if probe and ray is None else None)
         finally:
             bar.close()
         for warning in counts.warnings:
@@ -72,6 +73,16 @@ def _replay_into(db: str, options, resume: int | None, fmt: str, budget, logs, r
 
 def _warn(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
+
+
+def _warn_line(line: str) -> None:
+    click.echo(line, err=True)
+
+
+# A run's paths are probed first (`fingerprint --probe`), unless --no-probe or $TOOLAUDIT_NO_PROBE says not to.
+no_probe_option = click.option("--no-probe", is_flag=True, envvar="TOOLAUDIT_NO_PROBE", help="Do not probe the "
+                               "paths first (a probe fingerprint per path, stored with the run; seconds per path; "
+                               "or set TOOLAUDIT_NO_PROBE=1). Not with --ray, which never probes.")
 
 
 class _LazyBar:
@@ -135,6 +146,7 @@ class _LazyBar:
 @shard_option
 @collected_options
 @ray_options("Run the engines", "engine workers per pass, one per GPU or CPU slot")
+@no_probe_option
 @verbose_option
 @output_options
 @friendly_errors
@@ -144,8 +156,8 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
            run_name: str | None, noise_floor: bool, numerics: str | None, max_tokens: int | None,
            temperature: float | None, samples_per_call: int | None, trace_format: str, session_key: str,
            customer_key: str, schema_dir: str, shard, collected: str | None, since: str | None, sample: int | None,
-           per_customer: bool, seed: str, ray_address: str | None, ray_workers: int | None, verbose: bool,
-           fmt: str) -> None:
+           per_customer: bool, seed: str, ray_address: str | None, ray_workers: int | None, no_probe: bool,
+           verbose: bool, fmt: str) -> None:
     """Replay recorded calls through a baseline and one or more candidate decode paths and diff their tool calls.
 
     Trace files may be in any format `compare` reads (detected from the first record unless --format says), or
@@ -176,7 +188,7 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
                             max_tokens=max_tokens, temperature=temperature, samples_per_call=samples_per_call)
     if resume is None:
         _warn_sampling_noise(options)
-    _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray)
+    _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray, probe=not no_probe)
 
 
 def _warn_sampling_noise(options) -> None:
@@ -228,12 +240,13 @@ DEMO_SAMPLED_CALLS, DEMO_SAMPLES, DEMO_TEMPERATURE = 8, 16, 0.7
 @click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
               help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
                    "compared).")
+@no_probe_option
 @verbose_option
 @output_options
 @friendly_errors
 @interruptible
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, sampled: bool,
-         samples: int, noise_floor: bool, max_tokens: int, verbose: bool, fmt: str) -> None:
+         samples: int, noise_floor: bool, max_tokens: int, no_probe: bool, verbose: bool, fmt: str) -> None:
     """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
     from toolaudit.engines import make_engine
     from toolaudit.replay.inputs import resolve_paths
@@ -253,7 +266,7 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
         click.echo(f"replaying the first call of {options.limit} demo sessions, {samples} samples each, at "
                    f"temperature {DEMO_TEMPERATURE} through target, spec-ngram and target-floor (other seeds: the "
                    f"calibration); results in {db}", err=True)
-        _run_replay(db, options, None, fmt, verbose=verbose)
+        _run_replay(db, options, None, fmt, verbose=verbose, probe=not no_probe)
         return
     candidates = list(MATRIX_CANDIDATES) if matrix else ["spec-ngram"]
     options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate=candidates[0],
@@ -270,24 +283,39 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
     click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)}{floor} (bf16 numerics "
                f"{components['numerics']}, CPU {components['cpu_capability']}); results in {db}", err=True)
     if not matrix:
-        _run_replay(db, options, None, fmt, verbose=verbose)
+        _run_replay(db, options, None, fmt, verbose=verbose, probe=not no_probe)
         return
     from toolaudit.analysis.frontier import Budget
 
-    _run_replay(db, options, None, fmt, Budget(max_session_drift=max_session_drift), verbose=verbose)
+    _run_replay(db, options, None, fmt, Budget(max_session_drift=max_session_drift), verbose=verbose,
+                probe=not no_probe)
     if fmt == "table":
         click.echo(f"\nbudget: session drift <= {100 * max_session_drift:g}% on the 95% upper bound "
                    f"(--max-session-drift); remedy reports: toolaudit report --all-customers --max-session-drift "
                    f"{100 * max_session_drift:g}% --db {db}")
 
 
-@click.command(name="fingerprint", epilog=example("toolaudit fingerprint --path spec-ngram --json"))
+@click.command(name="fingerprint", epilog=example("toolaudit fingerprint --path spec-ngram --json",
+                                                  "toolaudit fingerprint --probe --path spec-ngram --against nightly "
+                                                  "--db audit.duckdb"))
 @click.option("--path", "path_name", required=True, help="Decode path name.")
 @click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True), help="paths.toml.")
-@click.option("--json", "as_json", is_flag=True, help="Show the components as JSON.")
+@click.option("--probe", is_flag=True, help="Also fingerprint what the path does: decode a fixed probe set greedily "
+              "and hash the chosen tokens (decisions) and their logprobs (numerics).")
+@click.option("--probe-file", type=click.Path(dir_okay=False), help="With --probe: your own probe set (JSONL, one "
+              "chat completion request per line) instead of the bundled one.")
+@click.option("--repeats", type=click.IntRange(1, 10), default=2, show_default=True,
+              help="With --probe: decode the probe set this many times; repeats that differ are reported as jitter.")
+@click.option("--db", "db", type=click.Path(dir_okay=False), help="With --probe: store the probe in this DuckDB file.")
+@click.option("--against", metavar="REF", help="With --probe and --db: compare with an earlier probe (latest: the "
+              "path's newest; probe:ID, or an id) or the probe a run recorded (run:ID|NAME, or a name), in words.")
+@click.option("--json", "as_json", is_flag=True, help="Show the components (with --probe: the probe) as JSON.")
 @friendly_errors
-def fingerprint_cmd(path_name: str, paths_file: str | None, as_json: bool) -> None:
-    """Print the stable fingerprint of a decode path (engine, versions, model hashes, config, device)."""
+def fingerprint_cmd(path_name: str, paths_file: str | None, probe: bool, probe_file: str | None, repeats: int,
+                    db: str | None, against: str | None, as_json: bool) -> None:
+    """Print the stable fingerprint of a decode path (engine, versions, model hashes, config, device).
+
+    With --probe, also its behavioural fingerprint: what a runtime change that the config does not name shows."""
     from toolaudit import ConfigError
     from toolaudit.engines import make_engine
     from toolaudit.engines.fingerprint import fingerprint
@@ -296,10 +324,16 @@ def fingerprint_cmd(path_name: str, paths_file: str | None, as_json: bool) -> No
     paths = load_paths(paths_file)
     if path_name not in paths:
         raise ConfigError(f"unknown decode path {path_name!r} (known: {', '.join(sorted(paths))})")
+    if not probe and (probe_file or db or against):
+        raise click.UsageError("--probe-file, --db and --against go with --probe")
+    if probe:
+        from toolaudit.cli.probe import probe_command
+
+        probe_command(paths[path_name], probe_file, repeats, db, against, as_json)
+        return
     components = make_engine(paths[path_name]).fingerprint_components()
     fp = fingerprint(components)
     if as_json:
         click.echo(to_json({"path": path_name, "fingerprint": fp, "components": components}))
     else:
         click.echo(fp)
-

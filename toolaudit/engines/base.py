@@ -49,6 +49,7 @@ class EngineRequest:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     sample: int = 0
+    logprobs: int = 0  # > 0: the result carries each step's top-`logprobs` log-probabilities (`top_logprobs`)
 
 
 @dataclass
@@ -60,6 +61,10 @@ class EngineResult:
     `margins[i]` is top-1 minus top-2 logit of the distribution that chose generated token i, on the path that
     generated it, and `top2[i]` the two token ids: near-ties (tiny margins) point at numerics, large margins at
     a bug. Both are empty for engines that cannot see logits.
+    `top_logprobs[i]`, only for requests that asked (`EngineRequest.logprobs = k`), is the step's top-k
+    (token, log-probability) pairs, most likely first, exactly as the engine computed or returned them: token ids
+    from in-process engines, token strings from an endpoint; empty where the engine gives none (an endpoint with
+    logprobs disabled). The probe fingerprint (`replay.probe`) hashes them.
     `tokens` holds the generated tokens as strings, for engines that see token text but not ids (an HTTP endpoint
     returning logprobs); `replay.first_divergence` compares them when `token_ids` are missing.
     """
@@ -76,6 +81,7 @@ class EngineResult:
     forward_passes: int = 0  # target forward passes this request took part in (prefill included)
     margins: list[float] = field(default_factory=list)
     top2: list[tuple[int, int]] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int | str, float]]] = field(default_factory=list)
     tokens: list[str] = field(default_factory=list)  # generated token strings, when ids are not known
     error: str | None = None
     message: dict[str, Any] | None = None  # OpenAI-shaped assistant message, for engines that return tool calls

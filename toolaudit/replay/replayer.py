@@ -142,11 +142,13 @@ def _sum_stats(stats: dict[str, dict]) -> dict[str, int]:
 def replay_traces(store: Store, options: ReplayOptions, progress: Progress | None = None,
                   resume: int | None = None, engine_factory: Callable[[PathConfig], Engine] = make_engine,
                   on_total: Callable[[int], None] | None = None, logs: EngineLogs | None = None,
-                  engines: EnginePool | None = None) -> tuple[int, ReplayCounts]:
+                  engines: EnginePool | None = None, on_probe: Callable[[str], None] | None = None
+                  ) -> tuple[int, ReplayCounts]:
     """Start (or resume) a replay run or remedy matrix; returns (run_id, counts). `logs` says where engines'
     own output goes (default: wherever it would go). `engines`: where engine calls run (default: an
     `EnginePool` of `engine_factory`'s engines in this process; `ray_pool.RayEnginePool` for a Ray cluster).
-    Neither is part of the run's options: the stored run is the same wherever its engines ran."""
+    Neither is part of the run's options: the stored run is the same wherever its engines ran. `on_probe`: probe
+    the paths of a new run first and store the probes with it (`probes.record_run_probes`), reporting each."""
     if resume is not None:
         resume, options = options_for_resume(store, resume)
     for path in options.traces:
@@ -154,4 +156,8 @@ def replay_traces(store: Store, options: ReplayOptions, progress: Progress | Non
             raise ConfigError(f"{path}: trace file not found")
     replayer = Replayer(store, options, engine_factory, logs, engines)
     run_id = resume if resume is not None else replayer.create_run()
+    if on_probe is not None and resume is None:
+        from toolaudit.replay.probes import record_run_probes
+
+        record_run_probes(store, run_id, replayer, on_probe)
     return run_id, replayer.run(run_id, progress, on_total)

@@ -1,4 +1,4 @@
-"""The reporting views, generated from the drift vocabulary (`compare.vocabulary.DriftKind`, `MatchStatus`) so the
+"""The reporting views, generated from the drift vocabulary (`store.vocabulary.DriftKind`, `MatchStatus`) so the
 SQL can never spell a kind or status differently from the code that writes it.
 
 Aggregates whose result depends on input order (floating averages, examples) take their rows in a fixed

@@ -264,6 +264,7 @@ class HFEngine(LocalEngine):
             top = [torch.topk(s.float(), 2, dim=-1) for s in out.scores]  # per step: [rows, 2]
             best = [s.argmax(-1) for s in out.scores]  # argmax, not topk order: ties go to the lowest id, as chosen
         speculative = p.speculative is not None
+        tops = top_logprobs(out.scores, max(r.logprobs for r in requests))
         results = []
         for row, (req, prompt) in enumerate(zip(requests, prompts)):
             generated = sequences[row]
@@ -286,6 +287,7 @@ class HFEngine(LocalEngine):
                 accepted_tokens=max(0, len(generated) - passes) if speculative else 0,
                 forward_passes=passes, margins=margins, top2=top2,
                 finish_reason="stop" if finished is not None else "length",
+                top_logprobs=[step[row][:req.logprobs] for step in tops[:n]] if req.logprobs else [],
             ))
         return results
 
@@ -313,3 +315,15 @@ class HFEngine(LocalEngine):
             "prompt": self._prompt(),
             "torch_threads": self.threads_identity,
         }
+
+
+def top_logprobs(scores, k: int) -> list[list[list[tuple[int, float]]]]:
+    """Per step, per row: the top-k (token id, log-probability) pairs of generate()'s `scores` (log_softmax in
+    float32); nothing when k is 0 (requests that did not ask pay nothing)."""
+    if k <= 0:
+        return []
+    out = []
+    for step in scores:
+        top = torch.topk(torch.log_softmax(step.float(), dim=-1), min(k, step.shape[-1]), dim=-1)
+        out.append([list(zip(ids, values)) for ids, values in zip(top.indices.tolist(), top.values.double().tolist())])
+    return out

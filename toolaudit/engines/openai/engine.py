@@ -308,6 +308,7 @@ class OpenAIEngine(Engine):
         import openai
 
         n = body.get("n", 1)
+        top = body.get("top_logprobs", 0) if body.get("logprobs") else 0  # top-k pairs kept on each result
         t0 = time.perf_counter()
         if not self.options.stream:
             completion = await self._client.chat.completions.create(**body)
@@ -315,7 +316,8 @@ class OpenAIEngine(Engine):
             if not hasattr(completion, "model_dump"):
                 raise ValueError(f"response is not a chat completion: {str(completion)[:200]!r}")
             data = completion.model_dump(mode="json")
-            return [result_from_response(key, data, latency, latency, index=i, n=n) for key, i in zip(keys, choices)]
+            return [result_from_response(key, data, latency, latency, index=i, n=n, top=top)
+                    for key, i in zip(keys, choices)]
         aggs = {i: StreamAggregate(index=i) for i in choices}
         async with self._client.chat.completions.with_streaming_response.create(
                 **body, stream=True, stream_options={"include_usage": True}) as response:
@@ -349,7 +351,7 @@ class OpenAIEngine(Engine):
             if agg.finish_reason is None:
                 raise ValueError("the stream ended without a finish_reason")
             ttft = agg.first_token_at if agg.first_token_at is not None else latency
-            out.append(result_from_response(key, agg.response(), latency, ttft, index=i, n=n))
+            out.append(result_from_response(key, agg.response(), latency, ttft, index=i, n=n, top=top))
         return out
 
     def _body(self, req: EngineRequest, n: int = 1) -> dict[str, Any]:
@@ -368,9 +370,9 @@ class OpenAIEngine(Engine):
             body["top_p"] = p.top_p
             if n > 1:
                 body["n"] = n
-        if opts.logprobs:
+        if opts.logprobs or req.logprobs:  # the path's option, or a probe's request (`EngineRequest.logprobs`)
             body["logprobs"] = True
-            body["top_logprobs"] = opts.top_logprobs
+            body["top_logprobs"] = max(opts.top_logprobs if opts.logprobs else 0, req.logprobs)
         extra = dict(opts.extra_body)
         if p.sampled and p.top_k:
             extra["top_k"] = p.top_k  # not in the OpenAI spec; vLLM and SGLang read it from the body

@@ -113,9 +113,28 @@ def logprob_evidence(entries: list[dict[str, Any]]) -> tuple[list[str], list[flo
     return ([] if token_ids else tokens), margins, token_ids, top2
 
 
+def top_logprob_pairs(entries: list[dict[str, Any]], k: int) -> list[list[tuple[int | str, float]]]:
+    """Per token, its top-k alternatives as (token, logprob), most likely first, the values as the server sent
+    them; tokens as ids when the server writes `token_id:N`. Empty when k is 0 or any token lacks alternatives
+    (a server with logprobs disabled, e.g. during speculation, sends none)."""
+    if k <= 0 or not entries or not all(e.get("top_logprobs") for e in entries):
+        return []
+    steps = []
+    for e in entries:
+        ranked = sorted((t for t in e["top_logprobs"] if t.get("logprob") is not None), key=lambda t: -t["logprob"])
+        steps.append([(_token(str(t.get("token", ""))), float(t["logprob"])) for t in ranked[:k]])
+    return steps
+
+
+def _token(text: str) -> int | str:
+    match = _TOKEN_ID.fullmatch(text)
+    return int(match.group(1)) if match else text
+
+
 def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_s: float, index: int = 0,
-                         n: int = 1) -> EngineResult:
-    """Choice `index` of a Chat Completions response body (or an aggregated stream) -> EngineResult.
+                         n: int = 1, top: int = 0) -> EngineResult:
+    """Choice `index` of a Chat Completions response body (or an aggregated stream) -> EngineResult (`top`: the
+    top-k logprobs the request asked for, `EngineRequest.logprobs`).
 
     With n > 1 choices, usage is the request's: the prompt is counted once (as every choice's `prompt_tokens`) and
     completion tokens are summed over the choices, so a choice's own count comes from its logprobs (0 without
@@ -131,7 +150,8 @@ def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_
         return EngineResult(key=key, error=f"malformed response: no choices[{index}].message",
                             system_fingerprint=data.get("system_fingerprint"))
     message = {k: v for k, v in choice["message"].items() if v is not None or k == "content"}
-    tokens, margins, token_ids, top2 = logprob_evidence((choice.get("logprobs") or {}).get("content") or [])
+    entries = (choice.get("logprobs") or {}).get("content") or []
+    tokens, margins, token_ids, top2 = logprob_evidence(entries)
     usage = data.get("usage") or {}
     completion = usage.get("completion_tokens") if n == 1 else None
     return EngineResult(
@@ -140,4 +160,5 @@ def result_from_response(key: str, data: dict[str, Any], latency_s: float, ttft_
         completion_tokens=int(completion or len(tokens) or len(token_ids)),
         latency_s=latency_s, ttft_s=ttft_s, margins=margins, top2=top2, tokens=tokens, message=message,
         system_fingerprint=data.get("system_fingerprint"), finish_reason=choice.get("finish_reason"),
+        top_logprobs=top_logprob_pairs(entries, top),
     )

@@ -137,6 +137,7 @@ class TorchEngine(LocalEngine):
             prompt_tokens=len(prompt.ids), completion_tokens=len(out.token_ids), latency_s=out.latency_s,
             ttft_s=out.ttft_s, drafted_tokens=out.drafted, accepted_tokens=out.accepted,
             forward_passes=out.forward_passes, margins=out.margins, top2=out.top2, finish_reason=out.finish_reason,
+            top_logprobs=[t[:req.logprobs] for t in out.top_logprobs] if req.logprobs else [],
         ) for req, prompt, out in zip(requests, prompts, outputs)]
 
     def decode_settings(self, requests: list[EngineRequest]) -> DecodeSettings:
@@ -146,6 +147,7 @@ class TorchEngine(LocalEngine):
             max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos,
             stop_strings=p.stop_strings, piece=self._piece,
             seeds=tuple(row_seed(p.seed, r.key, r.sample) for r in requests), top_p=p.top_p, top_k=p.top_k,
+            logprobs=max((r.logprobs for r in requests), default=0),
         )
 
     def _proposer(self):

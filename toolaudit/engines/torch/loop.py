@@ -41,6 +41,7 @@ class DecodeSettings:
     # How a sampled row's verification logits [positions, vocab] and proposals become its emitted tokens: the
     # correct rejection sampler (`sample_tokens`) unless a test swaps in a broken one to show it is caught.
     sampler: Callable[..., list[int]] | None = None
+    logprobs: int = 0  # > 0: record each step's top-k log-probabilities (log_softmax in float32); 0 costs nothing
 
 
 @dataclass
@@ -50,6 +51,7 @@ class RowOutput:
     token_ids: list[int] = field(default_factory=list)
     margins: list[float] = field(default_factory=list)
     top2: list[tuple[int, int]] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # with settings.logprobs only
     drafted: int = 0
     accepted: int = 0
     forward_passes: int = 0
@@ -104,12 +106,14 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
             for p, s in zip(prompts, seeds)]
     stop_len = max((len(s) for s in settings.stop_strings), default=0)
 
-    def emit(row: _Row, token: int, margin: float, pair: tuple[int, int]) -> bool:
+    def emit(row: _Row, token: int, margin: float, pair: tuple[int, int], top: list | None) -> bool:
         """Record one generated token; True when the row is finished (EOS, stop string, max_tokens)."""
         out = row.out
         out.token_ids.append(token)
         out.margins.append(margin)
         out.top2.append(pair)
+        if top is not None:
+            out.top_logprobs.append(top)
         row.history.append(token)
         if token in settings.eos_ids:
             out.finish_reason, row.done = "stop", True
@@ -139,13 +143,13 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
             for slot, i in zip(slots, new):
                 active[slot] = i
             active += new[len(slots):]
-            chosen, margins, pairs = _choose(logits[:, None, :], [[] for _ in new], [rows[i] for i in new],
-                                             settings, None)
+            chosen, margins, pairs, tops = _choose(logits[:, None, :], [[] for _ in new], [rows[i] for i in new],
+                                                   settings, None)
             for j, i in enumerate(new):
                 rows[i].admitted = now
                 rows[i].out.ttft_s = ttft - now
                 rows[i].out.forward_passes = 1
-                emit(rows[i], chosen[j][0], margins[j][0], pairs[j][0])
+                emit(rows[i], chosen[j][0], margins[j][0], pairs[j][0], tops[j][0] if tops else None)
             continue  # rows that finished on their first token make room before the next step
         if done:
             keep_rows = [j for j, i in enumerate(active) if not rows[i].done]
@@ -164,17 +168,17 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
             drafts, dists = [[] for _ in batch], None
         kv.mark()
         logits = kv.extend([[r.history[-1]] + d for r, d in zip(batch, drafts)])
-        chosen, margins, pairs = _choose(logits, drafts, batch, settings, dists)
+        chosen, margins, pairs, tops = _choose(logits, drafts, batch, settings, dists)
         keep, accepted_counts = [], []
-        for r, d, c, m, s in zip(batch, drafts, chosen, margins, pairs):
+        for i, (r, d, c, m, s) in enumerate(zip(batch, drafts, chosen, margins, pairs)):
             accepted = len(c) - 1  # every chosen token but the last agreed with a proposal
             r.out.drafted += len(d)
             r.out.accepted += accepted
             r.out.forward_passes += 1
             accepted_counts.append(accepted)
             keep.append(1 + accepted)  # the pending token and the accepted proposals are now valid cache
-            for token, margin, pair in zip(c, m, s):
-                if emit(r, token, margin, pair):
+            for j, (token, margin, pair) in enumerate(zip(c, m, s)):
+                if emit(r, token, margin, pair, tops[i][j] if tops else None):
                     break
         kv.rollback(keep)
         if proposer is not None:
@@ -184,7 +188,8 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
 
 def _choose(logits: torch.Tensor, drafts: list[list[int]], rows: list[_Row], settings: DecodeSettings,
             dists: list[torch.Tensor | None] | None):
-    """Turn verification logits [rows, width, vocab] into the tokens each row emits, with margins and top-2.
+    """Turn verification logits [rows, width, vocab] into the tokens each row emits, with margins and top-2
+    (and, when `settings.logprobs` asks, each emitted position's top-k log-probabilities; else None).
 
     Greedy: position j's token is the argmax; proposals are accepted while they equal it, and the first
     disagreement (or the position after the last proposal) contributes the target's own token. Sampling:
@@ -223,7 +228,17 @@ def _choose(logits: torch.Tensor, drafts: list[list[int]], rows: list[_Row], set
         chosen.append(tokens)
         margins.append(margin_l[i][:n])
         pairs.append([(best_l[i][j], second_l[i][j]) for j in range(n)])
-    return chosen, margins, pairs
+    return chosen, margins, pairs, _top_logprobs(logits, settings.logprobs, [len(c) for c in chosen])
+
+
+def _top_logprobs(logits: torch.Tensor, k: int, emitted: list[int]) -> list[list[list[tuple[int, float]]]] | None:
+    """Per row, per emitted position: the top-k (token id, log-probability) pairs, log_softmax in float32 (exact
+    in the float64 the host list holds). None unless asked (k > 0): plain decoding pays nothing for it."""
+    if k <= 0:
+        return None
+    top = torch.topk(torch.log_softmax(logits.float(), dim=-1), min(k, logits.shape[-1]), dim=-1)
+    values, indices = top.values.double().cpu().tolist(), top.indices.cpu().tolist()
+    return [[list(zip(indices[i][j], values[i][j])) for j in range(n)] for i, n in enumerate(emitted)]
 
 
 def sample_tokens(logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None, settings: DecodeSettings,

@@ -36,7 +36,7 @@ from ..models import converted_dir, resolve
 from ..threads import set_by_toolaudit
 from . import runtime
 from .config import CAPABILITIES, options_of
-from .evidence import attribute_spec, result_from_output, spec_counters
+from .evidence import attribute_spec, ranked_logprobs, result_from_output, spec_counters
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class VLLMEngine(LocalEngine):
     def _decode(self, requests: list[EngineRequest], prompts: list[Prompt]) -> list[EngineResult]:
         """All requests go to vLLM together (its scheduler batches them)."""
         llm = self._model
-        params = [self._sampling(r) for r in requests]
+        params = [with_logprobs(self._sampling(r), r.logprobs) for r in requests]
         before = spec_counters(llm)
         t0 = time.time()
         if self.options["prompt_format"] == "chat_template":
@@ -219,6 +219,8 @@ class VLLMEngine(LocalEngine):
         results = [result_from_output(req.key, self._text(prompt.prefill, [int(t) for t in out.outputs[0].token_ids]),
                                       out, t0)
                    for req, prompt, out in zip(requests, prompts, outputs)]
+        for req, result, out in zip(requests, results, outputs):
+            result.top_logprobs = ranked_logprobs(out, req.logprobs)
         if self.path.speculative is not None:
             drafted = after["drafted"] - before["drafted"]
             accepted = after["accepted"] - before["accepted"]
@@ -277,6 +279,13 @@ class VLLMEngine(LocalEngine):
             "prompt": {"format": o["prompt_format"], **self._prompt()},
             "cpu_threads_bind": runtime.threads_bind() if device_type == "cpu" else None,
         }
+
+
+def with_logprobs(params, k: int):
+    """`params` asking for the top-k logprobs a probe wants (`EngineRequest.logprobs`), when more than 2."""
+    if k > 0 and k > (params.logprobs or 0):
+        params.logprobs = k
+    return params
 
 
 MEMORY_HEADROOM = 0.02  # of the GPU's memory, left free beside vLLM's share (allocator slack, other contexts)

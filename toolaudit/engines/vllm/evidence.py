@@ -85,3 +85,16 @@ def result_from_output(key: str, text: str, out, t0: float) -> EngineResult:
     if finish is None:
         result.error = f"vLLM finished the request with reason {c.finish_reason!r}"
     return result
+
+
+def ranked_logprobs(out, k: int) -> list[list[tuple[int, float]]]:
+    """Per generated token, vLLM's top-k (token id, logprob) pairs by rank, the values as vLLM returned them;
+    nothing when k is 0. (vLLM adds the sampled token when it is outside the top k: left out here.)"""
+    if k <= 0:
+        return []
+    steps = []
+    for entry in out.outputs[0].logprobs or []:
+        ranked = sorted((lp.rank, int(token), float(lp.logprob)) for token, lp in entry.items()
+                        if lp.rank is not None and lp.rank <= k)
+        steps.append([(token, value) for _, token, value in ranked])
+    return steps

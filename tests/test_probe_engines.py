@@ -1,0 +1,230 @@
+"""Probe fingerprints through real engines: the embedded engine in process, `toolaudit serve`'s application behind
+one base URL through the real openai client, and a replay that records its paths' probes.
+
+What the config fingerprint cannot see, the probe must: a oneDNN setting that makes float32 linears compute in
+bf16 (torch's `torch.backends.mkldnn.matmul.fp32_precision`; oneDNN's environment variable
+`ONEDNN_DEFAULT_FPMATH_MODE=BF16` does the same to a process started with it) names no path key, so config
+fingerprints stay equal while the probes differ and `check --expect-numerics` fails. Models: the tiny random
+Llama over SmolLM2's tokenizer (real transformers weights through the real engine, seconds to decode); the
+bundled SmolLM2 is probed by scripts/probe_servers.py, figures in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from helpers import DEMO, AppThread, build_tiny_model, get, openai_path_toml, torch_path_toml
+
+from toolaudit.cli import cli
+from toolaudit.store import Store
+
+pytestmark = pytest.mark.usefixtures("model_available")
+PROMPTS = ["What is the current price of AMZN?", "Cancel order 4411, please.", "Buy 3 shares of MSFT at 410."]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("probe")
+    model = build_tiny_model(root / "tiny")
+    paths = root / "paths.toml"
+    paths.write_text(torch_path_toml("tiny", model, batch_size=4) + "threads = 1\n"
+                     + torch_path_toml("tiny-spec", model, batch_size=4, speculative=True) + "threads = 1\n"
+                     + f'[paths.tiny-hf]\nengine = "hf"\nmodel = "{model}"\ndtype = "float32"\nthreads = 1\n')
+    probe_file = root / "probe.jsonl"
+    tool = {"type": "function", "function": {"name": "get_quote", "parameters": {"type": "object"}}}
+    probe_file.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}], "tools": [tool],
+                                              "max_tokens": 6}) + "\n" for p in PROMPTS))
+    return root, model, paths, probe_file
+
+
+def cli_json(*args: str) -> dict:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def compare_run(root: Path, db: Path) -> None:
+    """A run in `db` for `check` to gate (two recorded logs, no engine)."""
+    log = root / "log.jsonl"
+    log.write_text(DEMO.read_text().splitlines()[0] + "\n")
+    result = CliRunner().invoke(cli, ["compare", str(log), str(log), "--db", str(db), "--run-name", "nightly"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture
+def fp32_in_bf16():
+    """oneDNN float32 matmuls computed in bf16: a kernel choice no path key names (torch's process setting)."""
+    import torch
+
+    def use(on: bool) -> None:
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16" if on else "ieee"
+
+    yield use
+    use(False)
+
+
+def test_a_kernel_choice_the_config_misses_changes_the_probe(setup, tmp_path, fp32_in_bf16):
+    root, _, paths, probe_file = setup
+    db = tmp_path / "a.duckdb"
+    base = ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths), "--probe-file", str(probe_file),
+            "--db", str(db), "--json"]
+    first = cli_json(*base, "--against", "latest")  # no earlier probe of the path: nothing to compare yet
+    assert first["against"] is None and first["probe_id"] == 1
+    assert first["stable"] and first["jitter"] is None and first["numerics"].startswith("num-")
+    assert first["prompts"] == 3 and first["repeats"] == 2 and first["seconds"] > 0
+    again = cli_json(*base, "--against", "latest")  # a fresh engine on the same path: the same bits
+    assert (again["decisions"], again["numerics"]) == (first["decisions"], first["numerics"])
+    assert again["against"]["same"] and again["against"]["words"].startswith("identical")
+
+    fp32_in_bf16(True)
+    changed = cli_json(*base, "--against", "1")
+    assert changed["fingerprint"] == first["fingerprint"]  # the config hash does not see it
+    assert changed["numerics"] != first["numerics"]
+    words = changed["against"]["words"]
+    assert ("the runtime's numerics changed, its greedy choices did not" in words
+            or "argmax flipped" in words), words
+    assert words.endswith("config fingerprint unchanged")
+
+    compare_run(root, db)
+    check = ["check", "--run", "nightly", "--db", str(db), "--expect-numerics", first["numerics"], "--path", "tiny",
+             "--paths", str(paths)]
+    failed = CliRunner().invoke(cli, check)
+    assert failed.exit_code == 1, failed.output
+    assert f"expected {first['numerics']}" in failed.output
+    assert "numerics changed, decisions identical" in failed.output or "decisions changed" in failed.output
+    fp32_in_bf16(False)
+    passed = CliRunner().invoke(cli, check)
+    assert passed.exit_code == 0 and "as expected" in passed.output, passed.output
+
+
+def test_the_hf_engine_probes_from_its_scores(setup, tmp_path):
+    """generate()'s scores give the hf engine's logprobs: a stable probe with numerics, the same greedy tokens as
+    the embedded engine on the same float32 weights."""
+    _, _, paths, probe_file = setup
+    args = ["fingerprint", "--probe", "--paths", str(paths), "--probe-file", str(probe_file), "--json"]
+    hf, embedded = cli_json(*args, "--path", "tiny-hf"), cli_json(*args, "--path", "tiny")
+    assert hf["stable"] and hf["numerics"] and hf["engine"] == "hf" and hf["note"] is None
+    assert hf["decisions"] == embedded["decisions"]
+
+
+def test_probe_usage_errors(setup, tmp_path):
+    _, _, paths, probe_file = setup
+    runner = CliRunner()
+    result = runner.invoke(cli, ["fingerprint", "--path", "tiny", "--paths", str(paths), "--db", "x.duckdb"])
+    assert result.exit_code == 2 and "go with --probe" in result.output
+    result = runner.invoke(cli, ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths),
+                                 "--against", "1"])
+    assert result.exit_code == 2 and "--against needs --db" in result.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user"}], "max_tokens": 999}\n')
+    result = runner.invoke(cli, ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths),
+                                 "--probe-file", str(bad)])
+    assert result.exit_code == 1 and f"{bad}:1: max_tokens: must be an integer from 1 to 256" in result.output
+
+
+def test_a_replay_records_its_paths_probes(setup, tmp_path, monkeypatch):
+    _, _, paths, _ = setup
+    db = tmp_path / "r.duckdb"
+    args = ["replay", str(DEMO), "--limit", "1", "--baseline", "tiny", "--candidate", "tiny-spec", "--paths",
+            str(paths), "--db", str(db), "--max-tokens", "4", "--schemas", str(tmp_path)]
+    assert CliRunner().invoke(cli, [*args, "--run-name", "quiet", "--no-probe"]).exit_code == 0
+    monkeypatch.delenv("TOOLAUDIT_NO_PROBE")
+    result = CliRunner().invoke(cli, [*args, "--run-name", "nightly"])
+    assert result.exit_code == 0, result.output
+    assert "probe 1 of baseline tiny: decisions dec-" in result.output
+    with Store(db) as store:
+        runs = {r["name"]: r for r in store.rows("SELECT run_id, name, baseline_fingerprint, "
+                                                 "candidate_fingerprint FROM runs")}
+        rows = store.rows("SELECT run_id, side, path_name, config_fingerprint, prompts, stable FROM probes "
+                          "ORDER BY probe_id")
+    run = runs["nightly"]
+    assert rows == [
+        {"run_id": run["run_id"], "side": "baseline", "path_name": "tiny",
+         "config_fingerprint": run["baseline_fingerprint"], "prompts": 32, "stable": True},
+        {"run_id": run["run_id"], "side": "candidate", "path_name": "tiny-spec",
+         "config_fingerprint": run["candidate_fingerprint"], "prompts": 32, "stable": True}]
+    # the run's recorded probe, by the run's name: the same path probed again is the same
+    again = cli_json("fingerprint", "--probe", "--path", "tiny-spec", "--paths", str(paths), "--db", str(db),
+                     "--against", "nightly", "--json", "--repeats", "1")
+    assert again["against"]["probe_id"] == 2 and again["against"]["same"], again["against"]
+    result = CliRunner().invoke(cli, ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths),
+                                      "--db", str(db), "--against", "quiet", "--repeats", "1"])
+    assert result.exit_code == 2 and "recorded no probe" in result.output
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(path, port: int):
+    """`toolaudit serve`'s application for `path` on loopback `port` (in this process: a server subprocess takes
+    20 s to start on this busy machine; tests/serve covers the subprocess)."""
+    from toolaudit.serve.app import EngineHost, build_app
+    from toolaudit.serve.metrics import Metrics
+
+    host = EngineHost(path, Metrics(path.name))
+    app = AppThread(build_app(path, host), on_start=(host.start(),), port=port)
+    try:
+        deadline = time.monotonic() + 60
+        while get(f"http://127.0.0.1:{port}/health")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield
+    finally:
+        app.close()
+        host.close()
+
+
+def test_server_side_settings_behind_one_url(setup, tmp_path, fp32_in_bf16):
+    """One base URL and model name, served in turn by: the plain path, the same path with oneDNN's float32
+    math in bf16 (a server process setting: neither the client's config nor the server's own system_fingerprint
+    names it), the path served in bfloat16 (only the server's system_fingerprint says so), and the plain path
+    again (a restart probes alike). `check --expect-numerics` fails against the kernel change."""
+    from toolaudit.engines.paths import load_paths
+
+    root, model, _, probe_file = setup
+    served_paths = tmp_path / "serve.toml"
+    served_paths.write_text(torch_path_toml("served", model, prefix_caching=False) + "threads = 1\n")
+    served = load_paths(served_paths)["served"]
+    port = free_port()
+    paths = tmp_path / "client.toml"
+    paths.write_text(openai_path_toml("http", f"http://127.0.0.1:{port}/v1", "served", max_tokens=6))
+    db = tmp_path / "s.duckdb"
+    probe = ["fingerprint", "--probe", "--path", "http", "--paths", str(paths), "--probe-file", str(probe_file),
+             "--db", str(db), "--json"]
+    compare_run(root, db)
+
+    with serving(served, port):
+        plain = cli_json(*probe)
+    assert plain["stable"] and plain["numerics"] and plain["note"] is None
+    with serving(served, port):
+        fp32_in_bf16(True)
+        kernel = cli_json(*probe, "--against", "probe:1")
+        check = CliRunner().invoke(cli, ["check", "--db", str(db), "--expect-numerics", plain["numerics"][:12],
+                                         "--path", "http", "--paths", str(paths)])
+        fp32_in_bf16(False)
+    with serving(replace(served, dtype="bfloat16"), port):
+        bf16 = cli_json(*probe, "--against", "probe:1")
+    with serving(served, port):
+        restarted = cli_json(*probe, "--against", "probe:1")
+
+    assert plain["fingerprint"] == kernel["fingerprint"] == bf16["fingerprint"] == restarted["fingerprint"]
+    assert kernel["numerics"] != plain["numerics"] and not kernel["against"]["same"]
+    assert bf16["numerics"] != plain["numerics"] and not bf16["against"]["same"]
+    assert restarted["against"]["same"], restarted["against"]
+    assert check.exit_code == 1 and "expected " + plain["numerics"][:12] in check.output, check.output
+    assert "numerics changed, decisions identical" in check.output or "decisions changed" in check.output
+    with Store(db) as store:
+        seen = [orjson.loads(r["engine_versions"])["system_fingerprint"]
+                for r in store.rows("SELECT engine_versions FROM probes ORDER BY probe_id")]
+    assert seen[0] == seen[1] == seen[-1] != seen[2]  # the kernel change leaves even the server's own unchanged
