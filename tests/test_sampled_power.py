@@ -1,7 +1,7 @@
 """The broken samplers through the whole product, on the real model: the plug-in engine
 (tests/plugins/toolaudit-broken-samplers, installed with pip, found through its `toolaudit.engines` entry point)
 as candidates of one sampled replay of demo calls, read back by `sampled_summary`. In the suite's time budget
-(two calls, 6 samples a side, float32), it must catch the sampler that returns the argmax and flag neither the
+(three calls, 6 samples a side, float32), it must catch the sampler that returns the argmax and flag neither the
 correct rejection sampler nor the calibration (the target against itself with other seeds). Every sampler's
 power is tested where samples are cheap (tests/engines/torch/test_broken_samplers.py, a tiny model); the full
 table on demo calls is benchmarks/bench_sampled_power.py (docs/benchmarks.md)."""
@@ -15,7 +15,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_sampled_power import format_table, power_table  # noqa: E402
 
-CALLS, SAMPLES = 2, 6
+CALLS, SAMPLES = 3, 6
 
 
 def test_a_sampled_replay_catches_a_broken_sampler_and_not_the_correct_one(tmp_path):
