@@ -56,15 +56,17 @@ def signed(p: float) -> str:
     return f"{p * 100:+.2f}pp"
 
 
-def floor_lines(f: dict | None) -> list[str]:
-    """The candidate beside its noise floor (the baseline decoded again with other batch neighbours)."""
+def floor_lines(f: dict | None, sampled: bool = False) -> list[str]:
+    """The candidate beside its noise floor (the baseline decoded again with other batch neighbours; at
+    temperature > 0 with other seeds too)."""
     if not f:
         return []
     cand, floor, ex = f["candidate"], f["floor"], f["excess"]
+    how = "other batch neighbours and other seeds" if sampled else "other batch neighbours"
     return [
         f"  noise floor           {floor['drifted_calls']} ({pct(floor['drift_rate'])}, 95% CI "
-        f"{pct(floor['ci_low'])}-{pct(floor['ci_high'])}): {f['floor_path']}, the baseline path with other batch "
-        f"neighbours (run {f['floor_run_id']})",
+        f"{pct(floor['ci_low'])}-{pct(floor['ci_high'])}): {f['floor_path']}, the baseline path with {how} "
+        f"(run {f['floor_run_id']})",
         f"  beyond the floor      {signed(ex['estimate'])} (95% CI {signed(ex['low'])} to {signed(ex['high'])}), "
         f"paired on {f['calls']} calls: {f['only_candidate']} drifted on the candidate only, "
         f"{f['only_floor']} on the floor only, {f['both']} on both",
@@ -92,7 +94,9 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
         print_rows(cols, [list(c.values()) for c in s["customers"]], "csv")
         return
     un = s["unmatched_calls"]
-    drifted = "differing (noise)" if (s.get("sampling") or {}).get("sampling_noise") else "drifted calls"
+    # at temperature > 0 a call's two answers differ by sampling alone: the per-call figures are noise (a sampled
+    # run tests its distributions below)
+    drifted = "differing (noise)" if s.get("sampling") else "drifted calls"
     lines = [
         f"run {s['run_id']} ({s['run_name']}, {s['status']}): {s['baseline']} vs {s['candidate']}",
         *sampling_noise_lines(s.get("sampling")),
@@ -108,7 +112,7 @@ def show_summary(s: dict, fmt: str, db: str | None = None) -> None:
         *not_compared_lines(s.get("not_compared") or {}),
         f"  error rows            {s['error_rows']}",
         *problem_lines(s, db),
-        *floor_lines(s.get("noise_floor")),
+        *floor_lines(s.get("noise_floor"), sampled=bool(s.get("sampling"))),
         "",
     ]
     click.echo("\n".join(lines))

@@ -7,6 +7,8 @@ from typing import Any
 
 from toolaudit.report.output import format_table, pct
 
+TOOLS_SHOWN = 10  # tool-choice rows in the terminal
+
 
 def _p(p: float | None) -> str:
     if p is None:
@@ -83,8 +85,13 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         "",
     ]
     if s["tool_choice"]:
-        lines += ["tool choice (share of a call's samples calling the tool, over calls where either side called it)",
-                  _table(["tool"], ["tool_name"], s["tool_choice"]), ""]
+        # the tools of most calls first, then the largest differences: a small model sampling hot invents tool names
+        tools = sorted(s["tool_choice"],
+                       key=lambda t: (-t["calls"], -abs(t.get("difference") or 0.0), str(t["tool_name"])))
+        more = len(tools) - TOOLS_SHOWN
+        lines += ["tool choice (share of a call's samples calling the tool, over calls where either side called "
+                  "it; most calls first)", _table(["tool"], ["tool_name"], tools[:TOOLS_SHOWN]),
+                  *([f"  ... {more} more tools: --as json has them all"] if more > 0 else []), ""]
     if s["argument_values"]:
         lines += ["argument values (share of the tool's samples giving the value; largest differences)",
                   _table(["tool", "argument", "value"], ["tool_name", "argument", "value"], s["argument_values"]), ""]
