@@ -59,7 +59,7 @@ def test_replay_cli_numerics_option(tmp_path):
     assert result.exit_code == 1 and "Error: numerics: no path of this run accepts it" in result.output
     result = CliRunner().invoke(cli, ["replay", "--resume", "1", "--numerics", "native", "--db",
                                       str(tmp_path / "x.duckdb")])
-    assert result.exit_code == 2 and "do not pass trace files, --collected, --numerics, --max-tokens, --shard or " \
+    assert result.exit_code == 2 and "do not pass trace files, --collected, --numerics, --max-tokens, --temperature" \
         in result.output
 
 
