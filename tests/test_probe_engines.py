@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -176,9 +175,8 @@ def serving(path, port: int):
     host = EngineHost(path, Metrics(path.name))
     app = AppThread(build_app(path, host), on_start=(host.start(),), port=port)
     try:
-        deadline = time.monotonic() + 60
-        while get(f"http://127.0.0.1:{port}/health")[0] != 200 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        app.call(host.ready.wait(), timeout=60)  # the served engine is loaded (the state /health reports)
+        assert get(f"http://127.0.0.1:{port}/health")[0] == 200
         yield
     finally:
         app.close()
