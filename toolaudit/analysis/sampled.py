@@ -223,25 +223,16 @@ def _slices(calls: list[_Call], key: str, tests: dict) -> list[dict[str, Any]]:
     return out
 
 
-def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
-    """A sampled run's figures as plain data (`summary --json`'s `sampled`). Raises NotSampled."""
-    r = _load(store, run_id)
-    n = samples_per_call(r.run)
-    calls = r.calls
+def _figures(calls: list[_Call], n: int, g: dist.GlobalTest) -> dict[str, Any]:
+    """The figures a run and a customer's slice of it share: calls tested and shifted (Wilson), the global test,
+    the median TV, the power and the paired rates."""
     rate = _shifted_rate(calls)
-    groups = [("run", ("tool_name", c.row["tool_name"]), ("customer", c.row["customer"])) for c in calls]
-    tests = dist.global_tests([c.outcomes() for c in calls], groups, SEED)
-    g = tests.get("run", dist.GlobalTest(0.0, None, 0))
     tvs = [c.row["tv"] for c in calls if c.row["p_value"] is not None and c.row["tv"] is not None]
-    pw = dist.power(n, rate.n)
     return {
-        "run_id": r.run["run_id"],
         "samples_per_call": n,
         "calls": len(calls),
         "calls_tested": rate.n,
         "calls_untested": len(calls) - rate.n,  # fewer than 2 usable samples on a side: p NULL
-        "calls_without_test_row": r.without_test_row,
-        "samples_left_out": r.excluded,
         "q": dist.Q,
         "shifted_calls": rate.k,
         "shifted_share": rate.p if rate.n else None,
@@ -251,11 +242,30 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
         "global_statistic": g.statistic,
         "global_calls": g.calls,
         "median_tv": statistics.median(tvs) if tvs else None,
-        "power": {**pw.as_dict(), "tv": POWER_TV, "samples_needed_per_call": dist.samples_needed(POWER_TV),
-                  "samples_needed_run": dist.samples_needed(POWER_TV, rate.n) if rate.n else None},
+        "power": {**dist.power(n, rate.n).as_dict(), "tv": POWER_TV,
+                  "samples_needed_per_call": dist.samples_needed(POWER_TV)},
         "paired": {"schema_valid_rate": valid_figure(calls).as_dict(),
                    "unparseable_rate": _paired(calls, _kind_share("unparseable")).as_dict(),
                    "no_tool_call_rate": _paired(calls, _kind_share("no_tool_call")).as_dict()},
+    }
+
+
+def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
+    """A sampled run's figures as plain data (`summary --json`'s `sampled`). Raises NotSampled."""
+    r = _load(store, run_id)
+    n = samples_per_call(r.run)
+    calls = r.calls
+    groups = [("run", ("tool_name", c.row["tool_name"]), ("customer", c.row["customer"])) for c in calls]
+    tests = dist.global_tests([c.outcomes() for c in calls], groups, SEED)
+    g = tests.get("run", dist.GlobalTest(0.0, None, 0))
+    figures = _figures(calls, n, g)
+    tested = figures["calls_tested"]
+    figures["power"]["samples_needed_run"] = dist.samples_needed(POWER_TV, tested) if tested else None
+    return {
+        "run_id": r.run["run_id"],
+        **figures,
+        "calls_without_test_row": r.without_test_row,
+        "samples_left_out": r.excluded,
         "tool_choice": _tool_choice(calls),
         "argument_values": _argument_shares(calls),
         "most_shifted": _most_shifted(calls),
@@ -287,31 +297,12 @@ def customer_sampled(store: Store, run_id: int, customer: str, top: int = TOP) -
     if not calls:
         return None
     n = samples_per_call(r.run)
-    rate = _shifted_rate(calls)
     g = dist.global_test([c.outcomes() for c in calls], SEED)
-    tvs = [c.row["tv"] for c in calls if c.row["p_value"] is not None and c.row["tv"] is not None]
-    pw = dist.power(n, rate.n)
     return {
         "run_id": r.run["run_id"],
         "customer": customer,
-        "samples_per_call": n,
-        "calls": len(calls),
-        "calls_tested": rate.n,
-        "calls_untested": len(calls) - rate.n,
+        **_figures(calls, n, g),
         "samples_left_out": _left_out(calls),
-        "q": dist.Q,
-        "shifted_calls": rate.k,
-        "shifted_share": rate.p if rate.n else None,
-        "shifted_ci_low": rate.low if rate.n else None,
-        "shifted_ci_high": rate.high if rate.n else None,
-        "global_p": g.p_value,
-        "global_statistic": g.statistic,
-        "global_calls": g.calls,
-        "median_tv": statistics.median(tvs) if tvs else None,
-        "power": {**pw.as_dict(), "tv": POWER_TV, "samples_needed_per_call": dist.samples_needed(POWER_TV)},
-        "paired": {"schema_valid_rate": valid_figure(calls).as_dict(),
-                   "unparseable_rate": _paired(calls, _kind_share("unparseable")).as_dict(),
-                   "no_tool_call_rate": _paired(calls, _kind_share("no_tool_call")).as_dict()},
         "most_shifted": _most_shifted(calls, top),
     }
 
