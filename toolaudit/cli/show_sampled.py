@@ -3,25 +3,19 @@ outcome distribution moved is a `distribution_shift`; "drift" keeps its greedy m
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from toolaudit.report.output import format_table, pct
+from toolaudit.report.text import p_text, pp_text, tv_text
 
 TOOLS_SHOWN = 10  # tool-choice rows in the terminal
 
 
-def _p(p: float | None) -> str:
-    if p is None:
-        return "-"
-    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
-
-
-def _pp(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:+.2f}pp"
-
-
-def _tv(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
+# the reports' formats, with the terminal's "-" for a figure there is none of
+_p = partial(p_text, absent="-")
+_tv = partial(tv_text, absent="-")
+_pp = partial(pp_text, absent="-", unit="pp")
 
 
 def _paired(f: dict[str, Any]) -> str:

@@ -127,18 +127,19 @@ def sampling_note(r: dict) -> str | None:
             "replay with --samples N (e.g. 16) to test whether the tool-call distribution moved.")
 
 
-def p_text(p: float | None) -> str:
+def p_text(p: float | None, absent: str = "n/a") -> str:
+    """A p-value as reports and `summary` print it (`absent` for none)."""
     if p is None:
-        return "n/a"
+        return absent
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
-def tv_text(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
+def tv_text(x: float | None, absent: str = "n/a") -> str:
+    return absent if x is None else f"{x:.2f}"
 
 
-def pp_text(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100 + 0.0:+.2f} pts"  # + 0.0: no "-0.00"
+def pp_text(x: float | None, absent: str = "n/a", unit: str = " pts") -> str:
+    return absent if x is None else f"{x * 100 + 0.0:+.2f}{unit}"  # + 0.0: no "-0.00"
 
 
 def sampled_sentences(s: dict) -> list[str]:
