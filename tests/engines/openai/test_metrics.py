@@ -164,13 +164,18 @@ def test_each_engine_call_gets_the_servers_counts(tmp_path, standin):
     assert not engine.server_counters.shared
 
 
+def replay_two_paths(tmp_path, base_url: str, db, limit: int):
+    """`toolaudit replay` of the first `limit` demo calls through two openai paths on one endpoint."""
+    (tmp_path / "paths.toml").write_text(openai_path_toml("srv", base_url, MODEL, batch_size=4)
+                                         + openai_path_toml("srv-b", base_url, MODEL, batch_size=4))
+    return CliRunner().invoke(cli, ["replay", str(DEMO), "--paths", str(tmp_path / "paths.toml"), "--baseline",
+                                    "srv", "--candidate", "srv-b", "--limit", str(limit), "--db", str(db)])
+
+
 def test_a_replay_shows_the_endpoints_acceptance(tmp_path, standin):
     server, thread = standin()
-    (tmp_path / "paths.toml").write_text(openai_path_toml("srv", thread.base_url, MODEL, batch_size=4)
-                                         + openai_path_toml("srv-b", thread.base_url, MODEL, batch_size=4))
     db = tmp_path / "a.duckdb"
-    result = CliRunner().invoke(cli, ["replay", str(DEMO), "--paths", str(tmp_path / "paths.toml"), "--baseline",
-                                      "srv", "--candidate", "srv-b", "--limit", "8", "--db", str(db)])
+    result = replay_two_paths(tmp_path, thread.base_url, db, limit=8)
     assert result.exit_code == 0, result.output
     assert len(server.served) == 16
     drafted = 2 * sum(server.served)
@@ -187,11 +192,8 @@ def test_a_replay_shows_the_endpoints_acceptance(tmp_path, standin):
 
 def test_no_metrics_page_leaves_acceptance_unknown_without_a_word(tmp_path, standin, capfd):
     server, thread = standin(metrics=False)
-    (tmp_path / "paths.toml").write_text(openai_path_toml("srv", thread.base_url, MODEL, batch_size=4)
-                                         + openai_path_toml("srv-b", thread.base_url, MODEL, batch_size=4))
     db = tmp_path / "a.duckdb"
-    result = CliRunner().invoke(cli, ["replay", str(DEMO), "--paths", str(tmp_path / "paths.toml"), "--baseline",
-                                      "srv", "--candidate", "srv-b", "--limit", "8", "--db", str(db)])
+    result = replay_two_paths(tmp_path, thread.base_url, db, limit=8)
     assert result.exit_code == 0, result.output
     with Store(db, read_only=True) as store:
         rows = store.rows("SELECT drafted_tokens, acceptance_rate FROM path_performance")
@@ -220,11 +222,8 @@ def test_an_explicit_metrics_url_that_fails_warns_once(tmp_path, standin):
 
 def test_other_traffic_on_the_server_is_flagged(tmp_path, standin):
     server, thread = standin(other=1)
-    (tmp_path / "paths.toml").write_text(openai_path_toml("srv", thread.base_url, MODEL, batch_size=4)
-                                         + openai_path_toml("srv-b", thread.base_url, MODEL, batch_size=4))
     db = tmp_path / "a.duckdb"
-    result = CliRunner().invoke(cli, ["replay", str(DEMO), "--paths", str(tmp_path / "paths.toml"), "--baseline",
-                                      "srv", "--candidate", "srv-b", "--limit", "4", "--db", str(db)])
+    result = replay_two_paths(tmp_path, thread.base_url, db, limit=4)
     assert result.exit_code == 0, result.output
     assert "note: other clients used an openai path's server during the replay" in result.output
     log = db.with_name("a.engines.log").read_text()
