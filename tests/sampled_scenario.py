@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from analysis.test_sampled import _sig
+from analysis.test_sampled import _sig, sample_zero_call
 
 from toolaudit.compare import distributions as dist
 from toolaudit.store import RowBuffer, Store
@@ -66,11 +66,7 @@ def _member(store: Store, rng: np.random.Generator, candidate: str, shift: set[s
                 t = dist.call_test(b, c, seed=s * CALLS + i)
                 buf.add("sampled_calls", run_id=run_id, session_id=session, call_index=i, customer=customer,
                         tool_name=TOOL, **t.as_row())
-                drifted = b[0] != c[0]  # sample 0's rows, as a replay writes them
-                buf.add("calls", run_id=run_id, session_id=session, call_index=i, customer=customer, tool_name=TOOL,
-                        match_status="matched", drift_kind="arguments_changed" if drifted else "identical",
-                        drifted=drifted, exact_text_match=not drifted, baseline_valid=True, candidate_valid=True,
-                        arg_diff_count=int(drifted))
+                sample_zero_call(buf, run_id, session, i, customer, TOOL, b[0] != c[0])
     store.write_rows(buf)
     store.finish_run(run_id, {})
     return run_id

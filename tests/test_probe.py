@@ -175,14 +175,19 @@ def endpoint(tmp_path, logprobs: bool):
     return thread, load_paths(paths)["ep"], served
 
 
-def test_an_endpoint_without_logprobs_is_probed_on_tokens_only(tmp_path):
+def probe_endpoint(tmp_path, logprobs: bool):
+    """The bundled probe set, twice, through the stand-in endpoint; the probe and what the endpoint served."""
     from toolaudit.replay.probe import probe
 
-    thread, path, served = endpoint(tmp_path, logprobs=False)
+    thread, path, served = endpoint(tmp_path, logprobs=logprobs)
     try:
-        result = probe(path, load_probe_set(), repeats=2)
+        return probe(path, load_probe_set(), repeats=2), served
     finally:
         thread.close()
+
+
+def test_an_endpoint_without_logprobs_is_probed_on_tokens_only(tmp_path):
+    result, served = probe_endpoint(tmp_path, logprobs=False)
     assert served["n"] == 64 and result.numerics is None and result.stable
     assert result.note == ("the openai engine returned no logprobs: the probe fingerprints the chosen tokens only "
                            "(numerics = None)")
@@ -190,13 +195,7 @@ def test_an_endpoint_without_logprobs_is_probed_on_tokens_only(tmp_path):
 
 
 def test_repeats_that_differ_report_jitter_not_a_stable_hash(tmp_path):
-    from toolaudit.replay.probe import probe
-
-    thread, path, _ = endpoint(tmp_path, logprobs=True)
-    try:
-        result = probe(path, load_probe_set(), repeats=2)
-    finally:
-        thread.close()
+    result, _ = probe_endpoint(tmp_path, logprobs=True)
     assert not result.stable and result.numerics.startswith("num-") and result.unstable_prompts
     assert result.jitter_max == pytest.approx(0.002) and 0 < result.jitter_median <= 0.002
     assert result.traces[0].tokens == ["<tool", "_call>"]

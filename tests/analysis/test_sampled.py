@@ -86,14 +86,20 @@ def _write_sampled_run(store: Store, rng: np.random.Generator) -> tuple[int, dic
             top = Counter(_outcome(k)[2] for k in sides["baseline"]).most_common(1)[0][0]
             buf.add("sampled_calls", run_id=run_id, session_id=session, call_index=i, customer=customer,
                     tool_name=top, **t.as_row())
-            drifted = outcomes["baseline"][0] != outcomes["candidate"][0]  # sample 0's rows, as a replay writes
-            buf.add("calls", run_id=run_id, session_id=session, call_index=i, customer=customer, tool_name=tool,
-                    match_status="matched", drift_kind="arguments_changed" if drifted else "identical",
-                    drifted=drifted, exact_text_match=not drifted, baseline_valid=True, candidate_valid=True,
-                    arg_diff_count=int(drifted))
+            sample_zero_call(buf, run_id, session, i, customer, tool,
+                             outcomes["baseline"][0] != outcomes["candidate"][0])
     store.write_rows(buf)
     store.finish_run(run_id, {})
     return run_id, {"shifted": planted, "left_out": left_out}
+
+
+def sample_zero_call(buf: RowBuffer, run_id: int, session: str, index: int, customer: str, tool: str,
+                     drifted: bool) -> None:
+    """A sampled call's `calls` row: sample 0's pair, as a replay writes it."""
+    buf.add("calls", run_id=run_id, session_id=session, call_index=index, customer=customer, tool_name=tool,
+            match_status="matched", drift_kind="arguments_changed" if drifted else "identical",
+            drifted=drifted, exact_text_match=not drifted, baseline_valid=True, candidate_valid=True,
+            arg_diff_count=int(drifted))
 
 
 def _write_plain_run(store: Store) -> int:
