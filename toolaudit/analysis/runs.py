@@ -24,15 +24,13 @@ def sampling(run: dict) -> dict[str, Any] | None:
     options = run_options(run)
     configs = [options.get(k) for k in ("baseline_config", "candidate_config")]
     temps = [c.get("temperature") or 0.0 for c in configs if isinstance(c, dict)]
-    samples = [c.get("samples") or 1 for c in configs if isinstance(c, dict)]
     recorded = options.get("request_temperature")  # compare: the highest temperature the recorded requests asked
     if isinstance(recorded, (int, float)):
         temps.append(float(recorded))
-        samples.append(1)
     temperature = max(temps, default=0.0)
     if temperature <= 0:
         return None
-    per_call = min(samples, default=1)
+    per_call = samples_per_call(run)
     return {"temperature": temperature, "samples_per_call": per_call, "sampling_noise": per_call == 1}
 
 
