@@ -82,8 +82,8 @@ class ChunkRows:
             m.analyzer.pair(rows, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
                             first_divergence(b_res, c_res, decode))
             if sampled:
-                b_samples = write_samples(rows, m, call, "baseline", self.baseline, base[i])
-                c_samples = write_samples(rows, m, call, "candidate", m.path, cand[i])
+                b_samples = write_samples(rows, m, call, "baseline", self.baseline, base[i], b_out)
+                c_samples = write_samples(rows, m, call, "candidate", m.path, cand[i], c_out)
                 write_call_test(rows, m, call, b_samples, c_samples)
         m.analyzer.flush_issues(rows)
 

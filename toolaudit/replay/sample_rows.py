@@ -11,6 +11,7 @@ import hashlib
 
 from toolaudit.compare.distributions import call_test
 from toolaudit.compare.outcomes import SampleOutcome
+from toolaudit.compare.pairs import SideOutput
 from toolaudit.engines import EngineResult
 from toolaudit.engines.paths import PathConfig
 from toolaudit.ingest.traces import TraceCall
@@ -26,11 +27,12 @@ def test_seed(call: TraceCall) -> int:
 
 
 def write_samples(rows: RowBuffer, m: Member, call: TraceCall, side: str, path: PathConfig,
-                  results: list[EngineResult]) -> list[SampleOutcome]:
-    """One `samples` row per sample of one side; returns their outcomes in sample order."""
+                  results: list[EngineResult], first: SideOutput) -> list[SampleOutcome]:
+    """One `samples` row per sample of one side; returns their outcomes in sample order. `first`: sample 0 as the
+    call's pair already parsed it."""
     outcomes = []
     for i, result in enumerate(results):
-        out = side_output(result, path, 0.0)
+        out = first if i == 0 else side_output(result, path, 0.0)
         outcome = m.analyzer.sample_outcome(call.tools, out, result.error)
         outcomes.append(outcome)
         rows.add("samples", run_id=m.run_id, session_id=call.session_id, call_index=call.call_index, side=side,
