@@ -24,6 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import special
 
+from toolaudit.compare.diff import canonical_json
+
 _DECODER = json.JSONDecoder()
 ABSENT = "<absent>"
 _CHUNK = 2048  # splits evaluated at once (memory: chunk x samples x columns floats)
@@ -41,8 +43,9 @@ def _parse(label: str) -> tuple[str, dict] | None:
     return (label[:brace], args) if isinstance(args, dict) else None
 
 
-def _canonical(value) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _value(arguments: dict, key: str) -> str:
+    """One argument's value as the canonical JSON diff compares (`ABSENT` when the call leaves it out)."""
+    return canonical_json(arguments[key]).decode() if key in arguments else ABSENT
 
 
 class Projections:
@@ -58,8 +61,7 @@ class Projections:
         for tool in tools:
             keys = sorted({k for p in parsed if p and p[0] == tool for k in p[1]})
             for key in keys:
-                columns.append([(_canonical(p[1][key]) if key in p[1] else ABSENT) if p and p[0] == tool else None
-                                for p in parsed])
+                columns.append([_value(p[1], key) if p and p[0] == tool else None for p in parsed])
         self.projections = len(columns)
         blocks, starts, width = [], [], 0
         for values in columns:
