@@ -101,6 +101,13 @@ step bench 300 "$PY" benchmarks/bench_engine.py --device cuda --setups ${BENCH_S
 # Sampled decoding (issue 34): N samples of a call as rows of one batch against N independent requests, and the
 # broken samplers' power table with the calibration, on CUDA in bf16.
 step samples 120 "$PY" benchmarks/bench_samples.py --device cuda --samples 16 --calls 8 --rounds 2
-step power 300 "$PY" benchmarks/bench_sampled_power.py --device cuda --dtype bfloat16 --calls ${POWER_CALLS:-24} \
-    --samples 16
+power_tables() {  # one table per temperature in POWER_T, each database kept under $OUT for a later look
+    local t
+    for t in ${POWER_T:-0.7}; do
+        "$PY" benchmarks/bench_sampled_power.py --device cuda --dtype bfloat16 --calls "${POWER_CALLS:-24}" \
+            --samples "${POWER_N:-48}" --temperature "$t" --max-tokens "${POWER_MAX_TOKENS:-64}" \
+            ${POWER_DRAFT:+--draft "$POWER_DRAFT"} --db "$OUT/power-t$t.duckdb" || return 1
+    done
+}
+step power "${POWER_LIMIT:-300}" power_tables
 cat "$OUT/steps.txt"

@@ -37,8 +37,8 @@ def _samples(model, draft, prompt, kind, sampler=None, seed=0):
     if kind == "ngram":
         proposer = NgramProposer(2, 1, 3)
     elif kind.startswith("draft"):
-        cooled = T * broken.DRAFT_COOLING if kind == "draft-cooled" else T
-        proposer = DraftModelProposer(draft, 2, temperature=cooled, prefix_cache=PrefixCache(), top_p=TOP_P)
+        kind_of = broken.GreedyDraftProposer if kind == "draft-greedy" else DraftModelProposer
+        proposer = kind_of(draft, 2, temperature=T, prefix_cache=PrefixCache(), top_p=TOP_P)
     outs = decode(model, [prompt] * N, settings, proposer, prefix_cache=PrefixCache())
     return [" ".join(map(str, o.token_ids)) for o in outs]
 
@@ -60,7 +60,7 @@ def test_power_table_of_the_broken_samplers(peaked):  # noqa: F811
         "target without temperature/top-p (vLLM #10198)": ("ngram", broken.target_unwarped, 5, True),
         "equality verification (mlx-swift-lm #459)": ("ngram", broken.equality, 6, True),
         "argmax instead of sampling (mistral.rs #2424)": ("ngram", broken.argmax, 7, True),
-        "draft at half the temperature (DeepSpec #31)": ("draft-cooled", broken.draft_temperature, 8, True),
+        "greedy draft, sampled ratio (dflash #74)": ("draft-greedy", None, 8, True),
     }
     lines = [f"tiny target, vocab {SAMPLE_VOCAB}, 3 tokens, T {T}, top_p {TOP_P}: {CALLS} calls x N {N}",
              f"{'sampler':<50} {'global p':>9} {'flagged':>7} {'median TV':>9}"]

@@ -174,21 +174,28 @@ class DraftModelProposer:
                 logits = logits[arange, torch.tensor([len(f) - 1 for f in feed], device=logits.device)]
             else:
                 logits = logits[:, 0]
-            if self.temperature > 0:
-                probs = warp(logits, self.temperature, self.top_p, self.top_k)
-                picks = [draw(probs[i], generators[i]) for i in range(rows)]
+            picks, probs = self.pick(logits, generators)
+            if probs is not None:
                 for i in range(rows):
                     dists[i].append(probs[i])
-            else:
-                picks = logits.argmax(-1).tolist()
             for i, t in enumerate(picks):
                 drafts[i].append(t)
             feed = [[t] for t in picks]
         self.fed = steps - 1  # the last proposal was never fed to the draft
         drafts = [d[: min(self.k, b)] for d, b in zip(drafts, budgets)]
-        if self.temperature > 0:
+        if any(dists):
             return drafts, [torch.stack(d[: len(dr)]) if dr else None for d, dr in zip(dists, drafts)]
         return drafts, None
+
+    def pick(self, logits: torch.Tensor, generators) -> tuple[list[int], torch.Tensor | None]:
+        """Each row's proposal from the draft's logits [rows, vocab], and the distribution q it was drawn from
+        (None for greedy proposals: the rejection sampler then treats each as a point mass). The acceptance
+        ratio is exact only when q is what the proposals were really drawn from (dflash #74 reported a sampled
+        q beside greedy proposals)."""
+        if self.temperature <= 0:
+            return logits.argmax(-1).tolist(), None
+        probs = warp(logits, self.temperature, self.top_p, self.top_k)
+        return [draw(probs[i], generators[i]) for i in range(len(probs))], probs
 
     def commit(self, accepted, emitted):
         """Keep the fed tokens and the accepted proposals the draft already saw; queue the rest for later."""

@@ -7,8 +7,8 @@
 - `equality` (mlx-swift-lm #459): a proposal is accepted when it equals one sample of the target, and a rejected
   position draws afresh from the target (so proposals are over-accepted: the modes both models share win);
 - `argmax` (mistral.rs #2424): the speculative path returns the argmax instead of sampling;
-- `draft_temperature` (DeepSpec #31, dflash #74): the draft samples at half the request's temperature while the
-  acceptance ratio assumes the request's (needs draft-model speculation).
+- `draft_temperature` (dflash #74; DeepSpec #31 is of its kind): the draft proposes greedily while the
+  acceptance ratio assumes it sampled at the request's temperature and top-p (needs draft-model speculation).
 """
 
 from __future__ import annotations

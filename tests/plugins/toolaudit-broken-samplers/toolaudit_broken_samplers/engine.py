@@ -1,6 +1,6 @@
 """`BrokenSamplerEngine`: the embedded torch engine with one of the field's broken speculative samplers swapped
-in through `DecodeSettings.sampler` (and, for `draft_temperature`, a draft that samples colder). Greedy decoding
-is untouched: every bug here is invisible at temperature 0, which is why they shipped."""
+in through `DecodeSettings.sampler` (and, for `draft_temperature`, a draft that proposes greedily). Greedy
+decoding is untouched: every bug here is invisible at temperature 0, which is why they shipped."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from dataclasses import replace
 import torch
 
 from toolaudit.engines.torch.engine import TorchEngine
-from toolaudit.engines.torch.loop import sample_row, sample_tokens
+from toolaudit.engines.torch.loop import sample_row
 from toolaudit.engines.torch.proposers import DraftModelProposer
 from toolaudit.engines.torch.sampling import draw, warp
-
-DRAFT_COOLING = 0.5  # draft_temperature: the draft samples at this fraction of the request's temperature
 
 
 def target_unwarped(logits, drafts, q, settings, generator):
@@ -47,17 +45,17 @@ def argmax(logits, drafts, q, settings, generator):
     return tokens
 
 
-def draft_temperature(logits, drafts, q, settings, generator):
-    """DeepSpec #31 / dflash #74: the draft sampled at another temperature than the acceptance ratio assumes. The
-    draft's true q (at the cooled temperature) is re-tempered to the request's before the ratio is taken."""
-    if q is not None:
-        q = q.clamp_min(1e-30) ** DRAFT_COOLING
-        q = q / q.sum(-1, keepdim=True)
-    return sample_tokens(logits, drafts, q, settings, generator)
+class GreedyDraftProposer(DraftModelProposer):
+    """dflash #74 (DeepSpec #31 is the same class of bug: the draft drawn from other logits than the ratio's q):
+    the draft proposes its argmax, whatever the temperature, while the acceptance ratio p(x)/q(x) uses q at the
+    request's temperature and top-p, as if the proposal had been sampled from it. Over-accepts the draft's
+    modes."""
+
+    def pick(self, logits, generators):
+        return logits.argmax(-1).tolist(), warp(logits, self.temperature, self.top_p, self.top_k)
 
 
-SAMPLERS = {"target_unwarped": target_unwarped, "equality": equality, "argmax": argmax,
-            "draft_temperature": draft_temperature}
+SAMPLERS = {"target_unwarped": target_unwarped, "equality": equality, "argmax": argmax}
 
 
 class BrokenSamplerEngine(TorchEngine):
@@ -71,5 +69,6 @@ class BrokenSamplerEngine(TorchEngine):
     def _proposer(self):
         proposer = super()._proposer()
         if self.path.options.get("bug") == "draft_temperature" and isinstance(proposer, DraftModelProposer):
-            proposer.temperature = self.path.temperature * DRAFT_COOLING
+            return GreedyDraftProposer(proposer.model, proposer.k, proposer.temperature, proposer.prefix_cache,
+                                       new_kv=proposer.new_kv, top_p=proposer.top_p, top_k=proposer.top_k)
         return proposer
