@@ -88,6 +88,13 @@ def _write_sampled_run(store: Store, rng: np.random.Generator) -> tuple[int, dic
                     tool_name=top, **t.as_row())
             sample_zero_call(buf, run_id, session, i, customer, tool,
                              outcomes["baseline"][0] != outcomes["candidate"][0])
+    for chunk, (drafted, accepted) in enumerate(((1200, 30), (800, 10))):  # 2% of the proposals accepted
+        buf.add("replay_chunks", run_id=run_id, chunk_no=chunk, side="baseline", path_name="target", calls=30,
+                wall_s=1.0, completion_tokens=9000, drafted_tokens=0, accepted_tokens=0, forward_passes=9000,
+                errors=0)
+        buf.add("replay_chunks", run_id=run_id, chunk_no=chunk, side="candidate", path_name="spec-ngram", calls=30,
+                wall_s=1.0, completion_tokens=9000, drafted_tokens=drafted, accepted_tokens=accepted,
+                forward_passes=8000, errors=0)
     store.write_rows(buf)
     store.finish_run(run_id, {})
     return run_id, {"shifted": planted, "left_out": left_out}
@@ -211,6 +218,9 @@ def test_summary_json_of_a_sampled_run(sampled_db):
     assert sum(h["samples"] for h in worst["baseline"]) == worst["n_baseline"]
     tools = {t["tool_name"]: t for t in x["tool_choice"]}
     assert set(tools) == {SEARCH, CLOSE} and abs(tools[CLOSE]["difference"]) < 0.1
+    assert x["candidate_acceptance"] == {"drafted": 2000, "accepted": 40, "rate": 0.02, "low": True}
+    with Store(sampled_db["db"], read_only=True) as store:  # nothing proposed (no timings): no figure, no line
+        assert sampled_summary(store, sampled_db["cut"])["candidate_acceptance"] is None
 
 
 def test_summary_text_of_a_sampled_run(sampled_db):
@@ -221,6 +231,8 @@ def test_summary_text_of_a_sampled_run(sampled_db):
     assert "calls shifted (distribution_shift, BH q=0.05); global p = " in head
     for text in ("power (80%", "schema-valid rate", "most-shifted calls", "FROM sampled_call_shifts"):
         assert text in out.output
+    reach = next(line for line in out.output.splitlines() if "proposals accepted" in line)
+    assert "2.00% (40 of 2000 drafted tokens" in reach and "says little about the sampler" in reach
     plain = invoke("summary", "--db", sampled_db["db"], "--run", str(sampled_db["plain"]), "--as", "json")
     assert json.loads(plain.output)["samples_per_call"] == 1 and json.loads(plain.output)["sampled"] is None
 

@@ -24,10 +24,12 @@ from toolaudit.analysis.stats import Rate, wilson
 from toolaudit.compare import distributions as dist
 from toolaudit.store import Store
 from toolaudit.store import sampled_queries as sq
+from toolaudit.store.queries import path_rows
 
 SEED = 0  # the global tests' permutations: a summary of the same rows reads the same every time
 TOP = 5  # most-shifted calls and argument values shown
 POWER_TV = 0.2  # the TV distance `samples_needed` is quoted for
+LOW_ACCEPTANCE = 0.05  # under this share of proposals accepted, a clean sampled run says little about the sampler
 ABSENT = "(absent)"  # an argument a sample's call leaves out: a value of its own
 
 Sample = tuple[str, str, "str | None", "str | None"]  # outcome, outcome_kind, tool_name, arguments (JSON text)
@@ -266,6 +268,7 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
         **figures,
         "calls_without_test_row": r.without_test_row,
         "samples_left_out": r.excluded,
+        "candidate_acceptance": candidate_acceptance(store, run_id),
         "tool_choice": _tool_choice(calls),
         "argument_values": _argument_shares(calls),
         "most_shifted": _most_shifted(calls),
@@ -273,6 +276,20 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
         "customers": _slices(calls, "customer", tests),
         "shifted_sql": sq.shifted_calls_sql(r.run["run_id"]),
     }
+
+
+def candidate_acceptance(store: Store, run_id: int) -> dict[str, Any] | None:
+    """The candidate's proposals over every sample of the run: drafted, accepted, their rate and whether it is under
+    `LOW_ACCEPTANCE`. A defect of a speculative sampler (its verification, its draft's temperature) reaches the
+    output only through accepted proposals: behind a draft that is almost always rejected the output is the
+    target's own residual distribution, and finding no shift says little about the sampler (docs/statistics.md,
+    power on the broken samplers). None for a candidate that proposed nothing (no speculation, or recorded logs)."""
+    rows = [r for r in path_rows(store, run_id) if r["side"] == "candidate" and r["drafted_tokens"]]
+    if not rows:
+        return None
+    drafted, accepted = int(rows[0]["drafted_tokens"]), int(rows[0]["accepted_tokens"] or 0)
+    rate = accepted / drafted
+    return {"drafted": drafted, "accepted": accepted, "rate": rate, "low": rate < LOW_ACCEPTANCE}
 
 
 def _left_out(calls: list[_Call]) -> dict[str, dict[str, int]]:

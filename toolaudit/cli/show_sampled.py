@@ -45,6 +45,19 @@ def _calibration_lines(c: dict[str, Any] | None) -> list[str]:
             f"{c['calls_tested']} calls shifted; global p = {_p(c['global_p'])}; median TV {_tv(c['median_tv'])}"]
 
 
+def _acceptance_lines(a: dict[str, Any] | None) -> list[str]:
+    """How much of the candidate's output its speculative sampler decided: a defect there acts only through
+    accepted proposals."""
+    if not a:
+        return []
+    line = (f"  proposals accepted    {pct(a['rate'])} ({a['accepted']} of {a['drafted']} drafted tokens, every "
+            f"sample)")
+    if a["low"]:
+        line += ("; so few reach the output that a defect in the speculative sampler would barely move it: no "
+                 "shift here says little about the sampler")
+    return [line]
+
+
 def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
     """The sampled section of `summary`: the headline line, then the tests, the power, the paired figures, the
     most-shifted calls and the slices. Nothing for a run that is not sampled."""
@@ -63,6 +76,7 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         "  (the drift figures above compare sample 0 of each side: at temperature > 0 they measure sampling noise; "
         "these test the distributions)",
         *_calibration_lines(s.get("calibration")),
+        *_acceptance_lines(s.get("candidate_acceptance")),
         f"  calls tested          {tested} of {s['calls']}{share}; {s['calls_untested']} untested (fewer than 2 "
         f"usable samples a side)" + (f"; {s['calls_without_test_row']} sampled calls without a test row"
                                      if s["calls_without_test_row"] else ""),
