@@ -75,6 +75,8 @@ def test_check_and_frontier_judge_a_budget_by_the_same_rule(issue_db):
     assert text.exit_code == 0 and "recommended: candidate (within budget with the lowest drift point estimate" \
         in text.output
     assert text.output.splitlines()[-1] == gate.output.splitlines()[-1]  # the same rule line on both
+    head = text.output.splitlines()[0]  # a plain run is a frontier of one, not a matrix of none
+    assert "a run outside a matrix: a frontier of one candidate" in head and "0 candidates" not in head, head
 
     with Store(issue_db, read_only=True) as store:  # the library agrees with itself for every rule
         for rule in Rule:

@@ -108,6 +108,9 @@ def show_frontiers(overall, per_customer: list, fmt: str, head: str) -> None:
 
 def matrix_head(store, run: dict) -> str:
     members = store.matrix_members(run["run_id"])
+    if not members:  # a plain run: a matrix of one, itself
+        return (f"run {run['run_id']} ({run['name']}, {run['status']}): baseline {run['baseline_name']} vs "
+                f"{run['candidate_name']} (a run outside a matrix: a frontier of one candidate)")
     return (f"matrix run {run['run_id']} ({run['name']}, {run['status']}): baseline {run['baseline_name']} vs "
             f"{len(members)} candidates (runs {', '.join(str(m['run_id']) for m in members)}); "
             f"detail of one: toolaudit summary --run RUN")
