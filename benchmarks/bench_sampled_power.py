@@ -42,14 +42,15 @@ def draft_spec(model: str) -> str:
 
 
 NGRAM = '{ method = "ngram", num_speculative_tokens = 5, prompt_lookup_min = 1, prompt_lookup_max = 4 }'
+DRAFT = "draft"  # stands for draft_spec(--draft) in CANDIDATES
 # candidate path -> (engine's bug, speculation, must be flagged)
 CANDIDATES = {
     "correct-ngram": ("none", NGRAM, False),
-    "correct-draft": ("none", "draft", False),
+    "correct-draft": ("none", DRAFT, False),
     "target-unwarped": ("target_unwarped", NGRAM, True),
     "equality-verify": ("equality", NGRAM, True),
     "argmax-verify": ("argmax", NGRAM, True),
-    "draft-temperature": ("draft_temperature", "draft", True),
+    "draft-temperature": ("draft_temperature", DRAFT, True),
 }
 
 
@@ -85,7 +86,7 @@ def paths_toml(temperature: float, top_p: float, max_tokens: int, batch: int, dt
               f'batch_size = {batch}\ndevice = "{device}"\n')
     text = f'[paths.target]\nengine = "torch"\n{common}\n'
     for name, (bug, spec, _) in CANDIDATES.items():
-        spec = draft_spec(draft) if spec == "draft" else spec
+        spec = draft_spec(draft) if spec == DRAFT else spec
         text += f'[paths.{name}]\nengine = "torch-broken"\nbug = "{bug}"\n{common}speculative = {spec}\n\n'
     return text
 
@@ -98,7 +99,6 @@ def power_table(workdir: Path, calls: int, samples: int, temperature: float = 0.
     from toolaudit.analysis.floor import is_noise_floor
     from toolaudit.analysis.sampled import sampled_summary
     from toolaudit.store import Store
-    from toolaudit.store.queries import path_rows
 
     names = candidates or list(CANDIDATES)
     site = install_plugin(workdir)
@@ -124,8 +124,7 @@ def power_table(workdir: Path, calls: int, samples: int, temperature: float = 0.
             floor = is_noise_floor(member)
             name = "calibration (target, other seeds)" if floor else member["candidate_name"]
             must = False if floor else CANDIDATES[member["candidate_name"]][2]
-            candidate = [r for r in path_rows(store, member["run_id"]) if r["side"] == "candidate"]
-            acceptance = candidate[0]["acceptance_rate"] if candidate else None
+            acceptance = s["candidate_acceptance"] and s["candidate_acceptance"]["rate"]
             rows.append(Row(name, must, s["calls_tested"], s["samples_per_call"], s["global_p"], s["shifted_calls"],
                             s["median_tv"], acceptance))
     return rows, seconds

@@ -76,3 +76,14 @@ def test_power_table_of_the_broken_samplers(peaked):  # noqa: F811
             failures.append(name)
     print("\n" + "\n".join(lines))
     assert not failures, f"misjudged: {failures}"
+
+
+def test_the_plugin_engine_proposes_with_the_greedy_draft_only_for_its_bug():
+    """The engine route of the greedy-draft row: `TorchEngine.draft_proposer` is the seam the plug-in names."""
+    from types import SimpleNamespace
+
+    engine = broken.BrokenSamplerEngine.__new__(broken.BrokenSamplerEngine)
+    for bug, kind in (("draft_temperature", broken.GreedyDraftProposer), ("none", DraftModelProposer),
+                      ("equality", DraftModelProposer)):
+        engine.path = SimpleNamespace(options={"bug": bug})
+        assert engine.draft_proposer is kind, bug

@@ -58,6 +58,7 @@ class TorchEngine(LocalEngine):
 
     name = "torch"
     capabilities = CAPABILITIES
+    draft_proposer = DraftModelProposer  # what a draft-model path proposes with (a plug-in may name a subclass)
 
     def __init__(self, path):
         super().__init__(path)
@@ -157,8 +158,8 @@ class TorchEngine(LocalEngine):
         if spec.method == "ngram":
             return NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max)
         cache = prefix_cache_for(self._draft) if self.path.prefix_caching else None
-        return DraftModelProposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache,
-                                  new_kv=self._new_kv(self._draft), top_p=self.path.top_p, top_k=self.path.top_k)
+        return self.draft_proposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache,
+                                   new_kv=self._new_kv(self._draft), top_p=self.path.top_p, top_k=self.path.top_k)
 
     def _new_kv(self, model):
         """The loop's KV factory for `model` under this path's layout (None: the loop's growing `KVBatch`).

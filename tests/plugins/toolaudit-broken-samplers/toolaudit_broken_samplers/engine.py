@@ -66,9 +66,6 @@ class BrokenSamplerEngine(TorchEngine):
         sampler = SAMPLERS.get(self.path.options.get("bug", "none"))
         return settings if sampler is None else replace(settings, sampler=sampler)
 
-    def _proposer(self):
-        proposer = super()._proposer()
-        if self.path.options.get("bug") == "draft_temperature" and isinstance(proposer, DraftModelProposer):
-            return GreedyDraftProposer(proposer.model, proposer.k, proposer.temperature, proposer.prefix_cache,
-                                       new_kv=proposer.new_kv, top_p=proposer.top_p, top_k=proposer.top_k)
-        return proposer
+    @property
+    def draft_proposer(self):
+        return GreedyDraftProposer if self.path.options.get("bug") == "draft_temperature" else DraftModelProposer
