@@ -46,8 +46,11 @@ def tiny_llama(seed: int, vocab: int = VOCAB, head_scale: float = 1.0, base=None
     return model
 
 
-def build_tiny_model(out: Path, echo: bool = False) -> Path:
+def build_tiny_model(out: Path, echo: bool = False, head_scale: float = 1.0) -> Path:
     """`tiny_llama` over SmolLM2's real tokenizer (float32, 32 wide), saved as a Hugging Face model directory.
+
+    `head_scale` sharpens the output distribution: top logprobs near 0, where a float32 logprob keeps the last
+    bits of a logit (near-uniform logprobs of about -10 round away differences under ~1e-6).
 
     `echo=True`: tied embeddings and silenced attention/MLP outputs, so the model repeats its last token with a
     wide margin: n-gram speculation then drafts and accepts (a random model never repeats an n-gram)."""
@@ -57,8 +60,8 @@ def build_tiny_model(out: Path, echo: bool = False) -> Path:
     from toolaudit.engines.models import converted_dir, resolve
 
     tokenizer = AutoTokenizer.from_pretrained(converted_dir(resolve("smollm2-135m")))
-    model = tiny_llama(0, len(tokenizer), hidden=32, heads=2, kv_heads=1, positions=2048, float64=False,
-                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    model = tiny_llama(0, len(tokenizer), head_scale, hidden=32, heads=2, kv_heads=1, positions=2048,
+                       float64=False, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                        tie_word_embeddings=echo)
     if echo:
         with torch.no_grad():

@@ -1,10 +1,13 @@
 """Probe fingerprints through real engines: the embedded engine in process, `toolaudit serve`'s application behind
 one base URL through the real openai client, and a replay that records its paths' probes.
 
-What the config fingerprint cannot see, the probe must: a oneDNN setting that makes float32 linears compute in
-bf16 (torch's `torch.backends.mkldnn.matmul.fp32_precision`; oneDNN's environment variable
-`ONEDNN_DEFAULT_FPMATH_MODE=BF16` does the same to a process started with it) names no path key, so config
-fingerprints stay equal while the probes differ and `check --expect-numerics` fails. Models: the tiny random
+What the config fingerprint cannot see, the probe must: a kernel choice of the runtime names no path key, so
+config fingerprints stay equal while the probes differ and `check --expect-numerics` fails. The tests use one
+that exists on every CPU: which kernel runs the prompt's attention (torch's flash kernel or its math kernel,
+`torch.backends.cuda.enable_flash_sdp`, which CPU dispatch reads too; their float32 sums differ in the last
+bits). A oneDNN setting that computes float32 linears in bf16 (`torch.backends.mkldnn.matmul.fp32_precision`,
+or `ONEDNN_DEFAULT_FPMATH_MODE=BF16` for a process) is a second such change, shown where oneDNN can do bf16
+math (AVX512 and newer; on an AVX2-only CPU it changes nothing, so that test skips saying so). Models: the tiny random
 Llama over SmolLM2's tokenizer (real transformers weights through the real engine, seconds to decode); the
 bundled SmolLM2 is probed by scripts/probe_servers.py, figures in docs/benchmarks.md.
 """
@@ -32,7 +35,7 @@ PROMPTS = ["What is the current price of AMZN?", "Cancel order 4411, please.", "
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("probe")
-    model = build_tiny_model(root / "tiny")
+    model = build_tiny_model(root / "tiny", head_scale=10.0)  # logprob bits that show a kernel change
     paths = root / "paths.toml"
     paths.write_text(torch_path_toml("tiny", model, batch_size=4) + "threads = 1\n"
                      + torch_path_toml("tiny-spec", model, batch_size=4, speculative=True) + "threads = 1\n"
@@ -59,9 +62,27 @@ def compare_run(root: Path, db: Path) -> None:
 
 
 @pytest.fixture
-def fp32_in_bf16():
-    """oneDNN float32 matmuls computed in bf16: a kernel choice no path key names (torch's process setting)."""
+def math_attention():
+    """The prompt's attention on torch's math kernel instead of its flash kernel: a kernel choice no path key
+    names (a process setting), present on every CPU."""
     import torch
+
+    def use(on: bool) -> None:
+        torch.backends.cuda.enable_flash_sdp(not on)
+
+    yield use
+    use(False)
+
+
+@pytest.fixture
+def fp32_in_bf16():
+    """oneDNN float32 matmuls computed in bf16 (torch's process setting). Only where oneDNN has bf16 math:
+    elsewhere (AVX2-only CPUs, or ONEDNN_MAX_CPU_ISA=AVX2) oneDNN ignores the setting."""
+    import torch
+
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("oneDNN has no bf16 math on this CPU (AVX2 only, or ONEDNN_MAX_CPU_ISA below AVX512): "
+                    "fp32_precision='bf16' changes nothing here; the attention-kernel tests show the probe")
 
     def use(on: bool) -> None:
         torch.backends.mkldnn.matmul.fp32_precision = "bf16" if on else "ieee"
@@ -70,7 +91,13 @@ def fp32_in_bf16():
     use(False)
 
 
-def test_a_kernel_choice_the_config_misses_changes_the_probe(setup, tmp_path, fp32_in_bf16):
+@pytest.fixture(params=["math_attention", "fp32_in_bf16"])
+def kernel_change(request):
+    """A runtime kernel change no path key names: one on every CPU, one where oneDNN has bf16 math."""
+    return request.getfixturevalue(request.param)
+
+
+def test_a_kernel_choice_the_config_misses_changes_the_probe(setup, tmp_path, kernel_change):
     root, _, paths, probe_file = setup
     db = tmp_path / "a.duckdb"
     base = ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths), "--probe-file", str(probe_file),
@@ -83,7 +110,7 @@ def test_a_kernel_choice_the_config_misses_changes_the_probe(setup, tmp_path, fp
     assert (again["decisions"], again["numerics"]) == (first["decisions"], first["numerics"])
     assert again["against"]["same"] and again["against"]["words"].startswith("identical")
 
-    fp32_in_bf16(True)
+    kernel_change(True)
     changed = cli_json(*base, "--against", "1")
     assert changed["fingerprint"] == first["fingerprint"]  # the config hash does not see it
     assert changed["numerics"] != first["numerics"]
@@ -99,7 +126,7 @@ def test_a_kernel_choice_the_config_misses_changes_the_probe(setup, tmp_path, fp
     assert failed.exit_code == 1, failed.output
     assert f"expected {first['numerics']}" in failed.output
     assert "numerics changed, decisions identical" in failed.output or "decisions changed" in failed.output
-    fp32_in_bf16(False)
+    kernel_change(False)
     passed = CliRunner().invoke(cli, check)
     assert passed.exit_code == 0 and "as expected" in passed.output, passed.output
 
@@ -176,17 +203,18 @@ def serving(path, port: int):
     app = AppThread(build_app(path, host), on_start=(host.start(),), port=port)
     try:
         app.call(host.ready.wait(), timeout=60)  # the served engine is loaded (the state /health reports)
-        assert get(f"http://127.0.0.1:{port}/health")[0] == 200
+        status = get(f"http://127.0.0.1:{port}/health")
+        assert status[0] == 200, status
         yield
     finally:
         app.close()
         host.close()
 
 
-def test_server_side_settings_behind_one_url(setup, tmp_path, fp32_in_bf16):
-    """One base URL and model name, served in turn by: the plain path, the same path with oneDNN's float32
-    math in bf16 (a server process setting: neither the client's config nor the server's own system_fingerprint
-    names it), the path served in bfloat16 (only the server's system_fingerprint says so), and the plain path
+def test_server_side_settings_behind_one_url(setup, tmp_path, math_attention):
+    """One base URL and model name, served in turn by: the plain path, the same path with its prompt attention
+    on the math kernel (a server process setting: neither the client's config nor the server's own
+    system_fingerprint names it), the path served in bfloat16 (only the server's system_fingerprint says so), and the plain path
     again (a restart probes alike). `check --expect-numerics` fails against the kernel change."""
     from toolaudit.engines.paths import load_paths
 
@@ -206,11 +234,11 @@ def test_server_side_settings_behind_one_url(setup, tmp_path, fp32_in_bf16):
         plain = cli_json(*probe)
     assert plain["stable"] and plain["numerics"] and plain["note"] is None
     with serving(served, port):
-        fp32_in_bf16(True)
+        math_attention(True)
         kernel = cli_json(*probe, "--against", "probe:1")
         check = CliRunner().invoke(cli, ["check", "--db", str(db), "--expect-numerics", plain["numerics"][:12],
                                          "--path", "http", "--paths", str(paths)])
-        fp32_in_bf16(False)
+        math_attention(False)
     with serving(replace(served, dtype="bfloat16"), port):
         bf16 = cli_json(*probe, "--against", "probe:1")
     with serving(served, port):

@@ -171,7 +171,20 @@ def test_float32_models_are_untouched_by_the_rope_wrapper():
 ])
 def test_numerics_selection(monkeypatch, flags, dtype, device, requested, expected):
     monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(numerics, "onednn_supports", lambda dtype: True)
     assert numerics.resolve(dtype, device, requested) == expected
+
+
+def test_a_process_limited_to_avx2_emulates_whatever_the_flags_say(monkeypatch):
+    """oneDNN limited to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2`, as the suite runs like an AVX2-only machine) cannot
+    multiply bf16 even on a CPU that lists avx512_bf16: auto emulates, and the capability names no bf16 flag."""
+    monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    monkeypatch.setattr(numerics, "onednn_supports", lambda dtype: False)
+    assert numerics.resolve("bfloat16", "cpu", "auto") == "emulated"
+    assert "avx512_bf16" not in numerics.cpu_capability()
+    monkeypatch.setattr(numerics, "onednn_supports", lambda dtype: True)
+    assert numerics.resolve("bfloat16", "cpu", "auto") == "native"
+    assert numerics.cpu_capability().endswith("+avx512_bf16")
 
 
 def test_engine_resolves_numerics_and_reports_it(monkeypatch, tiny_model_dir):
@@ -185,6 +198,7 @@ def test_engine_resolves_numerics_and_reports_it(monkeypatch, tiny_model_dir):
     assert components["torch_threads"] == 1 and components["cpu_capability"].startswith(
         torch.backends.cpu.get_cpu_capability())
     monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    monkeypatch.setattr(numerics, "onednn_supports", lambda dtype: True)
     assert engine.numerics == "native" and numerics.cpu_capability().endswith("+amx_bf16")
     assert make_engine(PathConfig(name="q", model=model, dtype="float32")).numerics == "native"
     bad = make_engine(PathConfig(name="q", model=model, dtype="float32", options={"numerics": "emulated"}))
@@ -339,6 +353,7 @@ def test_which_paths_get_prepacked_linears(monkeypatch):
     native bf16 on a CPU without it (oneDNN refuses bf16 weights there) and CUDA keep torch's default."""
     monkeypatch.setattr(gemm, "prepacking_available", lambda: True)
     monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2"}))
+    monkeypatch.setattr(numerics, "onednn_supports", lambda dtype: True)
     assert gemm.kernel("emulated", "cpu", "bfloat16") == gemm.PREPACKED
     assert gemm.kernel("native", "cpu", "bfloat16") == gemm.DEFAULT
     assert gemm.kernel("native", "cpu", "float32") == gemm.PREPACKED
@@ -346,6 +361,8 @@ def test_which_paths_get_prepacked_linears(monkeypatch):
     monkeypatch.setattr(numerics, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
     assert gemm.kernel("native", "cpu", "bfloat16") == gemm.PREPACKED
     assert gemm.kernel("native", "cuda:0", "bfloat16") == gemm.DEFAULT
+    monkeypatch.setattr(numerics, "onednn_supports", lambda dtype: False)  # e.g. ONEDNN_MAX_CPU_ISA=AVX2
+    assert gemm.kernel("native", "cpu", "bfloat16") == gemm.DEFAULT
     monkeypatch.setattr(gemm, "prepacking_available", lambda: False)
     assert gemm.kernel("emulated", "cpu", "bfloat16") == gemm.DEFAULT
 

@@ -65,7 +65,8 @@ def cpu_flags() -> frozenset[str]:
 def cpu_capability() -> str:
     """torch's vector ISA for CPU kernels plus the native low-precision matmul flags, e.g. "AVX512+avx512_bf16"
     or "AVX2": what decides whether a CPU runs bf16/fp16 natively, so it is part of a path's fingerprint."""
-    flags = [f for names in NATIVE_FLAGS.values() for f in names if f in cpu_flags()]
+    flags = [f for dtype, names in NATIVE_FLAGS.items() if onednn_supports(dtype)
+             for f in names if f in cpu_flags()]
     return "+".join([torch.backends.cpu.get_cpu_capability(), *flags])
 
 
@@ -73,7 +74,23 @@ def has_native(dtype: str, device: str) -> bool:
     """Whether `device` multiplies `dtype` natively: CUDA always; a CPU when it has one of `NATIVE_FLAGS`."""
     if device.startswith("cuda"):
         return True
-    return any(flag in cpu_flags() for flag in NATIVE_FLAGS.get(dtype, ()))
+    return onednn_supports(dtype) and any(flag in cpu_flags() for flag in NATIVE_FLAGS.get(dtype, ()))
+
+
+# oneDNN's own answer to "may I run this dtype's kernels here": it reads the CPU and `ONEDNN_MAX_CPU_ISA`, so a
+# process limited to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2`, how the suite runs as an AVX2-only machine would) has no
+# bf16 matmul even on a CPU whose flags list avx512_bf16, and its weights cannot be prepacked in bf16.
+_ONEDNN_CHECKS = {"bfloat16": "_is_mkldnn_bf16_supported", "float16": "_is_mkldnn_fp16_supported"}
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_supports(dtype: str) -> bool:
+    """Whether this process's oneDNN runs `dtype` matmuls (False where the build has no such check)."""
+    check = getattr(torch.ops.mkldnn, _ONEDNN_CHECKS.get(dtype, ""), None)
+    try:
+        return bool(check()) if check is not None else False
+    except RuntimeError:
+        return False
 
 
 def resolve(dtype: str, device: str, requested: str = "auto") -> str:
