@@ -8,6 +8,10 @@ points file descriptors 1 and 2 at the log file, so output from C code and from 
 swaps `sys.stdout` / `sys.stderr`, so Python-level writes land there too. Between engine calls the terminal
 is the user's again (progress lines). `summary()` names the file with its counts; lines that matter to the
 user are repeated once in toolaudit's words (`LogNote`, declared by each engine's `EngineSpec`).
+
+Progress bars (transformers' "Loading weights", tqdm's, Hugging Face Hub's) are off while output goes to a file
+(`quiet_progress_bars`): drawn for a terminal, in the file a bar is one long line of carriage returns, and an engine
+loaded outside `captured()` (a probe's) would draw it on the user's terminal. `--verbose` keeps them.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class EngineLogs:
         self._start: int | None = None  # the file's size before this command wrote to it
         self._text: io.TextIOWrapper | None = None
         self._depth = 0
+        if self.file is not None:  # engines' output is not for the terminal in this command: nor are their bars
+            quiet_progress_bars()
 
     @contextlib.contextmanager
     def captured(self) -> Iterator[None]:
@@ -126,6 +132,24 @@ class EngineLogs:
             self.file.unlink()
         else:
             os.truncate(self.file, self._start)
+
+
+# Read by huggingface_hub (and so transformers) and tqdm when imported: modules imported later and the processes
+# started later (vLLM's engine core and workers) draw no bar.
+_NO_PROGRESS_BARS = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+
+
+def quiet_progress_bars() -> None:
+    """Turn engines' progress bars off for the rest of this process and the processes it starts: the environment
+    for what is imported or started later, and the switches of transformers and huggingface_hub where they are
+    imported already (each reads the environment once, on import)."""
+    os.environ.update(_NO_PROGRESS_BARS)
+    for module, switch in (("huggingface_hub.utils", "disable_progress_bars"),
+                           ("transformers.utils.logging", "disable_progress_bar")):
+        loaded = sys.modules.get(module)
+        if loaded is not None:
+            with contextlib.suppress(Exception):  # a version without the switch: the bar goes to the file
+                getattr(loaded, switch)()
 
 
 def log_file_for(db: str | Path) -> Path:
