@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from toolaudit.analysis.runs import is_sampled, run_options, samples_per_call, sampling
-from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
+from toolaudit.analysis.stats import Rate, expected_session_drift, paired_difference, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 from toolaudit.store.vocabulary import MatchStatus
@@ -138,7 +138,11 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "worst_example": q.worst_example(store, rid),
         "customers": _with_floors(store, rid, q.customer_rows(store, rid)),
         "counts": counts,
-        "noise_floor": _floor(store, rid),
+        "noise_floor_run": _is_floor_run(run),
+        "tool_key": tool_key(run),
+        "tools": [tool_row(t["tool_name"], t["calls"], t["drifted_calls"])
+                  for t in q.tool_rows(store, rid, fold_unknown_tools=tool_key(run) == "declared")],
+        "noise_floor": _floor(store, rid, fold_unknown_tools=tool_key(run) == "declared"),
         "sampling": sampling(run),
         **_sampled(store, run),
     }
@@ -171,8 +175,47 @@ def _calibration(store: Store, run: dict) -> dict[str, Any] | None:
             "shifted_calls": f["shifted_calls"], "global_p": f["global_p"], "median_tv": f["median_tv"]}
 
 
-def _floor(store: Store, run_id: int) -> dict[str, Any] | None:
-    """The run beside its noise floor (`analysis.floor`): the whole run, with its tools."""
+def _is_floor_run(run: dict) -> bool:
+    from toolaudit.analysis.floor import is_noise_floor
+
+    return run["kind"] != "matrix" and is_noise_floor(run)
+
+
+def tool_key(run: dict) -> str:
+    """What a run's per-tool rows (`tools`, `noise_floor.tools_keyed`) are keyed by: `recorded` for two
+    recorded logs (`compare`: the baseline log's tool name is the recorded call's); `declared` where the baseline
+    is a decode path (a replay, a batch), whose answer may name a tool nobody declared: its name where a schema
+    knows it (the request's declared tools, --schema-dir), the rest in one `(other)` row (`queries.tool_rows`)."""
+    return "recorded" if run["kind"] == "compare" else "declared"
+
+
+def tool_row(name: str | None, calls: int, drifted: int) -> dict[str, Any]:
+    """One tool's (or a group of tools') drifted calls with a 95% Wilson interval."""
+    rate = wilson(drifted, calls)
+    return {"tool_name": name, "calls": calls, "drifted_calls": drifted, "drift_rate": rate.p, "ci_low": rate.low,
+            "ci_high": rate.high}
+
+
+def floor_tool_row(name: str | None, calls: int, only_candidate: int, only_floor: int, both: int) -> dict[str, Any]:
+    """One tool's (or a group's) candidate beside the floor on its calls, paired by call (as `floor._figures`)."""
+    floor, excess = wilson(both + only_floor, calls), paired_difference(only_candidate, only_floor, calls)
+    return {"tool_name": name, "calls": calls, "drift_rate": wilson(both + only_candidate, calls).p,
+            "floor_drift_rate": floor.p, "floor_ci_low": floor.low, "floor_ci_high": floor.high,
+            "excess": excess.estimate, "excess_ci_low": excess.low, "excess_ci_high": excess.high,
+            "only_candidate": only_candidate, "only_floor": only_floor, "both": both}
+
+
+def fold_tool_rows(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """Several `tool_row` (or `floor_tool_row`) rows as one named `name`: the figures of their calls together."""
+    calls = sum(r["calls"] for r in rows)
+    if rows and "only_candidate" in rows[0]:
+        return floor_tool_row(name, calls, *(sum(r[k] for r in rows) for k in ("only_candidate", "only_floor", "both")))
+    return tool_row(name, calls, sum(r["drifted_calls"] for r in rows))
+
+
+def _floor(store: Store, run_id: int, fold_unknown_tools: bool = False) -> dict[str, Any] | None:
+    """The run beside its noise floor (`analysis.floor`): the whole run, with its tools (`tools`: by the baseline's
+    tool name; `tools_keyed`: by the run's `tool_key`)."""
     from toolaudit.analysis.floor import floor_figures, floor_member, tool_floors
 
     member = floor_member(store, run_id)
@@ -182,7 +225,10 @@ def _floor(store: Store, run_id: int) -> dict[str, Any] | None:
               "floor_ci_low": t.floor.low, "floor_ci_high": t.floor.high, "excess": t.excess.estimate,
               "excess_ci_low": t.excess.low, "excess_ci_high": t.excess.high, "only_candidate": t.only_candidate,
               "only_floor": t.only_floor, "both": t.both} for t in tool_floors(store, run_id, member)]
-    return {**floor_figures(store, run_id, member=member).as_dict(), "tools": tools}
+    keyed = [floor_tool_row(t["tool_name"], t["calls"], t["only_a"], t["only_b"], t["both"])
+             for t in q.paired_drift(store, run_id, member["run_id"], by_tool=True,
+                                     fold_unknown_tools=fold_unknown_tools)]
+    return {**floor_figures(store, run_id, member=member).as_dict(), "tools": tools, "tools_keyed": keyed}
 
 
 def _with_floors(store: Store, run_id: int, customers: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -233,18 +233,47 @@ def input_overlap(store: Store, run_id: int, other_id: int) -> dict[str, int]:
 
 
 def paired_drift(store: Store, run_a: int, run_b: int, customer: str | None = None,
-                 by_tool: bool = False) -> list[dict[str, Any]]:
+                 by_tool: bool = False, fold_unknown_tools: bool = False) -> list[dict[str, Any]]:
     """Calls matched in both runs (same session and call index), split by which run drifted on them: the 2x2
     table a paired comparison of two drift rates needs (a candidate against its noise floor). One row, or one
-    per tool (run A's tool name, most calls first) with `by_tool`."""
+    per tool (run A's tool name, most calls first) with `by_tool`; with `fold_unknown_tools` too, the names no
+    schema knows fold into one `(other)` row (`known_tool_sql`)."""
     where, params = _slice(customer)
+    known, tool_key = ("", "tool_name") if not fold_unknown_tools else (f"{_KNOWN_TOOLS}, ", known_tool_sql())
     tool, group = ("a.tool_name, ", "GROUP BY a.tool_name ORDER BY calls DESC, a.tool_name") if by_tool else ("", "")
     rows = store.rows(f"""
-        WITH a AS (SELECT session_id, call_index, tool_name, drifted FROM calls
+        WITH {known}a AS (SELECT session_id, call_index, {tool_key} AS tool_name, drifted FROM calls
                    WHERE run_id = ? AND {_MATCHED}{where}),
         b AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where})
         SELECT {tool}count(*) AS calls, count(*) FILTER (a.drifted AND b.drifted) AS both,
                count(*) FILTER (a.drifted AND NOT b.drifted) AS only_a,
                count(*) FILTER (b.drifted AND NOT a.drifted) AS only_b
-        FROM a JOIN b USING (session_id, call_index) {group}""", [run_a, *params, run_b, *params])
+        FROM a JOIN b USING (session_id, call_index) {group}""",
+                      [*([run_a, run_a] if fold_unknown_tools else []), run_a, *params, run_b, *params])
     return [{k: v if k == "tool_name" else int(v or 0) for k, v in row.items()} for row in rows]
+
+
+OTHER_TOOLS = "(other)"
+# The tool names a schema judged in a run: a call's name checked against a schema (the request's declared tool or a
+# --schema-dir file; `baseline_valid` is NULL where none knew it), or a declared tool whose schema had an issue.
+# A decoded answer's invented name (`2025_q4`, `sell_304.5`) is in neither.
+_KNOWN_TOOLS = """known AS (SELECT tool_name FROM calls WHERE run_id = ? AND baseline_valid IS NOT NULL
+                            AND tool_name IS NOT NULL
+                            UNION SELECT tool_name FROM schema_issues WHERE run_id = ?)"""
+
+
+def known_tool_sql(column: str = "tool_name") -> str:
+    """`column` where a schema knows that name (or NULL: no tool call), else `(other)`; needs `_KNOWN_TOOLS`."""
+    return (f"CASE WHEN {column} IS NULL OR {column} IN (SELECT tool_name FROM known) THEN {column} "
+            f"ELSE '{OTHER_TOOLS}' END")
+
+
+def tool_rows(store: Store, run_id: int, fold_unknown_tools: bool = False) -> list[dict[str, Any]]:
+    """Matched and drifted calls per tool (the `calls.tool_name`: the baseline's first call's, most calls
+    first); with `fold_unknown_tools`, the names no schema knows fold into one `(other)` row."""
+    known, tool_key = ("", "tool_name") if not fold_unknown_tools else (f"WITH {_KNOWN_TOOLS} ", known_tool_sql())
+    rows = store.rows(f"""{known}SELECT {tool_key} AS tool_name, count(*) AS calls,
+            count(*) FILTER (drifted) AS drifted_calls
+        FROM calls WHERE run_id = ? AND {_MATCHED} GROUP BY 1 ORDER BY calls DESC, 1 NULLS LAST""",
+                      [*([run_id, run_id] if fold_unknown_tools else []), run_id])
+    return [{**row, "calls": int(row["calls"]), "drifted_calls": int(row["drifted_calls"])} for row in rows]
