@@ -26,7 +26,7 @@ from ..registry import EngineSpec
 
 OPTION_KEYS = ("base_url", "api_key_env", "extra_headers", "extra_body", "tool_choice", "logprobs", "top_logprobs",
                "concurrency", "timeout_s", "max_retries", "stream", "backoff_s", "backoff_max_s", "metrics_url",
-               "samples_via")
+               "samples_via", "within_s")
 KEYS = frozenset(OPTION_KEYS)
 # PathConfig fields that only an embedded engine uses: on an HTTP path the server decides them.
 _TORCH_ONLY = ("dtype", "device", "speculative", "prompt", "prefix_caching")
@@ -67,6 +67,9 @@ class OpenAIOptions:
     # requests, each with its sample's seed), "auto" (n, falling back to seed for good once the endpoint refuses n
     # or returns fewer choices). See the engine's module docstring.
     samples_via: str = "auto"
+    # a replay's probe sets it (`replay.probe`, declared in CAPABILITIES.overrides): each generate() call sends its
+    # requests one at a time, one attempt each, all within this many seconds, none after a failure (within.py)
+    within_s: float | None = None
 
 
 def parse_options(table: dict[str, Any], fail: _Fail) -> dict[str, Any]:
@@ -144,11 +147,15 @@ def _options(opts: dict[str, Any], fail: _Fail, default_concurrency: int) -> Ope
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and not value):
             raise fail(key, f"must be a number {'> 0' if positive else '>= 0'} (got {value!r})")
         numbers[key] = float(value)
+    within = opts.get("within_s")
+    if within is not None and (isinstance(within, bool) or not isinstance(within, (int, float)) or within <= 0):
+        raise fail("within_s", f"must be a number > 0 (got {within!r})")
     return OpenAIOptions(base_url=base_url.rstrip("/"), api_key_env=env, extra_headers=extra_headers,
                          extra_body=extra_body,
                          tool_choice=tool_choice, logprobs=opts.get("logprobs", False), top_logprobs=top,
                          concurrency=concurrency, max_retries=retries, stream=opts.get("stream", False),
-                         metrics_url=metrics_url, samples_via=samples_via, **numbers)
+                         metrics_url=metrics_url, samples_via=samples_via,
+                         within_s=None if within is None else float(within), **numbers)
 
 
 def _http_url(key: str, url: Any, fail: _Fail) -> str:
@@ -220,8 +227,9 @@ def stored_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 # The server decides the model's numerics and tokenizer: margins come only from its logprobs (`logprobs = true`),
-# and token ids cannot be decoded here.
-CAPABILITIES = Capabilities(sees_logits=False, decodes_tokens=False, holds_together=True, in_process=False)
+# and token ids cannot be decoded here. `within_s` is what a replay's probe sets on the paths it probes.
+CAPABILITIES = Capabilities(sees_logits=False, decodes_tokens=False, holds_together=True, in_process=False,
+                            overrides=frozenset({"within_s"}))
 # What metrics.py says while a replay runs (in the engine log), repeated to the user once.
 NOTES = (
     LogNote(r"other traffic shared the server during the replay",

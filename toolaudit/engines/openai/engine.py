@@ -57,6 +57,7 @@ from .config import CAPABILITIES, OpenAIOptions, options_for
 from .failures import Failure, backoff_delay, classify, n_refused
 from .metrics import ServerCounters
 from .shapes import FEW_CHOICES, StreamAggregate, openai_messages, openai_tools, result_from_response
+from .within import send_within
 
 _DUMMY_KEY = "EMPTY"  # what vLLM's docs use for servers without authentication
 # Secrets shorter than this are not scrubbed from answers: they cannot be keys, and replacing e.g. a tenant id
@@ -233,17 +234,26 @@ class OpenAIEngine(Engine):
     # ------------------------------------------------------------------ generation
 
     def generate(self, requests: list[EngineRequest]) -> list[EngineResult]:
-        """One result per request, in order; at most `concurrency` in flight. Never raises for a request."""
+        """One result per request, in order; at most `concurrency` in flight (`within_s`: within.py's way)."""
         if not requests:
             return []
         self.load()
-        before = self.server_counters.read()  # the server's spec-decode counters: acceptance (metrics.py)
-        results = self._loop.run(self._generate_all(requests))
-        self.server_counters.attribute(before, len(requests), results)
+        if self.options.within_s is not None:  # no retry loop, and no /metrics read either
+            results = self._loop.run(send_within(requests, self.options.within_s, self._once, self._failure))
+        else:
+            before = self.server_counters.read()  # the server's spec-decode counters: acceptance (metrics.py)
+            results = self._loop.run(self._generate_all(requests))
+            self.server_counters.attribute(before, len(requests), results)
         for r in results:
             if r.system_fingerprint:
                 self._fingerprints.setdefault(r.system_fingerprint)
         return results
+
+    async def _once(self, req: EngineRequest) -> EngineResult:
+        return self._scrub_result((await self._attempt(self._body(req), [req.key], [0]))[0])
+
+    def _failure(self, exc: Exception) -> str:
+        return self._scrub(classify(exc, self.options.timeout_s).message)[:500]
 
     async def _generate_all(self, requests: list[EngineRequest]) -> list[EngineResult]:
         slots = asyncio.Semaphore(self.options.concurrency)
