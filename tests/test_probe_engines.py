@@ -157,6 +157,10 @@ def test_probe_usage_errors(setup, tmp_path):
 
 
 def test_a_replay_records_its_paths_probes(setup, tmp_path, monkeypatch):
+    """A run probes each path with the run's small probe (six near-ties of the bundled set, eight tokens, once):
+    `--against` the run decodes that same set; `--against latest` compares only probes of one set."""
+    from toolaudit.replay.probe_set import RUN_MAX_TOKENS, RUN_PROMPTS, run_probe_set
+
     _, _, paths, _ = setup
     db = tmp_path / "r.duckdb"
     args = ["replay", str(DEMO), "--limit", "1", "--baseline", "tiny", "--candidate", "tiny-spec", "--paths",
@@ -166,21 +170,33 @@ def test_a_replay_records_its_paths_probes(setup, tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, [*args, "--run-name", "nightly"])
     assert result.exit_code == 0, result.output
     assert "probe 1 of baseline tiny: decisions dec-" in result.output
+    assert f"{len(RUN_PROMPTS)} prompts x 1 in" in result.output
     with Store(db) as store:
         runs = {r["name"]: r for r in store.rows("SELECT run_id, name, baseline_fingerprint, "
                                                  "candidate_fingerprint FROM runs")}
-        rows = store.rows("SELECT run_id, side, path_name, config_fingerprint, prompts, stable FROM probes "
-                          "ORDER BY probe_id")
-    run = runs["nightly"]
+        rows = store.rows("SELECT run_id, side, path_name, config_fingerprint, prompts, repeats, probe_set, stable, "
+                          "detail->>'source' AS source FROM probes ORDER BY probe_id")
+        detail = orjson.loads(store.rows("SELECT detail FROM probes ORDER BY probe_id LIMIT 1")[0]["detail"])
+    run, small = runs["nightly"], run_probe_set()
     assert rows == [
         {"run_id": run["run_id"], "side": "baseline", "path_name": "tiny",
-         "config_fingerprint": run["baseline_fingerprint"], "prompts": 32, "stable": True},
+         "config_fingerprint": run["baseline_fingerprint"], "prompts": len(RUN_PROMPTS), "repeats": 1,
+         "probe_set": small.digest, "stable": True, "source": "bundled:run"},
         {"run_id": run["run_id"], "side": "candidate", "path_name": "tiny-spec",
-         "config_fingerprint": run["candidate_fingerprint"], "prompts": 32, "stable": True}]
-    # the run's recorded probe, by the run's name: the same path probed again is the same
+         "config_fingerprint": run["candidate_fingerprint"], "prompts": len(RUN_PROMPTS), "repeats": 1,
+         "probe_set": small.digest, "stable": True, "source": "bundled:run"}]
+    assert [len(p["tokens"]) for p in detail["prompts"]] == [RUN_MAX_TOKENS] * len(RUN_PROMPTS)
+    # the run's recorded probe, by the run's name: the path probed again, with the run's set, is the same
     again = cli_json("fingerprint", "--probe", "--path", "tiny-spec", "--paths", str(paths), "--db", str(db),
-                     "--against", "nightly", "--json", "--repeats", "1")
-    assert again["against"]["probe_id"] == 2 and again["against"]["same"], again["against"]
+                     "--against", "nightly", "--json")
+    assert (again["prompts"], again["repeats"], again["probe_set"]) == (len(RUN_PROMPTS), 2, small.digest)
+    assert again["against"]["probe_id"] == 2 and again["against"]["repeats"] == 1
+    assert again["against"]["same"], again["against"]
+    # latest: the newest probe on the set this probe decodes (the bundled one): none yet, the run's do not count
+    latest = CliRunner().invoke(cli, ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths), "--db",
+                                      str(db), "--against", "latest", "--repeats", "1"])
+    assert latest.exit_code == 0 and "no earlier probe of path tiny on this probe set" in latest.output
+    assert "32 prompts x 1 repeats (bundled set)" in latest.output
     result = CliRunner().invoke(cli, ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths),
                                       "--db", str(db), "--against", "quiet", "--repeats", "1"])
     assert result.exit_code == 2 and "recorded no probe" in result.output
@@ -214,8 +230,8 @@ def serving(path, port: int):
 def test_server_side_settings_behind_one_url(setup, tmp_path, math_attention):
     """One base URL and model name, served in turn by: the plain path, the same path with its prompt attention
     on the math kernel (a server process setting: neither the client's config nor the server's own
-    system_fingerprint names it), the path served in bfloat16 (only the server's system_fingerprint says so), and the plain path
-    again (a restart probes alike). `check --expect-numerics` fails against the kernel change."""
+    system_fingerprint names it), the path served in bfloat16 (only the server's system_fingerprint says so), and
+    the plain path again (a restart probes alike). `check --expect-numerics` fails against the kernel change."""
     from toolaudit.engines.paths import load_paths
 
     root, model, _, probe_file = setup

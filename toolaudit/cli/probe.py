@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from toolaudit.cli.common import resolve_run
@@ -12,7 +10,8 @@ from toolaudit.report.output import to_json
 
 def probe_command(path, probe_file: str | None, repeats: int, db: str | None, against: str | None,
                   as_json: bool) -> None:
-    """Probe `path`, store it with --db, compare it with --against; print the fingerprints and the time."""
+    """Probe `path`, store it with --db, compare it with --against; print the fingerprints and the time. Against
+    a probe of another set (a run's smaller probe), and without --probe-file, the path is probed with that set."""
     from toolaudit.analysis.probe_diff import compare_probes
     from toolaudit.replay.probe import probe
     from toolaudit.replay.probe_set import load_probe_set
@@ -22,25 +21,29 @@ def probe_command(path, probe_file: str | None, repeats: int, db: str | None, ag
     if against is not None and db is None:
         raise click.UsageError("--against needs --db (the database that holds the earlier probe or run)")
     probe_set = load_probe_set(probe_file)
+    reference = change = None
+    if against is not None:
+        with Store(db) as store:
+            reference = find_reference(store, against, path.name, probe_set.digest)
+        if reference is None and not as_json:
+            click.echo(f"--against latest: no earlier probe of path {path.name} on this probe set in {db}: nothing "
+                       "to compare yet", err=True)
+        elif reference is not None and probe_file is None:
+            probe_set = reference_set(reference, probe_set)
     if not as_json:
         click.echo(f"probing path {path.name} ({path.engine}): {len(probe_set)} prompts x {repeats} repeats "
-                   f"({probe_set.source} set)...", err=True)
+                   f"({probe_set.describe()})...", err=True)
     result = probe(path, probe_set, repeats)
-    reference = change = None
     if db is not None:
         with Store(db) as store:
-            if against is not None:
-                reference = find_reference(store, against, path.name)
-                if reference is None and not as_json:
-                    click.echo(f"--against latest: no earlier probe of path {path.name} in {db}: nothing to "
-                               "compare yet", err=True)
             result.probe_id = insert_probe(store, result.row())
     if reference is not None:
         change = compare_probes(reference, result)
     if as_json:
         data = result.as_dict()
         if against is not None:
-            data["against"] = {"probe_id": reference.probe_id, **change.as_dict()} if change else None
+            data["against"] = ({"probe_id": reference.probe_id, "repeats": reference.repeats, **change.as_dict()}
+                               if change else None)
         click.echo(to_json(data))
         return
     for line in probe_lines(result):
@@ -50,6 +53,26 @@ def probe_command(path, probe_file: str | None, repeats: int, db: str | None, ag
     if change is not None:
         click.echo(f"against probe {reference.probe_id} ({reference.path_name}, {reference.config_fingerprint}): "
                    f"{change.words()}")
+        if change.comparable and reference.repeats != result.repeats:
+            click.echo(f"note: probe {reference.probe_id} decoded its set {reference.repeats} time(s), this probe "
+                       f"{result.repeats}: the hashes compare the first decode of each"
+                       + ("; the reference's stability was not measured" if reference.repeats == 1 else ""))
+
+
+def reference_set(reference, current):
+    """The probe set to decode against `reference`: `current` when the reference decoded it, else the
+    reference's own set when it can be rebuilt as it was (a run's smaller probe: `probe_set.RUN_SOURCE`; a probe
+    file still there, unchanged), else `current` (the comparison then says the sets differ)."""
+    from toolaudit import TraceError
+    from toolaudit.replay.probe_set import probe_set_for
+
+    if reference.probe_set == current.digest:
+        return current
+    try:
+        theirs = probe_set_for(reference.source)
+    except TraceError:
+        return current
+    return theirs if theirs.digest == reference.probe_set else current
 
 
 def probe_lines(p) -> list[str]:
@@ -69,16 +92,17 @@ def probe_lines(p) -> list[str]:
     return lines
 
 
-def find_reference(store, ref: str, path_name: str):
-    """The stored probe `--against` names: `latest` (the newest probe of the path, None when there is none yet),
-    `probe:N` or `run:ID|NAME`; bare digits are a probe id when such a probe exists, else a run; other text is a
-    run name. A run's probe is the one of the path probed (else its candidate's)."""
+def find_reference(store, ref: str, path_name: str, probe_set: str | None = None):
+    """The stored probe `--against` names: `latest` (the newest probe of the path on `probe_set`, a digest, when
+    given; None when there is none yet), `probe:N` or `run:ID|NAME`; bare digits are a probe id when such a probe
+    exists, else a run; other text is a run name. A run's probe is the one of the path probed (else its
+    candidate's); a run whose probe of the path was unavailable says why."""
     from toolaudit import RunNotFound
     from toolaudit.replay.probe import Probe
-    from toolaudit.store.probes import latest_probe, probe_by_id, probes_of_run
+    from toolaudit.store.probes import latest_probe, probe_by_id, probes_of_run, unavailable_probes
 
     if ref == "latest":
-        row = latest_probe(store, path_name)
+        row = latest_probe(store, path_name, probe_set)
         return Probe.from_row(row) if row is not None else None
 
     kind, _, text = ref.partition(":") if ref.startswith(("probe:", "run:")) else ("", "", ref)
@@ -90,10 +114,16 @@ def find_reference(store, ref: str, path_name: str):
             raise RunNotFound(f"{store.path}: no probe with id {text}")
     run_id = resolve_run(store, text, "--against")
     rows = probes_of_run(store, run_id)
+    chosen = next((r for r in rows if r["path_name"] == path_name), None)
+    missing = unavailable_probes(store, run_id)
+    gone = next((u for u in missing if u["path_name"] == path_name), None)
+    if chosen is None and (gone is not None or (not rows and missing)):
+        gone = gone or missing[0]
+        raise RunNotFound(f"{store.path}: run {run_id} recorded no probe of path {gone['path_name']}: probe "
+                          f"unavailable: {gone['reason']}")
     if not rows:
         raise RunNotFound(f"{store.path}: run {run_id} recorded no probe (replayed with --no-probe, or before "
                           "probes were recorded)")
-    chosen = next((r for r in rows if r["path_name"] == path_name), None)
     chosen = chosen or next((r for r in rows if r["side"] == "candidate"), rows[-1])
     return Probe.from_row(chosen)
 
@@ -101,7 +131,8 @@ def find_reference(store, ref: str, path_name: str):
 def expect_numerics(store, run_id: int, expected: str, path_name: str | None, paths_file: str | None,
                     repeats: int = 2) -> tuple[bool, list[str], dict]:
     """`check --expect-numerics FP`: probe the run's candidate path (or `path_name`) now, with the probe set of
-    the stored probe that has FP when its file is still there (else the bundled set); (ok, lines, JSON)."""
+    the stored probe that has FP when it can be rebuilt (a run's smaller set, a probe file still there; else the
+    bundled set); (ok, lines, JSON)."""
     from toolaudit import ConfigError
     from toolaudit.analysis.probe_diff import compare_probes
     from toolaudit.engines.paths import load_paths
@@ -118,10 +149,9 @@ def expect_numerics(store, run_id: int, expected: str, path_name: str | None, pa
         raise ConfigError(f"--expect-numerics: unknown decode path {name!r} (give --path and --paths)")
     row = probe_by_numerics(store, expected)
     stored = Probe.from_row(row) if row is not None else None
-    # the expected probe's own set where it came from a file still there (its digest says whether it changed)
-    source = (stored.source if stored is not None and stored.source != "bundled" and Path(stored.source).is_file()
-              else None)
-    probe_set = load_probe_set(source)
+    # the expected probe's own set (a run's smaller set, or a probe file still there) where it can be rebuilt as it
+    # was, else the bundled set
+    probe_set = reference_set(stored, load_probe_set()) if stored is not None else load_probe_set()
     if stored is not None and stored.probe_set != probe_set.digest:
         stored = None  # another probe set: no prompt-by-prompt comparison
     result = probe(paths[name], probe_set, repeats)

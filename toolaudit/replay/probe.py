@@ -14,6 +14,11 @@ cache, so that the probe is short and its prompts meet no earlier state), and ha
 Repeats that are not bit-identical (a nondeterministic endpoint) are not hidden behind a hash: `stable` is false
 and the jitter is measured, the max and median |delta logprob| over the entries that moved between the first
 repeat and the others (the hashes are then the first repeat's).
+
+A probe with a deadline (`deadline_s`: a run's probe of an endpoint, `probes.record_run_probes`) sets the path
+key WITHIN_KEY, which an engine that can keep one declares (`Capabilities.overrides`; the openai engine's
+`within_s`): its requests then go one at a time, one attempt each, all within the deadline, none after the first
+failure. An engine that declares no such key is not probed that way (`ProbeError`: the probe is unavailable).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from toolaudit.engines.registry import ENGINES
 from toolaudit.replay.probe_set import ProbeSet
 
 Factory = Callable[[PathConfig], Engine]
+WITHIN_KEY = "within_s"  # the path key that bounds an engine's generate() call (see the module docstring)
 # Component names that are versions: stored with a probe (`engine_versions`), to say what changed.
 VERSION_KEYS = ("torch", "transformers", "vllm", "vllm_distribution", "system_fingerprint", "cpu_capability",
                 "device", "platform")
@@ -135,19 +141,33 @@ def probe_path(path: PathConfig, max_tokens: int) -> PathConfig:
 
 
 def probe(path: PathConfig, probe_set: ProbeSet, repeats: int = 2, factory: Factory = make_engine,
-          config_fingerprint: str | None = None) -> Probe:
+          config_fingerprint: str | None = None, deadline_s: float | None = None) -> Probe:
     """Decode `probe_set` greedily `repeats` times through `path` (an engine of its own, closed afterwards) and
-    fingerprint what came out. `config_fingerprint`: the path's, when the caller has it (else computed here)."""
+    fingerprint what came out. `config_fingerprint`: the path's, when the caller has it (else computed here).
+    `deadline_s`: every request of every repeat within that many seconds in all, one attempt each, none sent after
+    a failure (the path key WITHIN_KEY; for endpoints); a probe that does not finish is a `ProbeError`."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
     config_fingerprint = config_fingerprint or fingerprint(factory(path).fingerprint_components())
-    engine = factory(probe_path(path, max(probe_set.max_tokens)))
+    decoded = probe_path(path, max(probe_set.max_tokens))
+    if deadline_s is not None:
+        if WITHIN_KEY not in ENGINES.spec(path.engine, f"paths.{path.name}").capabilities.overrides:
+            raise ProbeError(f"path {path.name}: the {path.engine} engine cannot bound a probe's requests (it "
+                             f"declares no {WITHIN_KEY} key): not probed")
+        decoded = replace(decoded, options={**decoded.options, WITHIN_KEY: deadline_s})
+    engine = factory(decoded)
     try:
         t0 = time.perf_counter()
         engine.load()
         load_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
-        runs = [engine.generate(list(probe_set.requests)) for _ in range(repeats)]
+        if deadline_s is None:
+            runs = [engine.generate(list(probe_set.requests)) for _ in range(repeats)]
+        else:  # one call, so one deadline covers every repeat
+            n = len(probe_set)
+            flat = engine.generate([replace(r, key=f"{r.key}.{k}") for k in range(repeats)
+                                    for r in probe_set.requests])
+            runs = [flat[k * n:(k + 1) * n] for k in range(repeats)]
         seconds = time.perf_counter() - t0
         versions = {k: v for k, v in engine.fingerprint_components().items() if k in VERSION_KEYS}
     finally:

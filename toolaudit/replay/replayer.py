@@ -148,7 +148,9 @@ def replay_traces(store: Store, options: ReplayOptions, progress: Progress | Non
     own output goes (default: wherever it would go). `engines`: where engine calls run (default: an
     `EnginePool` of `engine_factory`'s engines in this process; `ray_pool.RayEnginePool` for a Ray cluster).
     Neither is part of the run's options: the stored run is the same wherever its engines ran. `on_probe`: probe
-    the paths of a new run first and store the probes with it (`probes.record_run_probes`), reporting each."""
+    the paths of a new run first and store the probes with it, reporting each (`probes.record_run_probes`: a
+    small probe, seconds per path; an endpoint's within a deadline; one that fails is recorded as unavailable and
+    the replay goes on)."""
     if resume is not None:
         resume, options = options_for_resume(store, resume)
     for path in options.traces:
