@@ -36,7 +36,7 @@ def test_compare_summary_runs_sql(tmp_path, db_path):
     runner = CliRunner()
     result = runner.invoke(cli, ["compare", str(b), str(c), "--db", str(db_path), "--run-name", "nightly"])
     assert result.exit_code == 0, result.output
-    assert "drifted calls         1 (16.67%" in result.output
+    assert "drifted calls         1 of 6 compared (16.67%" in result.output
     assert "acme" in result.output and "globex" in result.output
     s = json.loads(runner.invoke(cli, ["summary", "--db", str(db_path), "--json"]).output)
     assert s["calls"] == 6 and s["drifted_calls"] == 1 and s["run_name"] == "nightly"

@@ -33,13 +33,16 @@ def runs(db: str, fmt: str) -> None:
 @click.command(epilog=example("toolaudit summary --run nightly --db audit.duckdb"))
 @db_option
 @run_option()
+@click.option("--all", "all_rows", is_flag=True, help="Every row of every table (per tool, per customer, the "
+              "worst example's argument diffs); by default the text fits one screen: a few rows each, then how "
+              "many more.")
 @output_options
 @friendly_errors
-def summary(db: str, run_ref: str | None, fmt: str) -> None:
+def summary(db: str, run_ref: str | None, all_rows: bool, fmt: str) -> None:
     """Summarise a run: drifted calls with a 95% interval, session drift, a row per customer."""
 
     with reading(db) as store:
-        show_run(store, resolve_run(store, run_ref), fmt, db)
+        show_run(store, resolve_run(store, run_ref), fmt, db, all_rows=all_rows)
 
 
 CONFINED = ("\n`toolaudit sql` reaches nothing but the database (no files, network or extensions, and settings "

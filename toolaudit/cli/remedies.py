@@ -124,8 +124,9 @@ def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls:
                    customer_frontiers(store, run["run_id"], budget, session_calls), fmt, matrix_head(store, run))
 
 
-def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None) -> None:
-    """A run as `summary` shows it: a matrix as its frontier, any other run as its summary."""
+def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None, all_rows: bool = False) -> None:
+    """A run as `summary` shows it: a matrix as its frontier, any other run as its summary (on one screen; every
+    row with `all_rows`)."""
     from toolaudit.analysis.figures import run_summary
     from toolaudit.analysis.floor import is_noise_floor
 
@@ -136,7 +137,7 @@ def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=
             show_matrix(store, run["run_id"], fmt, budget)
             return
         run_id = members[0]["run_id"]  # one candidate and its noise floor: the candidate's summary, floor beside
-    show_summary(run_summary(store, run_id), fmt, db)
+    show_summary(run_summary(store, run_id), fmt, db, all_rows)
 
 
 @click.command(name="frontier", epilog=example("toolaudit frontier --run demo-matrix --max-session-drift 5% "
