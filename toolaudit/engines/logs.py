@@ -144,12 +144,14 @@ def quiet_progress_bars() -> None:
     for what is imported or started later, and the switches of transformers and huggingface_hub where they are
     imported already (each reads the environment once, on import)."""
     os.environ.update(_NO_PROGRESS_BARS)
-    for module, switch in (("huggingface_hub.utils", "disable_progress_bars"),
-                           ("transformers.utils.logging", "disable_progress_bar")):
-        loaded = sys.modules.get(module)
-        if loaded is not None:
-            with contextlib.suppress(Exception):  # a version without the switch: the bar goes to the file
-                getattr(loaded, switch)()
+    hub, transformers_logging = sys.modules.get("huggingface_hub.utils"), sys.modules.get("transformers.utils.logging")
+    # a version without the switch (AttributeError): the bar goes to the file, as before
+    if hub is not None:
+        with contextlib.suppress(Exception):
+            hub.disable_progress_bars()
+    if transformers_logging is not None:
+        with contextlib.suppress(Exception):
+            transformers_logging.disable_progress_bar()
 
 
 def log_file_for(db: str | Path) -> Path:
