@@ -313,4 +313,11 @@ CREATE TABLE probes (
     detail JSON
 );
 """),
+    # The tool of the recorded call (the first tool call of the trace's recorded response; for two recorded logs,
+    # the baseline log's): per-tool figures are keyed by it, never by a name a decode path invented. NULL where the
+    # recorded response called no tool or none was recorded, and in the rows written before this migration (their
+    # figures fall back to `tool_name`: `queries.tool_key_sql`).
+    (12, "the recorded call's tool of each call", """
+ALTER TABLE calls ADD COLUMN recorded_tool VARCHAR;
+"""),
 ]

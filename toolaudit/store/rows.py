@@ -19,7 +19,7 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "drifted": pa.bool_(), "exact_text_match": pa.bool_(), "baseline_valid": pa.bool_(),
         "candidate_valid": pa.bool_(), "arg_diff_count": pa.int32(), "detail": pa.string(),
         "first_divergence": pa.int32(), "baseline_token": pa.string(), "candidate_token": pa.string(),
-        "baseline_margin": pa.float64(), "candidate_margin": pa.float64(),
+        "baseline_margin": pa.float64(), "candidate_margin": pa.float64(), "recorded_tool": pa.string(),
     },
     "outputs": {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),
