@@ -11,6 +11,7 @@ match status that keeps it out of the comparison (`compare.attribution`).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -26,6 +27,7 @@ from toolaudit.store import RowBuffer, json_text
 from toolaudit.store.vocabulary import CallDiff, DriftKind, MatchStatus
 from toolaudit.validate.records import ParsedOutput, ToolCall
 from toolaudit.validate.schemas import CompiledSchema, SchemaRegistry, tool_schemas_from_request
+from toolaudit.validate.toolcalls import parse_message
 
 # Engine evidence columns of `outputs` (replays fill them; recorded logs have none).
 EVIDENCE_COLUMNS = ("token_ids", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "tokens_per_s",
@@ -121,19 +123,39 @@ def tool_calls_json(calls: tuple[ToolCall, ...]) -> str | None:
                           if c.arguments_error else {})} for c in calls])
 
 
+def first_tool(parsed: ParsedOutput) -> str | None:
+    """The name of an answer's first tool call, or None when it calls none."""
+    return (parsed.calls[0].name or None) if parsed.calls else None
+
+
+def recorded_tool(message: dict | None) -> str | None:
+    """The recorded call's tool (`calls.recorded_tool`): the first tool call of a recorded response's message
+    (`TraceCall.response_message`: OpenAI `tool_calls[].function.name`, read as `compare` reads a recorded
+    answer), or None when it calls no tool or no response was recorded."""
+    return first_tool(parse_message(message)) if message else None
+
+
+class Recorded(enum.Enum):
+    """Where a pair's recorded call is: `BASELINE`, the baseline side itself (two recorded logs: the baseline
+    log is the recording)."""
+
+    BASELINE = "baseline"
+
+
 # -- rows ---------------------------------------------------------------------------------------------------
 
 def write_call(rows: RowBuffer, run_id: int, session_id: str, call_index: int, status: MatchStatus, *,
                customer: str | None = None, tool_name: str | None = None, kind: DriftKind | None = None,
                exact_text_match: bool | None = None, baseline_valid: bool | None = None,
                candidate_valid: bool | None = None, arg_diff_count: int | None = None, detail: str | None = None,
-               divergence: Divergence | None = None) -> None:
-    """One `calls` row. `drifted` is derived from the kind, so the two can never disagree."""
+               divergence: Divergence | None = None, recorded_tool: str | None = None) -> None:
+    """One `calls` row. `drifted` is derived from the kind, so the two can never disagree. `recorded_tool`: the
+    recorded call's tool (`recorded_tool()`), None where it called none or nothing was recorded."""
     rows.add("calls", run_id=run_id, session_id=session_id, call_index=call_index, customer=customer,
               tool_name=tool_name, match_status=status.value, drift_kind=None if kind is None else kind.value,
               drifted=None if kind is None else kind.drifted, exact_text_match=exact_text_match,
               baseline_valid=baseline_valid, candidate_valid=candidate_valid, arg_diff_count=arg_diff_count,
-              detail=detail, **(divergence.columns() if divergence else {}))
+              detail=detail, recorded_tool=recorded_tool, **(divergence.columns() if divergence else {}))
 
 
 def write_output(rows: RowBuffer, run_id: int, session_id: str, call_index: int, side: str, out: OutputRow) -> None:
@@ -214,14 +236,20 @@ class Analyzer:
         self.pending_issues.clear()
 
     def pair(self, rows: RowBuffer, session_id: str, call_index: int, customer: str | None, tools: list,
-             baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None) -> Outcome:
+             baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None,
+             recorded: str | None | Recorded = Recorded.BASELINE) -> Outcome:
         """Diff one pair and append its calls, outputs and arg_diffs rows; a pair of different requests or with a
-        cut answer is stored under its own match status instead, not compared (`compare.attribution`)."""
+        cut answer is stored under its own match status instead, not compared (`compare.attribution`).
+        `recorded`: the recorded call's tool (a replay's trace: `recorded_tool(call.response_message)`; None: no
+        tool call, or nothing recorded), or `Recorded.BASELINE` where the baseline side is the recording (two
+        recorded logs: its first tool call)."""
+        recorded_name = first_tool(baseline.parsed) if recorded is Recorded.BASELINE else recorded
         skipped = not_compared(baseline.request_digest, candidate.request_digest, baseline.finish_reason,
                                candidate.finish_reason,
                                lambda: describe_difference(baseline.request, candidate.request))
         if skipped is not None:
-            self._not_compared(rows, session_id, call_index, customer, baseline, candidate, skipped, divergence)
+            self._not_compared(rows, session_id, call_index, customer, baseline, candidate, skipped, divergence,
+                               recorded_name)
             return Outcome(skipped.status, None, skipped.detail)
         schemas = self.schemas_for(tools)
         errors_by_side: dict[int, list] = {}
@@ -241,7 +269,8 @@ class Analyzer:
         write_call(rows, self.run_id, session_id, call_index, MatchStatus.MATCHED, customer=customer,
                    tool_name=tool_name, kind=DriftKind(verdict.kind), exact_text_match=verdict.exact_text_match,
                    baseline_valid=verdict.baseline_valid, candidate_valid=verdict.candidate_valid,
-                   arg_diff_count=len(verdict.arg_diffs), detail=verdict.detail, divergence=divergence)
+                   arg_diff_count=len(verdict.arg_diffs), detail=verdict.detail, divergence=divergence,
+                   recorded_tool=recorded_name)
         for side_no, (side_name, out) in enumerate((("baseline", baseline), ("candidate", candidate))):
             errors = errors_by_side.get(side_no)
             write_output(rows, self.run_id, session_id, call_index, side_name,
@@ -254,12 +283,13 @@ class Analyzer:
 
     def _not_compared(self, rows: RowBuffer, session_id: str, call_index: int, customer: str | None,
                       baseline: SideOutput, candidate: SideOutput, why: NotCompared,
-                      divergence: Divergence | None) -> None:
+                      divergence: Divergence | None, recorded_name: str | None) -> None:
         """A pair kept out of the comparison: its calls row (no verdict; where the token streams part, when known)
         and both outputs, as recorded."""
         tool_name = (baseline.parsed.calls[0].name if baseline.parsed.calls
                      else candidate.parsed.calls[0].name if candidate.parsed.calls else None)
         write_call(rows, self.run_id, session_id, call_index, why.status, customer=customer, tool_name=tool_name,
-                   exact_text_match=baseline.raw == candidate.raw, detail=why.detail, divergence=divergence)
+                   exact_text_match=baseline.raw == candidate.raw, detail=why.detail, divergence=divergence,
+                   recorded_tool=recorded_name)
         for side_name, out in (("baseline", baseline), ("candidate", candidate)):
             write_output(rows, self.run_id, session_id, call_index, side_name, out.row())

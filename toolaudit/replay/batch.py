@@ -296,8 +296,9 @@ def _pair(store: Store, run_id: int, options: dict, requests: dict[tuple[str, in
                 write_output(rows, run_id, session_id, call_index, side, out.row())
         else:
             unstage.append((session_id, call_index))
+            # a Batch requests file holds no recorded response: `recorded_tool` stays NULL (figures fall back)
             analyzer.pair(rows, session_id, call_index, req.customer, req.tools, outs[0], outs[1],
-                          first_divergence(b_res, c_res, None))
+                          first_divergence(b_res, c_res, None), recorded=None)
     analyzer.flush_issues(rows)
     counts.paired += len(written)
     sb.write_pairs(store, run_id, rows, written, unstage)

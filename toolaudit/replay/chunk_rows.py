@@ -1,11 +1,12 @@
 """One chunk's engine results as rows: each engine call's timings (`replay_chunks`), each call pair through the
 `Analyzer` (calls, outputs, argument diffs; a pair with an answer cut at max_tokens is stored as truncated, not
-compared), failed calls as error rows that a resume retries. Rows go into a
-`RowBuffer` that the schedule stores in one transaction with the rest of the chunk."""
+compared; each calls row names the tool of the trace's recorded call, `recorded_tool`), failed calls as error
+rows that a resume retries. Rows go into a `RowBuffer` that the schedule stores in one transaction with the rest
+of the chunk."""
 
 from __future__ import annotations
 
-from toolaudit.compare.pairs import write_call, write_output
+from toolaudit.compare.pairs import recorded_tool, write_call, write_output
 from toolaudit.compare.request_digest import digest_hex
 from toolaudit.engines import EngineResult
 from toolaudit.engines.paths import PathConfig
@@ -66,6 +67,7 @@ class ChunkRows:
         sampled = self.baseline.samples > 1 or m.path.samples > 1
         for i, call in enumerate(chunk):
             b_res, c_res = base[i][0], cand[i][0]
+            recorded = recorded_tool(call.response_message)  # the trace's call: what per-tool figures key by
             # a call's share of its engine call's wall time: batched decoding has no per-request wall time
             digest = digest_hex(call.request)
             b_out = side_output(b_res, self.baseline, shares[0][i], digest)
@@ -75,12 +77,12 @@ class ChunkRows:
                 message = "; ".join(f"{side}: {r.error}" for side, r in (("baseline", b_res), ("candidate", c_res))
                                     if r.error)
                 write_call(rows, m.run_id, call.session_id, call.call_index, MatchStatus.ERROR,
-                           customer=call.customer, detail=message)
+                           customer=call.customer, detail=message, recorded_tool=recorded)
                 write_output(rows, m.run_id, call.session_id, call.call_index, "baseline", b_out.row())
                 write_output(rows, m.run_id, call.session_id, call.call_index, "candidate", c_out.row())
                 continue
             m.analyzer.pair(rows, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
-                            first_divergence(b_res, c_res, decode))
+                            first_divergence(b_res, c_res, decode), recorded)
             if sampled:
                 b_samples = write_samples(rows, m, call, "baseline", self.baseline, base[i], b_out)
                 c_samples = write_samples(rows, m, call, "candidate", m.path, cand[i], c_out)

@@ -110,7 +110,8 @@ SELECT row_number() OVER () - 1 AS seq, bl, cl, session_id, call_index, how,
 FROM j"""
 
 # matched pairs that agree, truncated pairs, and calls in one log only: calls and outputs rows straight from the
-# digests (a truncated pair has no verdict: neither kind nor validity)
+# digests (a truncated pair has no verdict: neither kind nor validity); the recorded call's tool is the baseline
+# log's first tool call (`pairs.first_tool`; NULL for a call in the candidate log only)
 _FAST_CALLS = f"""
 INSERT INTO calls BY NAME
 SELECT $run_id AS run_id, p.session_id, p.call_index,
@@ -129,7 +130,8 @@ SELECT $run_id AS run_id, p.session_id, p.call_index,
        CASE WHEN p.how = {FAST} THEN 0 END AS arg_diff_count,
        CASE p.how WHEN {BASELINE_ONLY} THEN 'present in the baseline log only'
             WHEN {CANDIDATE_ONLY} THEN 'present in the candidate log only'
-            WHEN {TRUNCATED} THEN {_TRUNCATED_DETAIL} END AS detail
+            WHEN {TRUNCATED} THEN {_TRUNCATED_DETAIL} END AS detail,
+       nullif(b.tool_name, '') AS recorded_tool
 FROM {PAIRS} p
 LEFT JOIN {SCAN} b ON b.side = 0 AND b.line = p.bl
 LEFT JOIN {SCAN} c ON c.side = 1 AND c.line = p.cl
