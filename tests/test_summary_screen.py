@@ -141,9 +141,23 @@ def test_tools_are_keyed_by_the_recorded_call_not_an_invented_name(run):
     # compare: the baseline log is the recording; the candidate's invented `search_tix` is never a row
     everything = summary(db, "--run", str(spec), "--all")
     assert "search_tix" not in "\n".join(table(everything, "tool "))
-    # a replay's baseline is a decode path: a name no schema knows (no request declares it) is `(other)`
+    with Store(db) as store:  # the baseline log's first tool call is stored as the recorded call's
+        assert store.query("SELECT count(*) FROM calls WHERE run_id = ? AND recorded_tool = tool_name",
+                           [spec])[1] == [(120,)]
+    # a replay (its calls keyed by the recorded call's tool) whose decoded baseline answered other names: keyed by
+    # the recorded call still, and its JSON says so
     with Store(db) as store:
         store.con.execute("UPDATE runs SET kind = 'replay' WHERE run_id = ?", [spec])
+        store.con.execute("UPDATE calls SET tool_name = 'x_' || tool_name WHERE run_id = ?", [spec])
+    data = json.loads(summary(db, "--run", str(spec), "--json"))
+    assert data["tool_key"] == "recorded"
+    assert {t["tool_name"]: t["calls"] for t in data["tools"]} == dict(PLAN)
+    assert {t["tool_name"]: t["calls"] for t in data["noise_floor"]["tools_keyed"]} == dict(PLAN)
+    # a replay written before `recorded_tool` (migration 12): its baseline is a decode path, and a name no schema
+    # knows (no request declares it) is `(other)`
+    with Store(db) as store:
+        store.con.execute("UPDATE calls SET tool_name = substr(tool_name, 3), recorded_tool = NULL WHERE run_id = ?",
+                          [spec])
     everything = summary(db, "--run", str(spec), "--all")
     rows = table(everything, "declared tool ")
     assert "2025_q4" not in rows and "sell_304.5" not in rows

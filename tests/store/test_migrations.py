@@ -218,3 +218,70 @@ def test_a_version_8_database_opens_its_old_calls_read_as_before_and_new_runs_st
         assert run_id == 2
         rows = store.query("SELECT finish_reason, length(request_digest) FROM outputs WHERE run_id = 2")[1]
         assert rows == [("tool_calls", 64), ("tool_calls", 64)]
+
+
+def _version_11_replay(path):
+    """A file as toolaudit wrote it before migration 12: a replay whose decoded baseline answered `search` (a
+    declared tool: its schema judged it) on three calls and an invented `2025_q4` on one."""
+    import duckdb
+
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMP NOT NULL)")
+    for version, name, sql in MIGRATIONS[:11]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations VALUES (?, ?, TIMESTAMP '2026-01-01')", [version, name])
+    con.execute("""INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name)
+                   VALUES (1, 'old', 'replay', 'interrupted', TIMESTAMP '2026-01-02', 'target', 'spec-ngram')""")
+    con.execute("SELECT nextval('run_id_seq')")  # as create_run took the id
+    for i, (tool, drifted) in enumerate([("search", True), ("search", False), ("search", False), ("2025_q4", True)]):
+        con.execute("""INSERT INTO calls (run_id, session_id, call_index, customer, tool_name, match_status,
+                       drift_kind, drifted, baseline_valid) VALUES (1, 's', ?, 'acme', ?, 'matched', ?, ?, ?)""",
+                    [i, tool, "arguments_changed" if drifted else "identical", drifted, tool == "search" or None])
+    con.execute(SESSIONS_SQL, [1, 1])
+    con.close()
+
+
+def test_a_version_11_database_keeps_its_calls_and_its_tools_read_as_before_a_resume_keys_the_rest(tmp_path):
+    """Migration 12 adds `calls.recorded_tool`: a file written before it opens (read-only too: it is upgraded
+    first) with every row kept and the column NULL, so its per-tool figures read as before (a decoded baseline's
+    invented name as `(other)`); a resume of that run writes the column, and its new rows key by the recorded
+    call's tool while the old rows keep the fallback; a run created since keys a NULL as no tool call."""
+    from toolaudit.analysis.figures import run_summary
+    from toolaudit.compare.pairs import write_call
+    from toolaudit.store import RowBuffer
+    from toolaudit.store.report_queries import tool_rows as report_tool_rows
+    from toolaudit.store.vocabulary import DriftKind, MatchStatus
+
+    path = tmp_path / "v11.duckdb"
+    _version_11_replay(path)
+    with Store(path, read_only=True) as store:
+        assert store.schema_version() == MIGRATIONS[-1][0] >= 12
+        assert store.query("SELECT count(*), count(recorded_tool), count(tool_name) FROM calls")[1] == [(4, 0, 4)]
+        old = run_summary(store, 1)
+        assert (old["calls"], old["drifted_calls"], old["tool_key"]) == (4, 2, "declared")
+        assert {t["tool_name"]: (t["calls"], t["drifted_calls"]) for t in old["tools"]} == {
+            "search": (3, 1), "(other)": (1, 1)}
+        assert {t["tool_name"]: t["calls"] for t in report_tool_rows(store, 1, "acme", True)} == {
+            "search": 3, "(other)": 1}
+    with Store(path) as store:
+        # the resume: two more calls, the recorded call's tool written (the decode invented a name on one; the
+        # other's recorded response called no tool)
+        rows = RowBuffer()
+        write_call(rows, 1, "s", 4, MatchStatus.MATCHED, customer="acme", tool_name="sell_304.5",
+                   kind=DriftKind.TOOL_NAME_CHANGED, recorded_tool="search")
+        write_call(rows, 1, "s", 5, MatchStatus.MATCHED, customer="acme", tool_name="2025_q4",
+                   kind=DriftKind.IDENTICAL, recorded_tool=None)
+        store.write_rows(rows)
+        resumed = run_summary(store, 1)
+        assert resumed["tool_key"] == "recorded"
+        # call 4 by its recorded tool; the NULLs of a run created before migration 12 fall back (call 5 too)
+        assert {t["tool_name"]: (t["calls"], t["drifted_calls"]) for t in resumed["tools"]} == {
+            "search": (4, 2), "(other)": (2, 1)}
+        # a run created since: the same rows, a NULL is the recorded response's no tool call
+        new = store.create_run("replay", "new", "target", "spec-ngram", "t", "t", {})
+        store.con.execute("INSERT INTO calls SELECT * REPLACE (? AS run_id) FROM calls WHERE run_id = 1 "
+                          "AND (recorded_tool IS NOT NULL OR call_index = 5)", [new])
+        assert {t["tool_name"]: t["calls"] for t in run_summary(store, new)["tools"]} == {"search": 1, None: 1}
+        assert {t["tool_name"]: t["calls"] for t in report_tool_rows(store, new, "acme", True)} == {
+            "search": 1, "(no tool call)": 1}

@@ -99,6 +99,7 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         speedup = by_side["candidate"]["tokens_per_s"] / by_side["baseline"]["tokens_per_s"]
     margins = q.margin_evidence(store, rid)
     counts = orjson.loads(run["counts"]) if run["counts"] else None
+    fold = folds_unknown_tools(run)
     return {
         "run_id": rid,
         "run_name": run["name"],
@@ -139,10 +140,10 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "customers": _with_floors(store, rid, q.customer_rows(store, rid)),
         "counts": counts,
         "noise_floor_run": _is_floor_run(run),
-        "tool_key": tool_key(run),
+        "tool_key": tool_key(store, run),
         "tools": [tool_row(t["tool_name"], t["calls"], t["drifted_calls"])
-                  for t in q.tool_rows(store, rid, fold_unknown_tools=tool_key(run) == "declared")],
-        "noise_floor": _floor(store, rid, fold_unknown_tools=tool_key(run) == "declared"),
+                  for t in q.tool_rows(store, rid, fold_unknown_tools=fold)],
+        "noise_floor": _floor(store, rid, fold_unknown_tools=fold),
         "sampling": sampling(run),
         **_sampled(store, run),
     }
@@ -181,12 +182,21 @@ def _is_floor_run(run: dict) -> bool:
     return run["kind"] != "matrix" and is_noise_floor(run)
 
 
-def tool_key(run: dict) -> str:
-    """What a run's per-tool rows (`tools`, `noise_floor.tools_keyed`) are keyed by: `recorded` for two
-    recorded logs (`compare`: the baseline log's tool name is the recorded call's); `declared` where the baseline
-    is a decode path (a replay, a batch), whose answer may name a tool nobody declared: its name where a schema
-    knows it (the request's declared tools, --schema-dir), the rest in one `(other)` row (`queries.tool_rows`)."""
-    return "recorded" if run["kind"] == "compare" else "declared"
+def tool_key(store: Store, run: dict) -> str:
+    """What a run's per-tool rows (`tools`, `noise_floor.tools_keyed`, a report's `tools`) are keyed by:
+    `recorded`, the recorded call's tool, where the run's calls name it (`calls.recorded_tool`: the trace's
+    recorded response in a replay, the baseline log in a compare; `queries.tool_key_sql`) or the run is two
+    recorded logs (a compare written before that column: the baseline log's tool name is the recorded call's);
+    else `declared`: the baseline is a decode path (a replay written before that column, or of a trace without
+    recorded tool calls; a Batch import) whose answer may name a tool nobody declared: its name where a schema
+    knows it (the request's declared tools, --schema-dir), the rest in one `(other)` row."""
+    return "recorded" if run["kind"] == "compare" or q.keyed_by_recorded_tool(store, run["run_id"]) else "declared"
+
+
+def folds_unknown_tools(run: dict) -> bool:
+    """Whether the per-tool rows that fall back on the baseline's tool name (rows without `recorded_tool`) fold
+    the names no schema knows into `(other)`: where the baseline is a decode path, not a recorded log."""
+    return run["kind"] != "compare"
 
 
 def tool_row(name: str | None, calls: int, drifted: int) -> dict[str, Any]:
@@ -227,7 +237,7 @@ def _floor(store: Store, run_id: int, fold_unknown_tools: bool = False) -> dict[
               "only_floor": t.only_floor, "both": t.both} for t in tool_floors(store, run_id, member)]
     keyed = [floor_tool_row(t["tool_name"], t["calls"], t["only_a"], t["only_b"], t["both"])
              for t in q.paired_drift(store, run_id, member["run_id"], by_tool=True,
-                                     fold_unknown_tools=fold_unknown_tools)]
+                                     fold_unknown_tools=fold_unknown_tools, by_recorded_tool=True)]
     return {**floor_figures(store, run_id, member=member).as_dict(), "tools": tools, "tools_keyed": keyed}
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from toolaudit import ToolauditError, __version__
 from toolaudit.analysis.budgets import flatten, routing_advice
-from toolaudit.analysis.figures import run_options, slice_figures
+from toolaudit.analysis.figures import folds_unknown_tools, run_options, slice_figures, tool_key
 from toolaudit.analysis.floor import floor_figures, is_noise_floor
 from toolaudit.analysis.runs import is_sampled, samples_per_call, sampling
 from toolaudit.analysis.sampled import customer_sampled
@@ -98,7 +98,7 @@ def customer_report(store: Store, run_id: int | None, customer: str,
         raise ReportError(f"customer {customer!r} has no calls in run {rid}")
     session_calls = options.session_calls or head["mean_calls_per_session"] or 1.0
     rate = wilson(head["drifted_calls"], head["calls"])
-    tools = _tools(store, rid, customer)
+    tools = _tools(store, rid, customer, folds_unknown_tools(run))
     report = {
         "report": {"toolaudit_version": __version__,
                    "generated_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()},
@@ -110,6 +110,7 @@ def customer_report(store: Store, run_id: int | None, customer: str,
         "headline": head,
         "paths": _paths(store, rid, customer, run, head),
         "noise_floor": _noise_floor(store, rid, customer),
+        "tool_key": tool_key(store, run),  # what `tools` is keyed by, as in `summary`
         "tools": tools,
         "arguments": _arguments(store, rid, customer, options.top_arguments),
         "session_length": _session_length(rate),
@@ -236,8 +237,9 @@ def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None
     return None
 
 
-def _tools(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
-    rows = rq.tool_rows(store, rid, customer)
+def _tools(store: Store, rid: int, customer: str, fold_unknown_tools: bool) -> list[dict[str, Any]]:
+    """Per tool, keyed as `summary` keys them (by the recorded call's tool: `figures.tool_key`)."""
+    rows = rq.tool_rows(store, rid, customer, fold_unknown_tools)
     for row in rows:
         rate = wilson(row["drifted_calls"], row["calls"])
         row.update(drift_rate=rate.p, ci_low=rate.low, ci_high=rate.high)

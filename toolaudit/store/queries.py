@@ -233,23 +233,30 @@ def input_overlap(store: Store, run_id: int, other_id: int) -> dict[str, int]:
 
 
 def paired_drift(store: Store, run_a: int, run_b: int, customer: str | None = None,
-                 by_tool: bool = False, fold_unknown_tools: bool = False) -> list[dict[str, Any]]:
+                 by_tool: bool = False, fold_unknown_tools: bool = False,
+                 by_recorded_tool: bool = False) -> list[dict[str, Any]]:
     """Calls matched in both runs (same session and call index), split by which run drifted on them: the 2x2
     table a paired comparison of two drift rates needs (a candidate against its noise floor). One row, or one
-    per tool (run A's tool name, most calls first) with `by_tool`; with `fold_unknown_tools` too, the names no
-    schema knows fold into one `(other)` row (`known_tool_sql`)."""
+    per tool (run A's tool name, most calls first) with `by_tool`; with `by_recorded_tool`, run A's calls keyed
+    by the recorded call's tool as `tool_rows` keys them (`tool_key_sql`: `fold_unknown_tools` folds the rows it
+    falls back on); else with `fold_unknown_tools`, the names no schema knows fold into one `(other)` row."""
     where, params = _slice(customer)
-    known, tool_key = ("", "tool_name") if not fold_unknown_tools else (f"{_KNOWN_TOOLS}, ", known_tool_sql())
+    if by_recorded_tool:
+        ctes, key, key_params = tool_key_sql(run_a, fold_unknown_tools)
+        ctes += ", "
+    elif fold_unknown_tools:
+        ctes, key, key_params = f"{_KNOWN_TOOLS}, ", known_tool_sql(), [run_a, run_a]
+    else:
+        ctes, key, key_params = "", "tool_name", []
     tool, group = ("a.tool_name, ", "GROUP BY a.tool_name ORDER BY calls DESC, a.tool_name") if by_tool else ("", "")
     rows = store.rows(f"""
-        WITH {known}a AS (SELECT session_id, call_index, {tool_key} AS tool_name, drifted FROM calls
+        WITH {ctes}a AS (SELECT session_id, call_index, {key} AS tool_name, drifted FROM calls
                    WHERE run_id = ? AND {_MATCHED}{where}),
         b AS (SELECT session_id, call_index, drifted FROM calls WHERE run_id = ? AND {_MATCHED}{where})
         SELECT {tool}count(*) AS calls, count(*) FILTER (a.drifted AND b.drifted) AS both,
                count(*) FILTER (a.drifted AND NOT b.drifted) AS only_a,
                count(*) FILTER (b.drifted AND NOT a.drifted) AS only_b
-        FROM a JOIN b USING (session_id, call_index) {group}""",
-                      [*([run_a, run_a] if fold_unknown_tools else []), run_a, *params, run_b, *params])
+        FROM a JOIN b USING (session_id, call_index) {group}""", [*key_params, run_a, *params, run_b, *params])
     return [{k: v if k == "tool_name" else int(v or 0) for k, v in row.items()} for row in rows]
 
 
@@ -268,12 +275,46 @@ def known_tool_sql(column: str = "tool_name") -> str:
             f"ELSE '{OTHER_TOOLS}' END")
 
 
+# The migration that added `calls.recorded_tool` (migrations.py): a run created since wrote it on every calls row.
+RECORDED_TOOL_MIGRATION = 12
+# Whether a run's calls are keyed by the recorded call's tool (some row holds one), and whether the run wrote the
+# column on all of its rows (created since the migration: NULL then means the recorded response called no tool;
+# a run created before and resumed since holds NULL in the rows written before).
+_RECORDED = f"""recorded AS (
+    SELECT coalesce(bool_or(recorded_tool IS NOT NULL), false) AS keyed,
+           coalesce((SELECT created_at FROM runs WHERE run_id = ?)
+                    >= (SELECT applied_at FROM schema_migrations WHERE version = {RECORDED_TOOL_MIGRATION}),
+                    false) AS written
+    FROM calls WHERE run_id = ?)"""
+
+
+def tool_key_sql(run_id: int, fold_unknown_tools: bool = False) -> tuple[str, str, list]:
+    """(CTEs to put after WITH, the per-row expression, their parameters) of the key a run's per-tool rows use:
+    the recorded call's tool (`calls.recorded_tool`) where the run's calls hold it, a row's NULL there meaning
+    that the recorded response called no tool; in the rows written before the column (a run created before
+    migration 12: all of them, or those before its resume) and in a run whose calls hold none (no recorded
+    response named a tool; a Batch import, which has none), today's key: `tool_name`, with `fold_unknown_tools`
+    the names no schema knows as `(other)` (`known_tool_sql`)."""
+    fallback = known_tool_sql() if fold_unknown_tools else "tool_name"
+    ctes = (f"{_KNOWN_TOOLS}, " if fold_unknown_tools else "") + _RECORDED
+    key = (f"CASE WHEN recorded_tool IS NOT NULL THEN recorded_tool "
+           f"WHEN (SELECT keyed AND written FROM recorded) THEN NULL ELSE {fallback} END")
+    return ctes, key, [*([run_id, run_id] if fold_unknown_tools else []), run_id, run_id]
+
+
+def keyed_by_recorded_tool(store: Store, run_id: int) -> bool:
+    """Whether any of a run's calls rows names the recorded call's tool (`tool_key_sql` keys by it then)."""
+    return store.query("SELECT EXISTS (SELECT 1 FROM calls WHERE run_id = ? AND recorded_tool IS NOT NULL)",
+                       [run_id])[1][0][0]
+
+
 def tool_rows(store: Store, run_id: int, fold_unknown_tools: bool = False) -> list[dict[str, Any]]:
-    """Matched and drifted calls per tool (the `calls.tool_name`: the baseline's first call's, most calls
-    first); with `fold_unknown_tools`, the names no schema knows fold into one `(other)` row."""
-    known, tool_key = ("", "tool_name") if not fold_unknown_tools else (f"WITH {_KNOWN_TOOLS} ", known_tool_sql())
-    rows = store.rows(f"""{known}SELECT {tool_key} AS tool_name, count(*) AS calls,
+    """Matched and drifted calls per tool, most calls first, keyed by the recorded call's tool (`tool_key_sql`;
+    where a run's rows predate it: the `calls.tool_name`, the baseline's first call's, with `fold_unknown_tools`
+    the names no schema knows folded into one `(other)` row)."""
+    ctes, key, params = tool_key_sql(run_id, fold_unknown_tools)
+    rows = store.rows(f"""WITH {ctes} SELECT {key} AS tool_name, count(*) AS calls,
             count(*) FILTER (drifted) AS drifted_calls
         FROM calls WHERE run_id = ? AND {_MATCHED} GROUP BY 1 ORDER BY calls DESC, 1 NULLS LAST""",
-                      [*([run_id, run_id] if fold_unknown_tools else []), run_id])
+                      [*params, run_id])
     return [{**row, "calls": int(row["calls"]), "drifted_calls": int(row["drifted_calls"])} for row in rows]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from toolaudit.store.db import Store
-from toolaudit.store.queries import NONE_CUSTOMER
+from toolaudit.store.queries import NONE_CUSTOMER, tool_key_sql
 from toolaudit.store.vocabulary import DRIFTED_KINDS, DriftKind, MatchStatus
 
 # The per-tool rows' drift-kind columns, in DriftKind declaration order.
@@ -63,13 +63,18 @@ def matched_counts(store: Store, rid: int, customer: str) -> MatchedCounts:
                        [rid, customer])[1][0])
 
 
-def tool_rows(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
+def tool_rows(store: Store, rid: int, customer: str, fold_unknown_tools: bool = False) -> list[dict[str, Any]]:
+    """The customer's calls per tool, keyed as `summary` keys them (`queries.tool_key_sql`: the recorded call's
+    tool; for rows without one, the baseline's, with `fold_unknown_tools` the names no schema knows as
+    `(other)`). Which names a schema knows, and whether the run holds recorded tools, is read run-wide: only the
+    customer's own calls are counted and named."""
     kinds = ", ".join(f"count(*) FILTER (drift_kind = '{k}') AS {k}" for k in KIND_COLUMNS)
-    return store.rows(f"""
-        SELECT coalesce(tool_name, '(no tool call)') AS tool_name, count(*) AS calls,
+    ctes, key, params = tool_key_sql(rid, fold_unknown_tools)
+    return store.rows(f"""WITH {ctes}
+        SELECT coalesce({key}, '(no tool call)') AS tool_name, count(*) AS calls,
                count(*) FILTER (drifted) AS drifted_calls, {kinds}
         FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND {_CUSTOMER}
-        GROUP BY 1 ORDER BY drifted_calls DESC, calls DESC, tool_name""", [rid, customer])
+        GROUP BY 1 ORDER BY drifted_calls DESC, calls DESC, tool_name""", [*params, rid, customer])
 
 
 def argument_rows(store: Store, rid: int, customer: str, limit: int) -> list[dict[str, Any]]:
