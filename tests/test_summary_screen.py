@@ -6,6 +6,7 @@ unless `--verbose`."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -224,9 +225,13 @@ def test_progress_bars_stay_off_the_terminal_unless_verbose(tmp_path, imported):
     terminal, whether transformers was imported before the command chose its log file or after; a plain tqdm bar
     neither, where tqdm is imported after (and in the processes started: vLLM's engine core). `--verbose` (no
     file) keeps them."""
+    # the environment of a fresh shell: a replay run in this process before (CliRunner) turned bars off for the
+    # rest of it and the processes it starts (`engines.logs.quiet_progress_bars`)
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")}
+
     def bars(where):
         done = subprocess.run([sys.executable, "-c", PROGRESS, imported, where], cwd=REPO, capture_output=True,
-                              text=True, timeout=120, check=True)
+                              text=True, timeout=120, check=True, env=env)
         return done.stdout.strip(), done.stderr
     said, err = bars(str(tmp_path / "x.engines.log"))
     assert said == "disabled" and "Loading weights" not in err, err
