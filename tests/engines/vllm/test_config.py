@@ -27,6 +27,8 @@ def fail(key: str, message: str) -> ConfigError:
     ({"engine_args": "x"}, "engine_args"),
     ({"engine_args": {"dtype": "half"}}, "engine_args.dtype"),
     ({"prompt_format": "raw"}, "prompt_format"),
+    ({"in_process": "yes"}, "in_process"),
+    ({"engine_args": {"distributed_executor_backend": "mp"}}, "engine_args.distributed_executor_backend"),
     ({"dtype": "float64"}, "dtype"),
     ({"tensor_parallel_size": 2}, "tensor_parallel_size"),
     ({"device": "cuda:1"}, "device"),
@@ -46,6 +48,7 @@ def test_options_defaults_and_values():
                                   "engine_args": {"kv_cache_dtype": "fp8"}, "prompt_format": "chat_template"}, fail)
     assert opts["max_num_seqs"] == 8 and opts["batch_invariant"] is True and opts["prompt_format"] == "chat_template"
     assert opts["engine_args"] == {"kv_cache_dtype": "fp8"}
+    assert vconfig.parse_options({"in_process": True}, fail)["in_process"] is True
     assert vconfig.KEYS == frozenset(vconfig.DEFAULTS)
 
 

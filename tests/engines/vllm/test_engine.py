@@ -169,12 +169,13 @@ def test_sampled_requests_are_the_draws_of_their_own_seeds(model_available):
     """Samples 0..2 of an open question at temperature 1: the same draws again in another batch order (each
     request has its own seed and generator), different from each other; top_k = 1 decodes the greedy answer.
     vLLM takes sampling settings per request (`SamplingParams`), so the one loaded LLM also decodes the top_k = 1
-    and greedy variants of the path: the test swaps `engine.path` rather than load two more LLMs (~30 s each)."""
+    and greedy variants of the path: the test swaps `engine.path` rather than load two more LLMs. In process
+    (`in_process`): no vLLM process start-ups."""
     from toolaudit.engines import make_engine
     from toolaudit.engines.paths import PromptConfig
 
-    path = vllm_path("target", dtype="float32", max_tokens=12, temperature=1.0, seed=3, samples=3,
-                     prompt=PromptConfig(few_shot=0, prefill=""))
+    path = vllm_path("target", {"in_process": True}, dtype="float32", max_tokens=12, temperature=1.0, seed=3,
+                     samples=3, prompt=PromptConfig(few_shot=0, prefill=""))
     messages = [{"role": "user", "content": "Write one sentence about the sea."}]
     requests = [EngineRequest("sea", messages, sample=i) for i in range(3)]
     engine = make_engine(path)

@@ -25,6 +25,8 @@ from helpers import DEMO, REPO
 from toolaudit.cli import cli
 from toolaudit.store import Store
 
+from .conftest import paths_toml
+
 pytestmark = pytest.mark.slow
 
 PROGRESS = re.compile(r"replaying: (\d+)/")
@@ -49,9 +51,10 @@ def stored(db, run_id: int) -> dict:
 
 def test_killed_vllm_replay_resumes_to_the_uninterrupted_run(vllm_replays, tmp_path, show_table):
     pair, reference = vllm_replays["float32"]["pair"], vllm_replays["float32"]["run_id"]
-    paths = os.path.join(os.path.dirname(vllm_replays["db"]), "paths.toml")
+    paths = tmp_path / "paths.toml"  # both sides in process: three loads without vLLM's process start-ups
+    paths.write_text(paths_toml(in_process=("baseline", "candidate")))
     db = tmp_path / "killed.duckdb"
-    args = ["replay", str(DEMO), "--paths", paths, "--baseline", pair.baseline, "--candidate", pair.candidate,
+    args = ["replay", str(DEMO), "--paths", str(paths), "--baseline", pair.baseline, "--candidate", pair.candidate,
             "--db", str(db), "--limit", str(pair.calls), "--schemas", str(REPO / "schemas"), "--chunk", "4"]
     proc = subprocess.Popen([sys.executable, "-m", "toolaudit", *args], env=dict(os.environ, PYTHONPATH=str(REPO)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)

