@@ -315,16 +315,16 @@ def test_demo_counts():
     assert all(len(calls(r)) == 1 for r in records)
 
 
-def test_demo_sample_is_60_sessions_of_3_calls_from_every_customer():
-    """`toolaudit demo` replays the first 3 calls of the first 60 sessions: its documented 180 calls."""
+def test_demo_sample_is_60_sessions_of_2_calls_from_every_customer():
+    """`toolaudit demo` replays the first 2 calls of the first 60 sessions: its documented 120 calls."""
     from toolaudit.cli.replay import DEMO_CALLS, DEMO_CALLS_PER_SESSION, DEMO_TRACES
     from toolaudit.replay.inputs import ReplayOptions, load_calls
 
     sample, errors, _ = load_calls(ReplayOptions(traces=[str(DEMO_TRACES)], limit=DEMO_CALLS,
                                                  calls_per_session=DEMO_CALLS_PER_SESSION))
     sessions = collections.Counter(c.session_id for c in sample)
-    assert not errors and len(sample) == 180
-    assert len(sessions) == 60 and set(sessions.values()) == {3}
+    assert not errors and len(sample) == 120
+    assert len(sessions) == 60 and set(sessions.values()) == {2}
     assert len({c.customer for c in sample}) >= 3
 
 

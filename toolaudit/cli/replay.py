@@ -205,11 +205,13 @@ def _warn_sampling_noise(options) -> None:
 
 
 MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft", "spec-ngram-invariant")
-# The demo's sample: the first 3 calls of each session, first 180 of them (demo.jsonl keeps a session's calls
-# together, so that is the first 60 of its 68 sessions, all 4 customers): enough calls for a drift rate with a
-# useful interval, small enough for a replay of minutes on emulated bf16 (docs/benchmarks.md). Two chunks of
-# 90: every chunk ends with the batch draining (chunks of 96 replayed in 203 s against 211 s for 64).
-DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 3, 180, 90
+# The demo's sample: the first 2 calls of each session, the first 120 of them (demo.jsonl keeps a session's calls
+# together, so that is 60 of its 68 sessions, all 4 customers): enough calls for a drift rate and a paired excess
+# with useful intervals, and a replay a newcomer waits for on 2 CPU cores (docs/benchmarks.md: where the time
+# goes). The prefill is paid once per prompt for all three decodes (the prefix cache is shared by paths on one
+# model), and a session's second call reuses its first's prompt: 120 calls prefill ~18k tokens where 180 (3 per
+# session) prefilled ~25k and decoded half again as many answers. Two chunks of 60: a kill loses at most one.
+DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 2, 120, 60
 DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
 # `demo --sampled`: the first call of 8 sessions, 16 samples each per path at temperature 0.7 (docs/benchmarks.md
 # has its time); the noise floor is the calibration: the target again with other seeds.
@@ -240,14 +242,17 @@ DEMO_SAMPLED_CALLS, DEMO_SAMPLES, DEMO_TEMPERATURE = 8, 16, 0.7
 @click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
               help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
                    "compared).")
-@no_probe_option
+@click.option("--probe/--no-probe", "probe", default=False, show_default=True,
+              help="Probe the paths first, as `replay` does (a probe fingerprint per path stored with the run; "
+                   "seconds per path). Off in the demo: the probe is not the demo's finding, and `toolaudit "
+                   "fingerprint --probe` runs it on its own.")
 @verbose_option
 @output_options
 @friendly_errors
 @interruptible
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, sampled: bool,
-         samples: int, noise_floor: bool, max_tokens: int, no_probe: bool, verbose: bool, fmt: str) -> None:
-    """Replay 180 demo calls (3 per session, 60 sessions) through target vs spec-ngram (bf16); print the drift."""
+         samples: int, noise_floor: bool, max_tokens: int, probe: bool, verbose: bool, fmt: str) -> None:
+    """Replay 120 demo calls (2 per session) through target vs spec-ngram (bf16); print drift beside its floor."""
     from toolaudit.engines import make_engine
     from toolaudit.replay.inputs import resolve_paths
     from toolaudit.replay.replayer import ReplayOptions
@@ -266,7 +271,7 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
         click.echo(f"replaying the first call of {options.limit} demo sessions, {samples} samples each, at "
                    f"temperature {DEMO_TEMPERATURE} through target, spec-ngram and target-floor (other seeds: the "
                    f"calibration); results in {db}", err=True)
-        _run_replay(db, options, None, fmt, verbose=verbose, probe=not no_probe)
+        _run_replay(db, options, None, fmt, verbose=verbose, probe=probe)
         return
     candidates = list(MATRIX_CANDIDATES) if matrix else ["spec-ngram"]
     options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate=candidates[0],
@@ -279,16 +284,19 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                             noise_floor=noise_floor and not matrix, max_tokens=max_tokens)
     # What the baseline engine says of itself: the numerics it resolved `--numerics` to, on which CPU.
     components = make_engine(resolve_paths(options)[0]).fingerprint_components()
-    floor = " and the noise floor target-floor (batch 8)" if options.noise_floor else ""
-    click.echo(f"replaying {DEMO_TRACES.name} through target and {', '.join(candidates)}{floor} (bf16 numerics "
-               f"{components['numerics']}, CPU {components['cpu_capability']}); results in {db}", err=True)
+    floor = " and the noise floor target-floor (target at batch 8)" if options.noise_floor else ""
+    first = f"the first {options.limit} of " if options.limit else ""
+    sample = (f"{first}the first {options.calls_per_session} calls of each demo session" if matrix else
+              f"{options.limit} demo calls ({options.calls_per_session} per session)")
+    click.echo(f"replaying {sample} through target and {', '.join(candidates)}{floor}, bf16 "
+               f"({components['numerics']} on CPU {components['cpu_capability']}); results in {db}", err=True)
     if not matrix:
-        _run_replay(db, options, None, fmt, verbose=verbose, probe=not no_probe)
+        _run_replay(db, options, None, fmt, verbose=verbose, probe=probe)
         return
     from toolaudit.analysis.frontier import Budget
 
     _run_replay(db, options, None, fmt, Budget(max_session_drift=max_session_drift), verbose=verbose,
-                probe=not no_probe)
+                probe=probe)
     if fmt == "table":
         click.echo(f"\nbudget: session drift <= {100 * max_session_drift:g}% on the 95% upper bound "
                    f"(--max-session-drift); remedy reports: toolaudit report --all-customers --max-session-drift "
