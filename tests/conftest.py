@@ -10,6 +10,25 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+def _one_core_per_worker() -> None:
+    """On `make test`'s xdist workers: each worker (and every process it starts) on cores of its own, one torch /
+    OpenMP thread per core. Two workers that each ran two OpenMP threads on a 2-core machine oversubscribed it:
+    libgomp's spinning barriers then wait on a descheduled thread, and a test took 10x its time alone (HF assisted
+    generation 244 s in the suite, 21 s alone, AVX2 kernels). Set before torch loads (libgomp reads the variable
+    once); a user's OMP_NUM_THREADS or VLLM_CPU_OMP_THREADS_BIND wins. One process (`-n 0`) keeps every core."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
+    mine = cores[index::count] if len(cores) >= count else [cores[index % len(cores)]]
+    os.sched_setaffinity(0, mine)
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(mine)))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, mine)))
+
+
+_one_core_per_worker()
+
 # A replay probes its paths first (seconds each on the real model, `replay --no-probe`): the suite's many replays
 # (subprocesses included) skip it, and the probe tests (tests/test_probe*.py) turn it back on where they test it.
 os.environ.setdefault("TOOLAUDIT_NO_PROBE", "1")
@@ -100,17 +119,28 @@ def model_available():
 # served model). Every other file is its own unit, so a file's module fixtures are built once. (xdist's own
 # `--dist loadgroup` marks do not take with pytest 9.2, whose node ids no longer come from `_nodeid`.)
 _SHARED_FOLDERS = {"tests/engines/vllm/": "vllm", "tests/tracing/": "tracing"}
+# Units of minutes, with their seconds on one core of a 2-core machine with AVX2 kernels (`make test`'s
+# --durations, 2026-11-28): handed out before the rest. A unit missing here is ordered by its test count.
+_LONG_UNITS = {"vllm": 340, "tests/test_kill.py": 160, "tests/test_ray.py": 90, "tests/test_sampled_power.py": 70,
+               "tests/engines/torch/test_engine_real.py": 65, "tests/engines/test_drafts.py": 50,
+               "tests/engines/hf/test_engine_real.py": 35, "tests/test_compare_ray.py": 35, "tracing": 30}
 
 
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedFixtureScheduling(LoadScopeScheduling):
-        """Whole files (or shared folders) to a worker, larger units first as xdist's loadscope does."""
+        """Whole files (or shared folders) to a worker; the units known to take longest first (`_LONG_UNITS`),
+        then larger units first as xdist's loadscope does, so that neither worker waits on the other's tail."""
 
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return next((name for folder, name in _SHARED_FOLDERS.items() if path.startswith(folder)), path)
+
+        def _assign_work_unit(self, node) -> None:
+            longest = max(self.workqueue, key=lambda scope: (_LONG_UNITS.get(scope, 0), len(self.workqueue[scope])))
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
 
     return SharedFixtureScheduling(config, log)
 

