@@ -116,3 +116,14 @@ def test_vllm_processes_are_spawned_without_our_policy(monkeypatch):
     assert VLLMEngine(path)._env()["OMP_WAIT_POLICY"] is None
     monkeypatch.setattr(threads, "_set_by_us", {})  # the user's own policy reaches vLLM
     assert "OMP_WAIT_POLICY" not in VLLMEngine(path)._env()
+
+
+def test_a_run_says_its_thread_choices_in_one_line(monkeypatch):
+    """A replay measures the free cores again between chunks: choices that changed are one line, not one each."""
+    made = {}
+    monkeypatch.setattr(threads, "_made", made)
+    assert threads.summary_line() is None
+    made[threads.ThreadChoice(2, "free cores", 2, 0)] = None
+    assert threads.summary_line().startswith("torch threads: 2 (2 cores, 0 busy; ")
+    made[threads.ThreadChoice(1, "free cores", 2, 1)] = None
+    assert threads.summary_line().startswith("torch threads: 1-2 over the run (2 cores, 0-1 busy when measured; ")

@@ -39,8 +39,9 @@ def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, ver
     try:
         _replay_into(db, options, resume, fmt, budget, logs, ray, probe)
     finally:  # also after a failure: the engines' log often says why
-        for choice in threads.choices():  # e.g. "torch threads: 1 (2 cores, 1 busy; OMP_WAIT_POLICY=passive)"
-            click.echo(choice.line(), err=True)
+        line = threads.summary_line()  # e.g. "torch threads: 1 (2 cores, 1 busy; OMP_WAIT_POLICY=passive)"
+        if line:
+            click.echo(line, err=True)
         for line in logs.summary(note for spec in ENGINES.values() for note in spec.notes):
             click.echo(line, err=True)
 

@@ -112,6 +112,23 @@ def choices() -> list[ThreadChoice]:
     return list(_made)
 
 
+def summary_line() -> str | None:
+    """The choices this process made as one line (a command's last word on threads), or None when it made none:
+    the one choice's line, or e.g. "torch threads: 1-2 over the run (2 cores, 0-1 busy when measured; ...)" when
+    a free-core choice was measured again between chunks and changed."""
+    made = choices()
+    if len(made) <= 1:
+        return made[0].line() if made else None
+    counts = sorted({c.threads for c in made})
+    busy = sorted({c.busy for c in made if c.busy is not None})
+    span = lambda values: f"{values[0]}-{values[-1]}" if len(values) > 1 else str(values[0])  # noqa: E731
+    why = [f"{span(sorted({c.cores for c in made}))} cores"]
+    if busy:
+        why.append(f"{span(busy)} busy when measured")
+    why += sorted({c.source for c in made if c.busy is None})
+    return f"torch threads: {span(counts)} over the run ({', '.join(why)}; {wait_policy()})"
+
+
 _last: dict[str, Any] = {}  # the last free-core choice ("choice") and when it was measured ("at", monotonic s)
 
 
