@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d
 VLLM_STAMP := $(VENV)/.vllm-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 TRACING_STAMP := $(VENV)/.tracing-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-gpu gpu-pack gpu-pack-check install vllm bench cli-docs clean
+.PHONY: demo test test-avx2 test-gpu gpu-pack gpu-pack-check install vllm bench cli-docs clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,13 @@ test: $(STAMP) $(VLLM_STAMP) $(TRACING_STAMP)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "chromium unavailable: the HTML render test will be skipped"
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
+
+# The suite as a 2-core AVX2-only CPU runs it, on any x86-64 CPU: ATen's kernels at AVX2, MKL at AVX2 and oneDNN
+# capped at AVX2 (so no bf16 matmul: `auto` numerics emulates bf16, fp32_precision='bf16' changes nothing, prepacked
+# bf16 weights are refused). Run it before a submission from an AVX512-BF16/AMX machine: CI may be AVX2-only.
+AVX2_ENV := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+test-avx2:
+	$(AVX2_ENV) $(MAKE) test
 
 # On a machine with an NVIDIA GPU: a separate venv that keeps the machine's CUDA torch (system site packages;
 # pip installs the CUDA wheel from PyPI where there is none), then the `gpu` tests (tests/gpu: every engine on

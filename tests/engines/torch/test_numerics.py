@@ -4,6 +4,8 @@ bit, fp16 stays finite, and `numerics = auto | native | emulated` selects and va
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -393,3 +395,18 @@ def test_emulated_decode_attention_adds_the_split_parts_before_rounding():
     for split in (100, 296):
         assert (attend(emulating, split, torch.float32) != attend(emulating, 0, torch.float32)).float().mean() < 0.01
         assert (attend(native, split, dtype) != attend(native, 0, dtype)).float().mean() > 0.2
+
+
+def test_the_avx2_variables_make_this_cpu_run_as_an_avx2_only_one():
+    """`make test-avx2`'s variables (ATen, MKL and oneDNN capped at AVX2), in a process started with them: torch
+    reports AVX2, oneDNN has no bf16 math, `auto` bf16 numerics emulates and the capability names no bf16 flag,
+    whatever this CPU is: what an AVX2-only CI machine does, on a developer's AVX512-BF16 or AMX machine."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from toolaudit.engines.torch import numerics as n; "
+            "print(torch.backends.cpu.get_cpu_capability(), torch.ops.mkldnn._is_mkldnn_bf16_supported(), "
+            "n.resolve('bfloat16', 'cpu'), n.cpu_capability())")
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2", ONEDNN_MAX_CPU_ISA="AVX2")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["AVX2", "False", "emulated", "AVX2"]
