@@ -56,5 +56,16 @@ class LocalScans:
                 hold([])
             return
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-        with ctx.Pool(workers, initializer=start_worker, initargs=(sources,)) as pool:
+        pool = ctx.Pool(workers, initializer=start_worker, initargs=(sources,))
+        try:
             yield pool.imap(scan_task, tasks)
+        except BaseException:
+            pool.terminate()
+            raise
+        else:
+            # Not `with Pool(...)`, whose exit terminates: SIGTERM to idle workers can land while one holds the
+            # task queue's lock, and the next then waits on it forever while the pool joins it (seen with the
+            # workers sharing one core). Done: the workers get their stop sentinel and exit on their own.
+            pool.close()
+        finally:
+            pool.join()
