@@ -9,15 +9,18 @@ and SQL call it `compounded_session_drift_run_rates`); `compounded_own_rates` us
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from toolaudit.analysis.runs import is_sampled, run_options, samples_per_call, sampling
-from toolaudit.analysis.stats import Rate, expected_session_drift, paired_difference, wilson
+from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 from toolaudit.store.vocabulary import MatchStatus
+
+if TYPE_CHECKING:  # analysis.floor is imported where it is used, as in `_floor`
+    from toolaudit.analysis.floor import FloorFigures
 
 
 @dataclass(frozen=True)
@@ -206,20 +209,22 @@ def tool_row(name: str | None, calls: int, drifted: int) -> dict[str, Any]:
             "ci_high": rate.high}
 
 
-def floor_tool_row(name: str | None, calls: int, only_candidate: int, only_floor: int, both: int) -> dict[str, Any]:
-    """One tool's (or a group's) candidate beside the floor on its calls, paired by call (as `floor._figures`)."""
-    floor, excess = wilson(both + only_floor, calls), paired_difference(only_candidate, only_floor, calls)
-    return {"tool_name": name, "calls": calls, "drift_rate": wilson(both + only_candidate, calls).p,
-            "floor_drift_rate": floor.p, "floor_ci_low": floor.low, "floor_ci_high": floor.high,
-            "excess": excess.estimate, "excess_ci_low": excess.low, "excess_ci_high": excess.high,
-            "only_candidate": only_candidate, "only_floor": only_floor, "both": both}
+def floor_tool_row(f: FloorFigures) -> dict[str, Any]:
+    """One tool's (or a group's) candidate beside the floor on its calls, paired by call (`floor.tool_floors`)."""
+    return {"tool_name": f.tool_name, "calls": f.calls, "drift_rate": f.candidate.p, "floor_drift_rate": f.floor.p,
+            "floor_ci_low": f.floor.low, "floor_ci_high": f.floor.high, "excess": f.excess.estimate,
+            "excess_ci_low": f.excess.low, "excess_ci_high": f.excess.high, "only_candidate": f.only_candidate,
+            "only_floor": f.only_floor, "both": f.both}
 
 
 def fold_tool_rows(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
     """Several `tool_row` (or `floor_tool_row`) rows as one named `name`: the figures of their calls together."""
+    from toolaudit.analysis.floor import tool_floor
+
     calls = sum(r["calls"] for r in rows)
     if rows and "only_candidate" in rows[0]:
-        return floor_tool_row(name, calls, *(sum(r[k] for r in rows) for k in ("only_candidate", "only_floor", "both")))
+        return floor_tool_row(tool_floor(name, calls, *(sum(r[k] for r in rows)
+                                                        for k in ("only_candidate", "only_floor", "both"))))
     return tool_row(name, calls, sum(r["drifted_calls"] for r in rows))
 
 
@@ -231,13 +236,9 @@ def _floor(store: Store, run_id: int, fold_unknown_tools: bool = False) -> dict[
     member = floor_member(store, run_id)
     if member is None:
         return None
-    tools = [{"tool_name": t.tool_name, "calls": t.calls, "drift_rate": t.candidate.p, "floor_drift_rate": t.floor.p,
-              "floor_ci_low": t.floor.low, "floor_ci_high": t.floor.high, "excess": t.excess.estimate,
-              "excess_ci_low": t.excess.low, "excess_ci_high": t.excess.high, "only_candidate": t.only_candidate,
-              "only_floor": t.only_floor, "both": t.both} for t in tool_floors(store, run_id, member)]
-    keyed = [floor_tool_row(t["tool_name"], t["calls"], t["only_a"], t["only_b"], t["both"])
-             for t in q.paired_drift(store, run_id, member["run_id"], by_tool=True,
-                                     fold_unknown_tools=fold_unknown_tools, by_recorded_tool=True)]
+    tools = [floor_tool_row(t) for t in tool_floors(store, run_id, member)]
+    keyed = [floor_tool_row(t) for t in tool_floors(store, run_id, member, fold_unknown_tools=fold_unknown_tools,
+                                                    by_recorded_tool=True)]
     return {**floor_figures(store, run_id, member=member).as_dict(), "tools": tools, "tools_keyed": keyed}
 
 

@@ -22,8 +22,8 @@ from toolaudit.store import queries as q
 class FloorFigures:
     """A candidate's drift beside its noise floor, on the calls both matched."""
 
-    floor_run_id: int
-    floor_path: str
+    floor_run_id: int | None  # None on a row folded from several tools' rows (`tool_floor`)
+    floor_path: str | None
     calls: int  # matched in both runs
     candidate: Rate  # the candidate's drift on those calls
     floor: Rate  # the floor's drift on those calls
@@ -72,9 +72,20 @@ def floor_figures(store: Store, run_id: int, customer: str | None = None,
     return _figures(member, t)
 
 
-def tool_floors(store: Store, run_id: int, member: dict) -> list[FloorFigures]:
-    """Per tool (the baseline's tool name), the candidate beside the floor on that tool's calls."""
-    return [_figures(member, t) for t in q.paired_drift(store, run_id, member["run_id"], by_tool=True)]
+def tool_floors(store: Store, run_id: int, member: dict, fold_unknown_tools: bool = False,
+                by_recorded_tool: bool = False) -> list[FloorFigures]:
+    """Per tool, the candidate beside the floor on that tool's calls: by the baseline's tool name, or keyed as
+    `tool_rows` keys them (`by_recorded_tool`, `fold_unknown_tools`: `queries.paired_drift`)."""
+    return [_figures(member, t) for t in q.paired_drift(store, run_id, member["run_id"], by_tool=True,
+                                                         fold_unknown_tools=fold_unknown_tools,
+                                                         by_recorded_tool=by_recorded_tool)]
+
+
+def tool_floor(name: str | None, calls: int, only_candidate: int, only_floor: int, both: int) -> FloorFigures:
+    """One tool's (or a group of tools') figures from its paired counts, without a floor run to name (a row that
+    folds several tools' rows together)."""
+    return _figures({"run_id": None, "candidate_name": None},
+                    {"tool_name": name, "calls": calls, "only_a": only_candidate, "only_b": only_floor, "both": both})
 
 
 def _figures(member: dict, t: dict[str, Any]) -> FloorFigures:
