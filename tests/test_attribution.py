@@ -225,10 +225,10 @@ def test_a_replayed_pair_cut_at_max_tokens_is_truncated_with_the_digest_on_both_
     cut_off = EngineResult(key="k", text='<tool_call>\n{"name": "close_ticket", "argu', finish_reason="length")
     analyzer, rows = Analyzer(1, SchemaRegistry(None)), RowBuffer()
     outcome = analyzer.pair(rows, "s", 0, None, TOOLS, side_output(done, PathConfig("target"), 1.0, digest),
-                            side_output(cut_off, PathConfig("spec"), 1.0, digest))
+                            side_output(cut_off, PathConfig("spec"), 1.0, digest), recorded=None)
     assert outcome.status == "truncated" and outcome.verdict is None
     same = analyzer.pair(rows, "s", 1, None, TOOLS, side_output(done, PathConfig("target"), 1.0, digest),
-                         side_output(done, PathConfig("spec"), 1.0, digest))
+                         side_output(done, PathConfig("spec"), 1.0, digest), recorded=None)
     assert same.status == "matched" and same.kind == "identical"
     with Store(tmp_path / "r.duckdb") as store:
         store.write_rows(rows)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolaudit.compare.pairs import Analyzer, SideOutput, message_raw_text
+from toolaudit.compare.pairs import Analyzer, SideOutput, first_tool, message_raw_text
 from toolaudit.compare.recorder import Recorder
 from toolaudit.compare.request_digest import digest_hex
 from toolaudit.ingest.records import finish_reason, system_fingerprint
@@ -94,8 +94,10 @@ class Join:
         session_id, call_index = row["session_id"], row["call_index"]
         b_call = read_call(0, row["bl"], row["b_offset"], call_index)
         c_call = read_call(1, row["cl"], row["c_offset"], call_index)
+        baseline = side_output(b_call, self.names[0])
         outcome = self.analyzer.pair(self.recorder.rows, session_id, call_index, row["customer"], b_call.tools,
-                                     side_output(b_call, self.names[0]), side_output(c_call, self.names[1]))
+                                     baseline, side_output(c_call, self.names[1]),
+                                     recorded=first_tool(baseline.parsed))  # the baseline log is the recording
         self._take_issues()
         if outcome.status is MatchStatus.MISMATCHED:
             self.counts.mismatched += 1

@@ -11,7 +11,6 @@ match status that keeps it out of the comparison (`compare.attribution`).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -135,13 +134,6 @@ def recorded_tool(message: dict | None) -> str | None:
     return first_tool(parse_message(message)) if message else None
 
 
-class Recorded(enum.Enum):
-    """Where a pair's recorded call is: `BASELINE`, the baseline side itself (two recorded logs: the baseline
-    log is the recording)."""
-
-    BASELINE = "baseline"
-
-
 # -- rows ---------------------------------------------------------------------------------------------------
 
 def write_call(rows: RowBuffer, run_id: int, session_id: str, call_index: int, status: MatchStatus, *,
@@ -236,20 +228,18 @@ class Analyzer:
         self.pending_issues.clear()
 
     def pair(self, rows: RowBuffer, session_id: str, call_index: int, customer: str | None, tools: list,
-             baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None,
-             recorded: str | None | Recorded = Recorded.BASELINE) -> Outcome:
+             baseline: SideOutput, candidate: SideOutput, divergence: Divergence | None = None, *,
+             recorded: str | None) -> Outcome:
         """Diff one pair and append its calls, outputs and arg_diffs rows; a pair of different requests or with a
         cut answer is stored under its own match status instead, not compared (`compare.attribution`).
-        `recorded`: the recorded call's tool (a replay's trace: `recorded_tool(call.response_message)`; None: no
-        tool call, or nothing recorded), or `Recorded.BASELINE` where the baseline side is the recording (two
-        recorded logs: its first tool call)."""
-        recorded_name = first_tool(baseline.parsed) if recorded is Recorded.BASELINE else recorded
+        `recorded`: the recorded call's tool (a replay's trace: `recorded_tool(call.response_message)`; two recorded
+        logs: the baseline's `first_tool`; None: no tool call, or nothing recorded)."""
         skipped = not_compared(baseline.request_digest, candidate.request_digest, baseline.finish_reason,
                                candidate.finish_reason,
                                lambda: describe_difference(baseline.request, candidate.request))
         if skipped is not None:
             self._not_compared(rows, session_id, call_index, customer, baseline, candidate, skipped, divergence,
-                               recorded_name)
+                               recorded)
             return Outcome(skipped.status, None, skipped.detail)
         schemas = self.schemas_for(tools)
         errors_by_side: dict[int, list] = {}
@@ -270,7 +260,7 @@ class Analyzer:
                    tool_name=tool_name, kind=DriftKind(verdict.kind), exact_text_match=verdict.exact_text_match,
                    baseline_valid=verdict.baseline_valid, candidate_valid=verdict.candidate_valid,
                    arg_diff_count=len(verdict.arg_diffs), detail=verdict.detail, divergence=divergence,
-                   recorded_tool=recorded_name)
+                   recorded_tool=recorded)
         for side_no, (side_name, out) in enumerate((("baseline", baseline), ("candidate", candidate))):
             errors = errors_by_side.get(side_no)
             write_output(rows, self.run_id, session_id, call_index, side_name,
@@ -283,13 +273,13 @@ class Analyzer:
 
     def _not_compared(self, rows: RowBuffer, session_id: str, call_index: int, customer: str | None,
                       baseline: SideOutput, candidate: SideOutput, why: NotCompared,
-                      divergence: Divergence | None, recorded_name: str | None) -> None:
+                      divergence: Divergence | None, recorded: str | None) -> None:
         """A pair kept out of the comparison: its calls row (no verdict; where the token streams part, when known)
         and both outputs, as recorded."""
         tool_name = (baseline.parsed.calls[0].name if baseline.parsed.calls
                      else candidate.parsed.calls[0].name if candidate.parsed.calls else None)
         write_call(rows, self.run_id, session_id, call_index, why.status, customer=customer, tool_name=tool_name,
                    exact_text_match=baseline.raw == candidate.raw, detail=why.detail, divergence=divergence,
-                   recorded_tool=recorded_name)
+                   recorded_tool=recorded)
         for side_name, out in (("baseline", baseline), ("candidate", candidate)):
             write_output(rows, self.run_id, session_id, call_index, side_name, out.row())

@@ -82,7 +82,7 @@ class ChunkRows:
                 write_output(rows, m.run_id, call.session_id, call.call_index, "candidate", c_out.row())
                 continue
             m.analyzer.pair(rows, call.session_id, call.call_index, call.customer, call.tools, b_out, c_out,
-                            first_divergence(b_res, c_res, decode), recorded)
+                            first_divergence(b_res, c_res, decode), recorded=recorded)
             if sampled:
                 b_samples = write_samples(rows, m, call, "baseline", self.baseline, base[i], b_out)
                 c_samples = write_samples(rows, m, call, "candidate", m.path, cand[i], c_out)
