@@ -119,8 +119,9 @@ def model_available():
 # served model). Every other file is its own unit, so a file's module fixtures are built once. (xdist's own
 # `--dist loadgroup` marks do not take with pytest 9.2, whose node ids no longer come from `_nodeid`.)
 _SHARED_FOLDERS = {"tests/engines/vllm/": "vllm", "tests/tracing/": "tracing"}
-# Units of minutes, with their seconds on one core of a 2-core machine with AVX2 kernels (`make test`'s
-# --durations, 2026-11-28): handed out before the rest. A unit missing here is ordered by its test count.
+# Units of minutes, with about their seconds on one core of a 2-core machine with AVX2 kernels (the sum of their
+# tests' --durations in `make test`, 2026-11-28, rounded up): handed out before the rest. A unit missing here is
+# ordered by its test count.
 _LONG_UNITS = {"vllm": 340, "tests/test_kill.py": 160, "tests/test_ray.py": 90, "tests/test_sampled_power.py": 70,
                "tests/engines/torch/test_engine_real.py": 65, "tests/engines/test_drafts.py": 50,
                "tests/engines/hf/test_engine_real.py": 35, "tests/test_compare_ray.py": 35, "tracing": 30}

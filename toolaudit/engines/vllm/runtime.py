@@ -85,8 +85,6 @@ def environment(values: dict[str, str | None]):
                 os.environ[k] = v
 
 
-_registered_in_process = False
-
 
 def kernel_overrides_once() -> None:
     """Before an in-process engine (`in_process = true`) starts: let vLLM register its platform's kernel
@@ -101,12 +99,12 @@ def kernel_overrides_once() -> None:
     register = getattr(platform, "register_triton_kernel_overrides", None)
     if register is None or getattr(register, "toolaudit_once", False):
         return
+    done: list[bool] = []
 
     def once(cls) -> None:
-        global _registered_in_process
-        if not _registered_in_process:
+        if not done:
             register()
-            _registered_in_process = True
+            done.append(True)
 
     once.toolaudit_once = True
     platform.register_triton_kernel_overrides = classmethod(once)
