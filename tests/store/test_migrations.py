@@ -31,6 +31,20 @@ VIEWS = ["call_drift", "session_drift", "customer_drift", "tool_drift", "argumen
          "frontier", "customer_frontier", "replay_batches", "sampled_call_shifts"]
 
 
+
+def database_at(path, version: int, applied_at: str = "now()"):
+    """A DuckDB file as toolaudit left it at schema `version` (migrations 1..version applied at `applied_at`, an
+    SQL timestamp), open for the test to write old rows into."""
+    import duckdb
+
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMP NOT NULL)")
+    for number, name, sql in MIGRATIONS[:version]:
+        con.execute(sql)
+        con.execute(f"INSERT INTO schema_migrations VALUES (?, ?, {applied_at})", [number, name])
+    return con
+
 def columns(store, table):
     return [r[0] for r in store.query(
         "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
@@ -89,15 +103,9 @@ def test_tool_drift_has_a_column_per_drifted_kind(db_path):
 def test_a_version_6_database_migrates_and_its_runs_read_as_matrices_of_one(tmp_path):
     """Existing databases keep working: the runs written before migration 7 get `matrix_id` NULL and show in
     the frontier views as a matrix of one candidate."""
-    import duckdb
 
     path = tmp_path / "v6.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                "applied_at TIMESTAMP NOT NULL)")
-    for version, name, sql in MIGRATIONS[:6]:
-        con.execute(sql)
-        con.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [version, name])
+    con = database_at(path, 6)
     con.execute("""INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name)
                    VALUES (1, 'old', 'replay', 'complete', now(), 'target', 'spec-ngram')""")
     for i, drifted in enumerate([False, True, False, False]):
@@ -130,14 +138,8 @@ def test_released_migrations_are_never_edited():
 
 def _version_7_database(path):
     """A file as toolaudit wrote it before migration 8: a replay run with two chunks per side, three sessions."""
-    import duckdb
 
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                "applied_at TIMESTAMP NOT NULL)")
-    for version, name, sql in MIGRATIONS[:7]:
-        con.execute(sql)
-        con.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [version, name])
+    con = database_at(path, 7)
     con.execute("""INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name)
                    VALUES (1, 'old', 'replay', 'complete', now(), 'target', 'spec-ngram')""")
     for no, side, wall in [(0, "baseline", 2.0), (0, "candidate", 1.0), (1, "baseline", 2.0), (1, "candidate", 1.0)]:
@@ -182,19 +184,13 @@ def test_a_version_8_database_opens_its_old_calls_read_as_before_and_new_runs_st
     """Migration 9 adds `outputs.finish_reason` and `outputs.request_digest`: a file written before it opens
     (read-only too: it is upgraded first), its rows keep their figures with both columns NULL (unknown, so
     nothing is called truncated or mismatched after the fact), and a new comparison writes both."""
-    import duckdb
     from conftest import line, tool_call, write_jsonl
 
     from toolaudit.analysis.figures import run_summary
     from toolaudit.compare.logs import CompareOptions, compare_logs
 
     path = tmp_path / "v8.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                "applied_at TIMESTAMP NOT NULL)")
-    for version, name, sql in MIGRATIONS[:8]:
-        con.execute(sql)
-        con.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [version, name])
+    con = database_at(path, 8)
     con.execute("""INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name)
                    VALUES (1, 'old', 'compare', 'complete', now(), 'baseline', 'candidate')""")
     con.execute("SELECT nextval('run_id_seq')")  # as create_run took the id
@@ -223,14 +219,8 @@ def test_a_version_8_database_opens_its_old_calls_read_as_before_and_new_runs_st
 def _version_11_replay(path):
     """A file as toolaudit wrote it before migration 12: a replay whose decoded baseline answered `search` (a
     declared tool: its schema judged it) on three calls and an invented `2025_q4` on one."""
-    import duckdb
 
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                "applied_at TIMESTAMP NOT NULL)")
-    for version, name, sql in MIGRATIONS[:11]:
-        con.execute(sql)
-        con.execute("INSERT INTO schema_migrations VALUES (?, ?, TIMESTAMP '2026-01-01')", [version, name])
+    con = database_at(path, 11, applied_at="TIMESTAMP '2026-01-01'")
     con.execute("""INSERT INTO runs (run_id, name, kind, status, created_at, baseline_name, candidate_name)
                    VALUES (1, 'old', 'replay', 'interrupted', TIMESTAMP '2026-01-02', 'target', 'spec-ngram')""")
     con.execute("SELECT nextval('run_id_seq')")  # as create_run took the id
