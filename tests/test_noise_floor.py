@@ -35,8 +35,17 @@ def test_the_floor_path_is_the_baseline_with_other_batch_neighbours():
     floor = noise_floor_path(target)
     assert (floor.name, floor.batch_size) == ("target-floor", target.batch_size // 2)
     assert same_decoding(target, floor)  # stored as a noise-floor run
+    # A chunk that holds twice the rows: twice the rows (fewer steps than the baseline, other neighbours alike).
+    assert noise_floor_path(target, chunk=2 * target.batch_size).batch_size == 2 * target.batch_size
+    # Fewer calls per chunk than that: twice the rows would be the baseline's batches again, so half.
+    assert noise_floor_path(target, chunk=2 * target.batch_size - 1).batch_size == target.batch_size // 2
+    vllm = replace(target, engine="vllm", batch_size=8, options={"max_num_seqs": 16})
+    assert noise_floor_path(vllm, chunk=64).options["max_num_seqs"] == 32
+    assert noise_floor_path(vllm, chunk=31).options["max_num_seqs"] == 8  # the rows counted are the larger
+    fixed = replace(target, options={"max_batch": 512})
+    assert noise_floor_path(fixed, chunk=4096).options["max_batch"] == 256  # no bucket above 512
     remote = replace(target, engine="openai", batch_size=1, options={"concurrency": 8, "base_url": "http://x"})
-    floor = noise_floor_path(remote)
+    floor = noise_floor_path(remote, chunk=64)
     assert floor.batch_size == 2 and floor.options["concurrency"] == 4 and same_decoding(remote, floor)
 
 
@@ -86,7 +95,8 @@ def test_a_candidate_reads_beside_its_floor_paired_by_call(tmp_path):
 
 
 def test_replay_with_a_noise_floor_decodes_the_baseline_twice(tmp_path):
-    """`replay --noise-floor` on the tiny model: a matrix of the candidate and `<baseline>-floor` (half the batch),
+    """`replay --noise-floor` on the tiny model: a matrix of the candidate and `<baseline>-floor` (half the batch:
+    6 calls are fewer than twice its 4),
     the floor marked as such, and `summary` of the run is the candidate's, with the floor beside it."""
     from conftest import REPO
     from helpers import build_tiny_model
@@ -120,6 +130,6 @@ def test_the_baseline_as_its_own_candidate_is_decoded_with_other_neighbours(tmp_
     from toolaudit.replay.inputs import ReplayOptions, resolve_paths
 
     base, cands = resolve_paths(ReplayOptions(traces=[], baseline="target", candidate="target"))
-    assert cands[0].name == "target-floor" and cands[0].batch_size == base.batch_size // 2
+    assert cands[0].name == "target-floor" and cands[0].batch_size == base.batch_size * 2  # chunks of 64 calls
     with pytest.raises(Exception, match="noise floor already"):
         resolve_paths(ReplayOptions(traces=[], baseline="target", candidate="target", noise_floor=True))

@@ -238,8 +238,8 @@ DEMO_SAMPLED_CALLS, DEMO_SAMPLES, DEMO_TEMPERATURE = 8, 16, 0.7
 @click.option("--samples", type=click.IntRange(2), default=DEMO_SAMPLES, show_default=True,
               help="With --sampled: samples per call and path.")
 @click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
-              help="Decode the baseline a second time with other batch neighbours (batch 8 against 16) and show "
-                   "the drift beside that floor (the demo's calls cost about half again as long).")
+              help="Decode the baseline a second time with other batch neighbours (batch 32 against 16) and show "
+                   "the drift beside that floor (the demo's calls cost about a third more).")
 @click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
               help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
                    "compared).")
@@ -284,8 +284,10 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                             schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics,
                             noise_floor=noise_floor and not matrix, max_tokens=max_tokens)
     # What the baseline engine says of itself: the numerics it resolved `--numerics` to, on which CPU.
-    components = make_engine(resolve_paths(options)[0]).fingerprint_components()
-    floor = " and the noise floor target-floor (target at batch 8)" if options.noise_floor else ""
+    baseline, chosen = resolve_paths(options)
+    components = make_engine(baseline).fingerprint_components()
+    floor = (f" and the noise floor {chosen[-1].name} (target at batch {chosen[-1].batch_size})"
+             if options.noise_floor else "")
     first = f"the first {options.limit} of " if options.limit else ""
     sample = (f"{first}the first {options.calls_per_session} calls of each demo session" if matrix else
               f"{options.limit} demo calls ({options.calls_per_session} per session)")

@@ -159,14 +159,15 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
         if p.samples > 1 and p.temperature == 0:
             raise ConfigError(f"path {p.name!r}: {p.samples} samples per call need temperature > 0 (greedy decoding "
                               "gives the same answer every time): set --temperature or the path's temperature")
+    per_chunk = min(options.chunk, options.limit or options.chunk)  # calls an engine gets at once, at most
     # The baseline against itself: decoded in the same batches both copies always agree and measure nothing, so
     # the second copy is the noise-floor path (other batch neighbours).
-    chosen = [chosen[0], *(noise_floor_path(chosen[0]) if n == options.baseline else p
+    chosen = [chosen[0], *(noise_floor_path(chosen[0], per_chunk) if n == options.baseline else p
                            for n, p in zip(names, chosen[1:]))]
     if options.noise_floor and options.baseline in names:
         raise ConfigError("--noise-floor with the baseline as a candidate: that candidate is the noise floor already")
     if options.noise_floor:
-        floor = noise_floor_path(chosen[0])
+        floor = noise_floor_path(chosen[0], per_chunk)
         if floor.name in paths or floor.name in names:
             raise ConfigError(f"--noise-floor: a path named {floor.name!r} exists already; rename it")
         chosen.append(floor)
@@ -176,23 +177,36 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
 # Engine keys that set how many calls decode together (torch `max_batch`, vLLM `max_num_seqs`, an endpoint's
 # `concurrency`): like `batch_size`, batch composition, not decoding.
 BATCH_KEYS = ("max_batch", "max_num_seqs", "concurrency")
+MAX_FLOOR_ROWS = 512  # the torch engine's largest fixed-shape bucket (`layout.MAX_FIXED_ROWS`)
 
 
-def noise_floor_path(baseline: PathConfig) -> PathConfig:
-    """The baseline decoded again with other batch neighbours: half its batch size (and half `max_batch` where
-    the path sets one; 2 for a batch-1 path), so each call shares its steps with other calls, in other shapes.
-    Everything else is the baseline's, so its drift against the baseline is batching noise alone (a run on
-    identical batches would always agree and measure nothing). An endpoint sees other concurrency: its server's
-    batches differ the same way. At temperature > 0 it also draws with other seeds (the seed + 1): there the
-    floor is sampling noise too, and a sampled run's floor is the calibration of its distribution test (the
-    same path against itself with other seeds must not shift)."""
-    def other(rows: int) -> int:
-        return 2 if rows <= 1 else rows // 2
+def noise_floor_path(baseline: PathConfig, chunk: int | None = None) -> PathConfig:
+    """The baseline decoded again with other batch neighbours, so each call shares its steps with other calls, in
+    other shapes. Everything else is the baseline's, so its drift against the baseline is batching noise alone (a
+    run on identical batches would always agree and measure nothing).
+
+    How many rows decode together: twice the baseline's where a chunk of the run (`chunk`: the calls handed to
+    the engine at once, the run's `--limit` if smaller) holds at least that many, so the floor costs fewer steps than the baseline instead of twice
+    as many (a step costs about the same for 8 rows or 32, on a GPU and on a CPU alike); otherwise half (2 for a
+    batch-1 path), since twice the rows of a chunk that small would be the same batches again. The same for
+    `max_batch` / `max_num_seqs` where the path sets them (half where twice would pass the fixed-shape limit). An
+    endpoint's `concurrency` is always halved: a floor should not double the load on someone's server; its
+    batches differ as well. At temperature > 0 it also draws with other seeds (the seed + 1): there the floor is
+    sampling noise too, and a sampled run's floor is the calibration of its distribution test (the same path
+    against itself with other seeds must not shift)."""
+    rows = max([baseline.batch_size, *(v for k, v in baseline.options.items()
+                                       if k in BATCH_KEYS and k != "concurrency" and isinstance(v, int))])
+    more = chunk is not None and chunk >= 2 * rows and 2 * rows <= MAX_FLOOR_ROWS
+
+    def other(n: int, key: str = "batch_size") -> int:
+        if more and key != "concurrency":
+            return 2 * n
+        return 2 if n <= 1 else n // 2
 
     options = dict(baseline.options)
     for key in BATCH_KEYS:
         if isinstance(options.get(key), int):
-            options[key] = other(options[key])
+            options[key] = other(options[key], key)
     seed = baseline.seed + 1 if baseline.temperature > 0 else baseline.seed
     return replace(baseline, name=f"{baseline.name}-floor", batch_size=other(baseline.batch_size), options=options,
                    seed=seed)
