@@ -59,7 +59,7 @@ def test_a_command_that_fails_before_writing_leaves_no_database(tmp_path):
     before = sorted(p.name for p in tmp_path.iterdir())
 
     missing = toolaudit("compare", "missing.jsonl", "other.jsonl", "--db", "new.duckdb", cwd=tmp_path)
-    assert missing.returncode == 1 and "missing.jsonl: cannot open trace file" in missing.stderr, missing.stderr
+    assert missing.returncode == 2 and "missing.jsonl: cannot open trace file" in missing.stderr, missing.stderr
 
     paths = tmp_path / "paths.toml"
     paths.write_text('[paths.a]\nengine = "torch"\nmodel = \n')
@@ -82,7 +82,7 @@ def test_a_command_that_fails_before_writing_leaves_no_database(tmp_path):
     held = runs_in(db)
     assert held == [(1, "compare", "complete")]
     again = toolaudit("compare", "missing.jsonl", "other.jsonl", "--db", str(db), cwd=tmp_path)
-    assert again.returncode == 1 and "missing.jsonl" in again.stderr
+    assert again.returncode == 2 and "missing.jsonl" in again.stderr
     assert db.exists() and runs_in(db) == held
 
 

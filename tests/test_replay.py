@@ -189,9 +189,9 @@ def test_replay_cli_errors(tmp_path, paths_file):
     result = runner.invoke(cli, ["replay", "--db", str(tmp_path / "x.duckdb")])
     assert result.exit_code == 2 and "give trace files" in result.output
     result = runner.invoke(cli, ["replay", str(DEMO), "--candidate", "nope", "--db", str(tmp_path / "x.duckdb")])
-    assert result.exit_code == 1 and "unknown decode path 'nope'" in result.output
+    assert result.exit_code == 2 and "unknown decode path 'nope'" in result.output
     result = runner.invoke(cli, ["replay", str(tmp_path / "missing.jsonl"), "--db", str(tmp_path / "x.duckdb")])
-    assert result.exit_code == 1 and "trace file not found" in result.output
+    assert result.exit_code == 2 and "trace file not found" in result.output
 
 
 def test_same_path_with_another_batch_size_is_a_noise_floor_run(tmp_path, paths_file):

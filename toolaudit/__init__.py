@@ -31,3 +31,25 @@ class RunNotFound(StoreError):
 
 class ConfigError(ToolauditError):
     """A decode-path configuration (paths.toml) or CLI option that cannot be used."""
+
+
+class UsageError(ToolauditError):
+    """The command line names something that is not there or asks what cannot be done as given (a trace file
+    that does not exist, an unknown decode path, options that do not go together): the CLI exits 2 for it, as
+    for click's own usage errors (docs/reliability.md#exit-codes), where a failure while running exits 1.
+    Raised as one of the subclasses below, so code that catches ConfigError, TraceError or StoreError still does."""
+
+
+class OptionError(ConfigError, UsageError):
+    """A CLI option (or option combination) that cannot be used as given."""
+
+
+class TraceFileNotFound(TraceError, UsageError):
+    """A trace file named on the command line that does not exist."""
+
+    def __init__(self, path: str, message: str = "cannot open trace file: No such file or directory"):
+        super().__init__(path, None, None, message)
+
+
+class DatabaseFolderMissing(StoreError, UsageError):
+    """A --db path in a folder that does not exist (DuckDB would say only that it cannot open the file)."""

@@ -56,7 +56,7 @@ def test_replay_cli_numerics_option(tmp_path):
     result = CliRunner().invoke(cli, ["replay", str(DEMO), "--paths", str(file), "--baseline", "h-bf16",
                                       "--candidate", "remote", "--numerics", "emulated", "--db",
                                       str(tmp_path / "x.duckdb")])
-    assert result.exit_code == 1 and "Error: numerics: no path of this run accepts it" in result.output
+    assert result.exit_code == 2 and "numerics: no path of this run accepts it" in result.output
     result = CliRunner().invoke(cli, ["replay", "--resume", "1", "--numerics", "native", "--db",
                                       str(tmp_path / "x.duckdb")])
     assert result.exit_code == 2 and "do not pass trace files, --collected, --numerics, --max-tokens, --temperature" \

@@ -299,7 +299,7 @@ def test_serve_cli_errors(tmp_path, setup):
     paths = audit_paths(tmp_path, setup)
     runner = CliRunner()
     result = runner.invoke(cli, ["serve", "--paths", str(paths), "--path", "nope"])
-    assert result.exit_code == 1 and "unknown decode path 'nope'" in result.output
+    assert result.exit_code == 2 and "unknown decode path 'nope'" in result.output
     result = runner.invoke(cli, ["serve", "--paths", str(paths), "--path", "http-tiny"])
     assert result.exit_code == 1 and ("paths.http-tiny: serve runs in-process engines (hf, torch, vllm); engine "
                                       "'openai' paths are served elsewhere") in result.output

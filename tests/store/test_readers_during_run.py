@@ -174,7 +174,10 @@ def test_snapshots_are_throttled(tmp_path):
         snapshots = store.publish_snapshots("compare", on_commit=True, min_interval_s=3600)
         first = snapshots.last
         assert snapshot_path(store.path).exists() and first > float("-inf")  # a small database: at once
-        store.set_status(store.create_run("compare", None, "b", "c", "b", "c", {}), "running")
+        run_id = store.create_run("compare", None, "b", "c", "b", "c", {})
+        assert snapshots.last > first  # a new run: at once, the interval aside, so readers learn which it is
+        first = snapshots.last
+        store.set_status(run_id, "running")
         with store.transaction():
             pass
         assert snapshots.last == first  # within min_interval_s: no new copy

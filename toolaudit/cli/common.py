@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from toolaudit import RunNotFound, ToolauditError
+from toolaudit import OptionError, RunNotFound, ToolauditError, UsageError
 from toolaudit.report.output import csv_cell, format_table, plain, to_json
 
 if TYPE_CHECKING:
@@ -26,13 +26,50 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 @contextmanager
 def reading(db: str) -> Iterator["Store"]:
-    """The database read-only; while a replay or compare writes it, that writer's snapshot, said on stderr."""
+    """The database read-only; while a replay or compare writes it, that writer's snapshot, said on stderr. A run
+    asked for that the snapshot does not hold yet is said to be the one being written, not missing."""
     from toolaudit.store import Store
 
     with Store(db, read_only=True) as store:
         if store.snapshot is not None:
             click.echo(store.snapshot.line(db), err=True)
-        yield store
+        try:
+            yield store
+        except RunNotFound as exc:
+            if store.snapshot is None:
+                raise
+            raise RunNotFound(_not_in_snapshot(store, db, exc)) from None
+
+
+def _not_in_snapshot(store: "Store", db: str, exc: RunNotFound) -> str:
+    """What a reader is told when the writer's snapshot lacks the run: taken before the writer's run row (or
+    its first chunk), it is no evidence that there is no such run."""
+    note = store.snapshot
+    run = f"{note.command} run {note.run_id}" if note.run_id is not None else f"a {note.command} run"
+    writing = (f"process {note.pid} is writing {run}: it shows here once the readers' snapshot holds it, its "
+               "first figures once its first chunk is stored; try again shortly")
+    from toolaudit.store.queries import run_count
+
+    if run_count(store) == 0:
+        return f"{db}: no run stored yet; {writing}"
+    return f"{exc}; {writing}"
+
+
+def first_chunk_note(store: "Store", run_id: int | None, db: str) -> None:
+    """For a run that is being written and holds no calls yet, say so on stderr (which run, by which process):
+    its figures, 0 of 0 calls, are not a result. `summary` calls it before showing a run; so may any command
+    that shows a run's figures."""
+    from toolaudit.store.queries import held_calls
+
+    run = store.run_row(run_id)
+    if run["status"] != "running" or run["kind"] == "batch":  # a batch run waits for its other side: no writer
+        return
+    if held_calls(store, run["run_id"]):
+        return
+    note = store.snapshot
+    by = f" by process {note.pid}" if note is not None else ""
+    click.echo(f"note: {db}: {run['kind']} run {run['run_id']} ({run['name']}) is being written{by} and holds no "
+               "calls yet: its first figures show once its first chunk is stored", err=True)
 
 
 def db_option(func: Callable) -> Callable:
@@ -42,20 +79,25 @@ def db_option(func: Callable) -> Callable:
 
 
 class NotFoundError(click.ClickException):
-    """No such run (by id or name), no runs, or no database to read: exit 2, as a usage error (click's)."""
+    """No such run (by id or name), no runs, no database to read, or a trace file or --db folder that is not
+    there: exit 2, as a usage error (click's), said without the usage line (it would not help)."""
 
     exit_code = 2
 
 
 def friendly_errors(func: Callable) -> Callable:
-    """Library errors become one-line messages, never tracebacks: exit 1, or 2 for a run or database that is not
-    there (`RunNotFound`), as for usage errors (the exit codes: docs/reliability.md#exit-codes)."""
+    """Library errors become one-line messages, never tracebacks: exit 1 for a failure while running; 2 for what
+    the command line asked wrongly: an option that cannot be used (`OptionError`, with click's usage line) or a
+    run, database, trace file or folder that is not there (`RunNotFound`, `UsageError`), so that scripts tell the
+    two apart (the exit codes: docs/reliability.md#exit-codes)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except RunNotFound as exc:
+        except OptionError as exc:
+            raise click.UsageError(str(exc), ctx=click.get_current_context(silent=True)) from None
+        except (RunNotFound, UsageError) as exc:
             raise NotFoundError(str(exc)) from None
         except ToolauditError as exc:
             raise click.ClickException(str(exc)) from None

@@ -111,6 +111,7 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
         raise click.UsageError("give a baseline log and at least one candidate log (or --collected DIR)")
     if len(candidate_names) > 1 and len(candidate_names) != len(candidates):
         raise click.UsageError(f"{len(candidates)} candidate logs but {len(candidate_names)} --candidate-name")
+    _require_logs([baseline, *candidates])
     options = CompareOptions(session_key=session_key, customer_key=customer_key,
                              schema_dir=schema_dir_or_none(schema_dir), run_name=run_name,
                              baseline_name=baseline_name, candidate_name=(candidate_names or ("candidate",))[0],
@@ -159,6 +160,16 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
     failed = [f"{name}: {p}" if len(runs) > 1 else p for name, p in problems.items() if p]
     if failed:
         raise click.ClickException("; ".join(failed))
+
+
+def _require_logs(logs: list[str]) -> None:
+    """A log that is not there is a usage error (exit 2, as a run that is not there), said before a database is
+    opened; a log that is there but cannot be read fails while running (exit 1)."""
+    from toolaudit import TraceFileNotFound
+
+    for log in logs:
+        if not os.path.exists(log):
+            raise TraceFileNotFound(log)
 
 
 def _recorded_temperature(logs: list[str], session_key: str, customer_key: str, fmt: str | None) -> float | None:

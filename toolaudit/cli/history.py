@@ -22,8 +22,23 @@ from toolaudit.report.output import csv_cell, format_table, pct, to_json
 
 
 def path_pair_option(func):
-    return click.option("--path-pair", nargs=2, metavar="BASELINE CANDIDATE", default=None,
+    return click.option("--path-pair", nargs=2, metavar="BASELINE CANDIDATE", default=None, callback=_path_pair,
                         help="Only the runs of this baseline and candidate path (default: every pair).")(func)
+
+
+def _path_pair(ctx: click.Context, param: click.Parameter, value: tuple[str, str] | None
+               ) -> tuple[str, str] | None:
+    """Two path names. Given one, click takes the next option for the candidate (`--path-pair target --db X`:
+    `--db` as a name, then X as an extra argument): say the spelling instead (`A:B` spelt as `A B`)."""
+    if not value:
+        return None
+    baseline, candidate = value
+    if candidate.startswith("-"):
+        left, sep, right = baseline.partition(":")
+        example = f"{left} {right}" if sep and left and right else f"{baseline} CANDIDATE"
+        raise click.BadParameter(f"takes two decode path names, the baseline's and the candidate's: --path-pair "
+                                 f"{example} (got {baseline!r}, then the option {candidate})", ctx, param)
+    return value
 
 
 @click.command("history", epilog=example(

@@ -45,18 +45,29 @@ def probe_command(path, probe_file: str | None, repeats: int, db: str | None, ag
             data["against"] = ({"probe_id": reference.probe_id, "repeats": reference.repeats, **change.as_dict()}
                                if change else None)
         click.echo(to_json(data))
-        return
+    else:
+        _print_probe(result, db, reference, change)
+    if change is not None and not change.comparable:  # a comparison of nothing is no "unchanged": exit 1
+        raise click.ClickException(f"against probe {reference.probe_id} ({reference.path_name}): {change.words()}")
+
+
+def _print_probe(result, db: str | None, reference, change) -> None:
+    """The probe as the terminal shows it, where it was stored, and the comparison in words."""
     for line in probe_lines(result):
         click.echo(line)
     if db is not None:
         click.echo(f"stored as probe {result.probe_id} in {db}")
-    if change is not None:
-        click.echo(f"against probe {reference.probe_id} ({reference.path_name}, {reference.config_fingerprint}): "
-                   f"{change.words()}")
-        if change.comparable and reference.repeats != result.repeats:
-            click.echo(f"note: probe {reference.probe_id} decoded its set {reference.repeats} time(s), this probe "
-                       f"{result.repeats}: the hashes compare the first decode of each"
-                       + ("; the reference's stability was not measured" if reference.repeats == 1 else ""))
+    if change is None or not change.comparable:
+        return
+    click.echo(f"against probe {reference.probe_id} ({reference.path_name}, {reference.config_fingerprint}): "
+               f"{change.words()}")
+    if reference.path_name != result.path_name:
+        click.echo(f"note: probe {reference.probe_id} is of path {reference.path_name}, this one of "
+                   f"{result.path_name}: what differs may be the paths, not a change")
+    if reference.repeats != result.repeats:
+        click.echo(f"note: probe {reference.probe_id} decoded its set {reference.repeats} time(s), this probe "
+                   f"{result.repeats}: the hashes compare the first decode of each"
+                   + ("; the reference's stability was not measured" if reference.repeats == 1 else ""))
 
 
 def reference_set(reference, current):
@@ -95,8 +106,8 @@ def probe_lines(p) -> list[str]:
 def find_reference(store, ref: str, path_name: str, probe_set: str | None = None):
     """The stored probe `--against` names: `latest` (the newest probe of the path on `probe_set`, a digest, when
     given; None when there is none yet), `probe:N` or `run:ID|NAME`; bare digits are a probe id when such a probe
-    exists, else a run; other text is a run name. A run's probe is the one of the path probed (else its
-    candidate's); a run whose probe of the path was unavailable says why."""
+    exists, else a run; other text is a run name. A run's probe is the one of the path probed: a run that probed
+    other paths only is refused (`_other_paths`), one whose probe of the path was unavailable says why."""
     from toolaudit import RunNotFound
     from toolaudit.replay.probe import Probe
     from toolaudit.store.probes import latest_probe, probe_by_id, probes_of_run, unavailable_probes
@@ -124,8 +135,20 @@ def find_reference(store, ref: str, path_name: str, probe_set: str | None = None
     if not rows:
         raise RunNotFound(f"{store.path}: run {run_id} recorded no probe (replayed with --no-probe, or before "
                           "probes were recorded)")
-    chosen = chosen or next((r for r in rows if r["side"] == "candidate"), rows[-1])
+    if chosen is None:
+        raise _other_paths(ref, run_id, path_name, rows)
     return Probe.from_row(chosen)
+
+
+def _other_paths(ref: str, run_id: int, path_name: str, rows: list[dict]) -> click.UsageError:
+    """A run that probed other paths only: comparing with one of them would report how two paths differ as a
+    change of this one. Refused, naming both; the user may still ask for it by the probe's id."""
+    probed = ", ".join(f"{r['path_name']} ({r['side']}: probe {r['probe_id']})" for r in rows)
+    first = rows[-1]
+    return click.UsageError(f"--against {ref}: run {run_id} recorded no probe of path {path_name}, only of "
+                            f"{probed}; a probe of another path differs by the paths, not by a change. Probe that "
+                            f"path (--path {first['path_name']}), or name its probe to compare across paths anyway "
+                            f"(--against probe:{first['probe_id']})")
 
 
 def expect_numerics(store, run_id: int, expected: str, path_name: str | None, paths_file: str | None,
@@ -133,7 +156,7 @@ def expect_numerics(store, run_id: int, expected: str, path_name: str | None, pa
     """`check --expect-numerics FP`: probe the run's candidate path (or `path_name`) now, with the probe set of
     the stored probe that has FP when it can be rebuilt (a run's smaller set, a probe file still there; else the
     bundled set); (ok, lines, JSON)."""
-    from toolaudit import ConfigError
+    from toolaudit import OptionError
     from toolaudit.analysis.probe_diff import compare_probes
     from toolaudit.engines.paths import load_paths
     from toolaudit.replay.probe import Probe, probe
@@ -146,7 +169,7 @@ def expect_numerics(store, run_id: int, expected: str, path_name: str | None, pa
     name = path_name or run["candidate_name"]
     paths = load_paths(paths_file or _run_paths_file(run))
     if name not in paths:
-        raise ConfigError(f"--expect-numerics: unknown decode path {name!r} (give --path and --paths)")
+        raise OptionError(f"--expect-numerics: unknown decode path {name!r} (give --path and --paths)")
     row = probe_by_numerics(store, expected)
     stored = Probe.from_row(row) if row is not None else None
     # the expected probe's own set (a run's smaller set, or a probe file still there) where it can be rebuilt as it

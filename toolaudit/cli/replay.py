@@ -327,14 +327,14 @@ def fingerprint_cmd(path_name: str, paths_file: str | None, probe: bool, probe_f
     """Print the stable fingerprint of a decode path (engine, versions, model hashes, config, device).
 
     With --probe, also its behavioural fingerprint: what a runtime change that the config does not name shows."""
-    from toolaudit import ConfigError
+    from toolaudit import OptionError
     from toolaudit.engines import make_engine
     from toolaudit.engines.fingerprint import fingerprint
     from toolaudit.engines.paths import load_paths
 
     paths = load_paths(paths_file)
     if path_name not in paths:
-        raise ConfigError(f"unknown decode path {path_name!r} (known: {', '.join(sorted(paths))})")
+        raise OptionError(f"unknown decode path {path_name!r} (known: {', '.join(sorted(paths))})")
     if not probe and (probe_file or db or against):
         raise click.UsageError("--probe-file, --db and --against go with --probe")
     if probe:

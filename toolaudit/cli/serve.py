@@ -20,11 +20,11 @@ from toolaudit.cli.common import example, friendly_errors
 @friendly_errors
 def serve(path_name: str, paths_file: str | None, host: str, port: int, batch_wait_ms: float) -> None:
     """Serve a decode path over an OpenAI-compatible HTTP API (chat completions, models, health, metrics)."""
-    from toolaudit import ConfigError
+    from toolaudit import OptionError
     from toolaudit.engines.paths import load_paths
     from toolaudit.serve import serve as run_server
 
     paths = load_paths(paths_file)
     if path_name not in paths:
-        raise ConfigError(f"unknown decode path {path_name!r} (known: {', '.join(sorted(paths))})")
+        raise OptionError(f"unknown decode path {path_name!r} (known: {', '.join(sorted(paths))})")
     run_server(paths[path_name], host=host, port=port, batch_wait_s=batch_wait_ms / 1000)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from toolaudit import ConfigError
+from toolaudit import ConfigError, TraceError
 from toolaudit.compare.join import Join
 from toolaudit.compare.pairing import Pairing, choose
 from toolaudit.compare.pairs import Analyzer
@@ -124,16 +124,20 @@ def compare_logs(store: Store, baseline_path: str | Path, candidate_path: str | 
             counts.shard = {**options.shard.as_dict(), "elsewhere": {"baseline": 0, "candidate": 0}}
         run_id = store.create_run("compare", options.run_name, options.baseline_name, options.candidate_name,
                                   str(baseline_path), str(candidate_path), run_options)
+        comparison = _Comparison(store, run_id, sources, options, counts, progress, tmp, scans)
         try:
             try:
-                _Comparison(store, run_id, sources, options, counts, progress, tmp, scans).run()
+                comparison.run()
             finally:
                 for src in sources:
                     src.close()
                 sources.clear()
             store.finish_run(run_id, counts.as_dict())
         except BaseException:  # an error, Ctrl-C or SIGTERM (see cli/interrupts.py); the next writer rolls it back
-            store.mark_interrupted([run_id])
+            if comparison.measured_nothing:  # no run of 0 calls for `summary` to show as a result
+                store.discard_run(run_id)
+            else:
+                store.mark_interrupted([run_id])
             raise
     return run_id, counts
 
@@ -149,6 +153,7 @@ class _Comparison:
         self.tmp = tmp  # the workers' Parquet files of outputs columns
         self.paths = [Path(src.source) for src in sources]
         self.counts, self.progress = counts, progress
+        self.measured_nothing = False  # set when a log held no usable call: the run is then discarded
         self.analyzer = Analyzer(run_id, SchemaRegistry(options.schema_dir))
         self.recorder = Recorder(run_id, options.rows_per_write)
         self.shard = options.shard
@@ -194,11 +199,27 @@ class _Comparison:
             for side, found in stage.call_gaps(tools_key([])).items():
                 self.counts.gaps["candidate" if side else "baseline"] = CallGaps(*found)
             self.recorder.flush(stage, force=True)
-            for side, src in enumerate(self.sources):
-                # a shard may hold none of a file's calls: the file as a whole must hold some
+            self._require_calls()
+            self._join(stage)
+
+    def _require_calls(self) -> None:
+        """Raise when a log held no usable call (a shard may hold none of a file's calls: the file as a whole
+        must hold some), naming each such log: both, when neither can be compared."""
+        problems = []
+        for side, src in enumerate(self.sources):
+            try:
                 check(src, replace(self._stats(side), calls=self._stats(side).calls + self.other_calls[side]),
                       self.recorder.first_errors[side])
-            self._join(stage)
+            except TraceError as exc:
+                problems.append(exc)
+        if not problems:
+            return
+        self.measured_nothing = True
+        first, *others = problems
+        also = [str(p) for p in others if str(p) != str(first)]  # the same file given twice: said once
+        if not also:
+            raise first
+        raise TraceError(first.path, first.line, first.field, f"{first.message}; and {'; '.join(also)}")
 
     # -- per chunk --------------------------------------------------------------------------------------------
     def _absorb(self, stage: Staging, side: int, chunk: ChunkResult, base: int, size: int) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from toolaudit import ConfigError
+from toolaudit import ConfigError, TraceError
 from toolaudit.compare.logs import CompareOptions, Progress, RunCounts, compare_logs
 from toolaudit.compare.scans import Scans
 from toolaudit.store import Store
@@ -38,8 +38,11 @@ def compare_matrix(store: Store, baseline: str | Path, candidates: list[str | Pa
             store.join_matrix(run_id, matrix)
             done[name] = run_id, counts
         store.finish_run(matrix, {"candidates": {name: run_id for name, (run_id, _) in done.items()}})
-    except BaseException:
-        store.mark_interrupted([matrix])
+    except BaseException as exc:
+        if not done and isinstance(exc, TraceError):  # the first log unusable: nothing compared, nothing kept
+            store.discard_run(matrix)
+        else:
+            store.mark_interrupted([matrix])
         raise
     return matrix, done
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit import ConfigError, StoreError
+from toolaudit import ConfigError, OptionError, StoreError
 from toolaudit.compare.pairs import Analyzer, write_call, write_output
 from toolaudit.compare.request_digest import digest_hex
 from toolaudit.engines import EngineResult
@@ -60,7 +60,7 @@ def parse_custom_id(text: Any) -> tuple[str, int, str | None] | None:
 def resolve_path(name: str, paths_file: str | None) -> PathConfig:
     paths = load_paths(paths_file)
     if name not in paths:
-        raise ConfigError(f"unknown decode path {name!r} (known in {paths_file or 'the built-in paths'}: "
+        raise OptionError(f"unknown decode path {name!r} (known in {paths_file or 'the built-in paths'}: "
                           f"{', '.join(sorted(paths))})")
     return paths[name]
 

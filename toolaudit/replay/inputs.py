@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit import ConfigError, StoreError
+from toolaudit import ConfigError, OptionError, StoreError
 from toolaudit.engines.paths import PathConfig, load_paths
 from toolaudit.engines.registry import ENGINES
 from toolaudit.ingest.gaps import CallGaps, gap_warnings
@@ -140,24 +140,24 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
     for name in (options.baseline, *names):
         if name not in paths:
             where = options.paths_file or "the built-in paths"
-            raise ConfigError(f"unknown decode path {name!r} (known in {where}: {', '.join(sorted(paths))})")
+            raise OptionError(f"unknown decode path {name!r} (known in {where}: {', '.join(sorted(paths))})")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ConfigError(f"candidate path {repeated[0]!r} given twice")
+        raise OptionError(f"candidate path {repeated[0]!r} given twice")
     chosen = apply_overrides([paths[options.baseline], *(paths[n] for n in names)], options.overrides)
     if options.max_tokens is not None:
         chosen = [replace(p, max_tokens=options.max_tokens) for p in chosen]
     if options.temperature is not None:
         if options.temperature < 0:
-            raise ConfigError(f"--temperature must be >= 0 (got {options.temperature})")
+            raise OptionError(f"--temperature must be >= 0 (got {options.temperature})")
         chosen = [replace(p, temperature=options.temperature) for p in chosen]
     if options.samples_per_call is not None:
         if options.samples_per_call < 1:
-            raise ConfigError(f"--samples must be a positive integer (got {options.samples_per_call})")
+            raise OptionError(f"--samples must be a positive integer (got {options.samples_per_call})")
         chosen = [replace(p, samples=options.samples_per_call) for p in chosen]
     for p in chosen:
         if p.samples > 1 and p.temperature == 0:
-            raise ConfigError(f"path {p.name!r}: {p.samples} samples per call need temperature > 0 (greedy decoding "
+            raise OptionError(f"path {p.name!r}: {p.samples} samples per call need temperature > 0 (greedy decoding "
                               "gives the same answer every time): set --temperature or the path's temperature")
     per_chunk = min(options.chunk, options.limit or options.chunk)  # calls an engine gets at once, at most
     # The baseline against itself: decoded in the same batches both copies always agree and measure nothing, so
@@ -165,7 +165,7 @@ def resolve_paths(options: ReplayOptions) -> tuple[PathConfig, list[PathConfig]]
     chosen = [chosen[0], *(noise_floor_path(chosen[0], per_chunk) if n == options.baseline else p
                            for n, p in zip(names, chosen[1:]))]
     if options.noise_floor and options.baseline in names:
-        raise ConfigError("--noise-floor with the baseline as a candidate: that candidate is the noise floor already")
+        raise OptionError("--noise-floor with the baseline as a candidate: that candidate is the noise floor already")
     if options.noise_floor:
         floor = noise_floor_path(chosen[0], per_chunk)
         if floor.name in paths or floor.name in names:
@@ -186,14 +186,14 @@ def noise_floor_path(baseline: PathConfig, chunk: int | None = None) -> PathConf
     run on identical batches would always agree and measure nothing).
 
     How many rows decode together: twice the baseline's where a chunk of the run (`chunk`: the calls handed to
-    the engine at once, the run's `--limit` if smaller) holds at least that many, so the floor costs fewer steps than the baseline instead of twice
-    as many (a step costs about the same for 8 rows or 32, on a GPU and on a CPU alike); otherwise half (2 for a
-    batch-1 path), since twice the rows of a chunk that small would be the same batches again. The same for
-    `max_batch` / `max_num_seqs` where the path sets them (half where twice would pass the fixed-shape limit). An
-    endpoint's `concurrency` is always halved: a floor should not double the load on someone's server; its
-    batches differ as well. At temperature > 0 it also draws with other seeds (the seed + 1): there the floor is
-    sampling noise too, and a sampled run's floor is the calibration of its distribution test (the same path
-    against itself with other seeds must not shift)."""
+    the engine at once, the run's `--limit` if smaller) holds at least that many, so the floor costs fewer
+    steps than the baseline instead of twice as many (a step costs about the same for 8 rows or 32, on a GPU
+    and on a CPU alike); otherwise half (2 for a batch-1 path), since twice the rows of a chunk that small
+    would be the same batches again. The same for `max_batch` / `max_num_seqs` where the path sets them (half
+    where twice would pass the fixed-shape limit). An endpoint's `concurrency` is always halved: a floor
+    should not double the load on someone's server; its batches differ as well. At temperature > 0 it also
+    draws with other seeds (the seed + 1): there the floor is sampling noise too, and a sampled run's floor is
+    the calibration of its distribution test (the same path against itself with other seeds must not shift)."""
     rows = max([baseline.batch_size, *(v for k, v in baseline.options.items()
                                        if k in BATCH_KEYS and k != "concurrency" and isinstance(v, int))])
     more = chunk is not None and chunk >= 2 * rows and 2 * rows <= MAX_FLOOR_ROWS
@@ -220,7 +220,7 @@ def apply_overrides(paths: list[PathConfig], overrides: dict[str, Any]) -> list[
         takers = [p.name for p in paths if key in specs[p.name].capabilities.overrides]
         if not takers:
             accept = sorted(name for name, spec in ENGINES.items() if key in spec.capabilities.overrides)
-            raise ConfigError(f"{key}: no path of this run accepts it (engines that do: "
+            raise OptionError(f"{key}: no path of this run accepts it (engines that do: "
                               f"{', '.join(accept) or 'none'}; the paths' engines: "
                               f"{', '.join(sorted({p.engine for p in paths}))})")
         paths = [specs[p.name].with_override(p, key, value) if p.name in takers else p for p in paths]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolaudit import ConfigError
+from toolaudit import TraceFileNotFound
 from toolaudit.engines import Engine, make_engine
 from toolaudit.engines.logs import EngineLogs
 from toolaudit.engines.paths import PathConfig
@@ -155,7 +155,7 @@ def replay_traces(store: Store, options: ReplayOptions, progress: Progress | Non
         resume, options = options_for_resume(store, resume)
     for path in options.traces:
         if not Path(path).exists():
-            raise ConfigError(f"{path}: trace file not found")
+            raise TraceFileNotFound(str(path), "trace file not found")
     replayer = Replayer(store, options, engine_factory, logs, engines)
     run_id = resume if resume is not None else replayer.create_run()
     if on_probe is not None and resume is None:

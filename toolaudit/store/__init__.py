@@ -2,7 +2,8 @@
 
 It owns every SQL statement and every transaction, except the user's own `toolaudit sql`:
 - `db`: the `Store` (opens the file, applies migrations, opens every transaction, writes buffered rows, run and
-  replay bookkeeping); `rows`: the bulk-written tables' columns and the `RowBuffer` that collects their rows;
+  replay bookkeeping); `files`: what a --db path must be before DuckDB opens it; `rows`: the bulk-written
+  tables' columns and the `RowBuffer` that collects their rows;
 - `migrations` and `views`: the schema;
 - `queries`: the named read queries behind figures, the gate and `runs`; `report_queries`: those of a
   customer's report (each filtered to that customer's calls); `history`: the runs over time and their probes;

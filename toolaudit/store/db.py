@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,61 +14,12 @@ import orjson
 import pyarrow as pa
 
 from toolaudit import RunNotFound, StoreError, __version__
+from toolaudit.store.files import DatabaseLocked, check_folder, check_header, open_error, writer_locked
 from toolaudit.store.migrations import MIGRATIONS
 from toolaudit.store.recovery import LIVE, live_key, settle_dead_runs
 from toolaudit.store.rows import RowBuffer, json_text
 from toolaudit.store.snapshot import SnapshotNote, SnapshotPublisher, open_snapshot
 from toolaudit.store.vocabulary import MatchStatus
-
-_LOCK_PID = re.compile(r"PID (\d+)")
-
-
-class DatabaseLocked(StoreError):
-    """Another process holds the file read-write (`pid`: that process, when DuckDB says)."""
-
-    def __init__(self, message: str, pid: int | None):
-        super().__init__(message)
-        self.pid = pid
-
-
-def _open_error(path: str, exc: Exception) -> StoreError:
-    text = str(exc)
-    if "lock" in text.lower():
-        found = _LOCK_PID.search(text)
-        pid = int(found.group(1)) if found else None
-        holder = f" (held by process {pid})" if pid else ""
-        return DatabaseLocked(f"{path}: database is locked by another writer{holder}; wait for it to finish "
-                              f"or use another --db", pid)
-    if "not a valid DuckDB database" in text or "invalid" in text.lower():
-        return StoreError(f"{path}: not a DuckDB database file; pass a new --db path or remove the file")
-    return StoreError(f"{path}: cannot open database: {text}")
-
-
-def _writer_locked(path: str, pid: int | None, connect: Callable[[str], duckdb.DuckDBPyConnection]
-                   ) -> DatabaseLocked:
-    """What a writer that finds the file held is told: not the readers' snapshot advice (a writer cannot use a
-    snapshot), but to wait or write elsewhere; naming the toolaudit run that holds it when its snapshot says."""
-    holder = f"held by process {pid}" if pid else "held by another process"
-    found = open_snapshot(path, pid, connect) if pid else None
-    if found is not None:
-        found[0].close()
-        note = found[1]
-        holder += f": toolaudit {note.command}" + (f" run {note.run_id}" if note.run_id is not None else "")
-    return DatabaseLocked(f"{path}: database is locked by another writer ({holder}); only one process may write "
-                          f"a database at a time: wait for it to finish, or use another --db", pid)
-
-
-def _check_header(path: str) -> None:
-    """Refuse files that are not DuckDB before DuckDB tries to interpret (or extend) them."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(16)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read database file: {exc.strerror or exc}") from None
-    if head and head[8:12] != b"DUCK":
-        raise StoreError(f"{path}: not a DuckDB database file; pass a new --db path or remove the file")
 
 
 class Store:
@@ -91,15 +41,18 @@ class Store:
         self.after_commit: Callable[[], None] | None = None  # e.g. a throttled snapshot
         self._publisher: SnapshotPublisher | None = None
         self._writing: set[int] = set()  # runs this store made or resumed and has not finished
+        self._in_transaction = False
+        self._unannounced = False  # a run row readers' snapshot does not hold yet (see `_announce_run`)
+        check_folder(self.path)
         if read_only and not Path(self.path).exists():
             raise RunNotFound(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
-        _check_header(self.path)
+        check_header(self.path)
         self._created = not read_only and not Path(self.path).exists()  # removed again if nothing is written
         try:
             self.con = self._connect(read_only)
         except DatabaseLocked as locked:
             if not read_only:
-                raise _writer_locked(self.path, locked.pid, self._connect_snapshot) from None
+                raise writer_locked(self.path, locked.pid, self._connect_snapshot) from None
             found = open_snapshot(self.path, locked.pid, self._connect_snapshot)
             if found is None:
                 raise DatabaseLocked(f"{self.path}: database is locked by another writer"
@@ -125,7 +78,7 @@ class Store:
             return duckdb.connect(self.path, read_only=read_only, config={
                 "autoinstall_known_extensions": False, "autoload_known_extensions": False})
         except duckdb.Error as exc:
-            raise _open_error(self.path, exc) from None
+            raise open_error(self.path, exc) from None
 
     @staticmethod
     def _connect_snapshot(path: str) -> duckdb.DuckDBPyConnection:
@@ -221,15 +174,28 @@ class Store:
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """All statements inside commit together or not at all (rolled back on any exception, Ctrl-C included)."""
         self.con.execute("BEGIN TRANSACTION")
+        self._in_transaction = True
         try:
             yield self.con
             self.con.execute("COMMIT")  # inside: a signal that lands just before it still rolls back
         except BaseException:
+            self._unannounced = False  # a run row made inside is rolled back with it
             with contextlib.suppress(duckdb.Error):  # a COMMIT that failed has ended the transaction itself
                 self.con.execute("ROLLBACK")
             raise
+        finally:
+            self._in_transaction = False
+        self._announce_run()
         if self.after_commit is not None:
             self.after_commit()
+
+    def _announce_run(self) -> None:
+        """A new run's row, committed: published to readers now rather than with its first chunk, which may be
+        minutes away (models load, paths are probed first); until then `summary` could only say "no runs yet"."""
+        if self._unannounced and not self._in_transaction:
+            self._unannounced = False
+            if self._publisher is not None:
+                self._publisher.run_started()
 
     # -- runs -----------------------------------------------------------------------------------------------
     def create_run(self, kind: str, name: str | None, baseline_name: str, candidate_name: str,
@@ -251,6 +217,9 @@ class Store:
             [run_id, name or f"run-{run_id}", kind, _now(), baseline_name, candidate_name, baseline_source,
              candidate_source, baseline_fingerprint, candidate_fingerprint, json_text(options), __version__,
              matrix_id])
+        if matrix_id is None:  # the run readers are told is being written (a matrix's, not each member's)
+            self._unannounced = True
+            self._announce_run()  # at once, or when the transaction it was made in commits
         return run_id
 
     def write_rows(self, rows: RowBuffer) -> None:
@@ -293,6 +262,23 @@ class Store:
         for run_id in ids:
             LIVE.discard(live_key(self.path, run_id))
             self._writing.discard(run_id)
+
+    def discard_run(self, run_id: int) -> None:
+        """Delete a run and every row it wrote, in one transaction: for a command that failed before it measured
+        anything (a compare whose log held no usable call), which leaves nothing, as a failure before writing
+        does, instead of an `interrupted` run of 0 calls that `summary` would show as a result."""
+        tables = [t for (t,) in self.con.execute(
+            "SELECT DISTINCT c.table_name FROM information_schema.columns c JOIN information_schema.tables t "
+            "USING (table_schema, table_name) WHERE c.column_name = 'run_id' AND t.table_type = 'BASE TABLE' "
+            "AND c.table_schema = current_schema() AND c.table_name <> 'runs'").fetchall()]
+        with self.transaction() as con:
+            for table in sorted(tables):
+                con.execute(f'DELETE FROM "{table}" WHERE run_id = ?', [run_id])
+            con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+        LIVE.discard(live_key(self.path, run_id))
+        self._writing.discard(run_id)
+        if self.active_run == run_id:
+            self.active_run = None
 
     def confine(self) -> None:
         """No file, network or extension access for the rest of this connection, and no setting can change

@@ -22,10 +22,12 @@ def _slice(customer: str | None) -> tuple[str, list]:
 
 
 def list_runs(store: Store) -> tuple[list[str], list[tuple]]:
+    """Every run with its matched and drifted calls; a matrix run holds no calls of its own (its candidates' runs
+    do), so its counts are NULL rather than a misleading 0."""
     return store.query(f"""
         SELECT r.run_id, r.name, r.kind, r.status, r.matrix_id, r.created_at, r.baseline_name, r.candidate_name,
-               count(c.run_id) FILTER (c.{_MATCHED}) AS calls,
-               count(c.run_id) FILTER (c.drifted) AS drifted_calls
+               CASE WHEN any_value(r.kind) <> 'matrix' THEN count(c.run_id) FILTER (c.{_MATCHED}) END AS calls,
+               CASE WHEN any_value(r.kind) <> 'matrix' THEN count(c.run_id) FILTER (c.drifted) END AS drifted_calls
         FROM runs r LEFT JOIN calls c USING (run_id)
         GROUP BY ALL ORDER BY r.run_id""")
 
@@ -107,6 +109,16 @@ def call_count(store: Store, run_id: int) -> int:
     return store.query("SELECT count(*) FROM calls WHERE run_id = ?", [run_id])[1][0][0]
 
 
+def held_calls(store: Store, run_id: int) -> int:
+    """Every calls row of a run and, for a matrix, of its candidates' runs: 0 until its first chunk is stored."""
+    return store.query("SELECT count(*) FROM calls WHERE run_id = ? OR run_id IN (SELECT run_id FROM runs WHERE "
+                       "matrix_id = ?)", [run_id, run_id])[1][0][0]
+
+
+def run_count(store: Store) -> int:
+    return store.query("SELECT count(*) FROM runs")[1][0][0]
+
+
 def trace_error_count(store: Store, run_id: int) -> int:
     return store.query("SELECT count(*) FROM trace_errors WHERE run_id = ?", [run_id])[1][0][0]
 
@@ -146,6 +158,27 @@ def customer_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
         sessions_with_drift, observed_session_drift, compounded_session_drift_run_rates,
         compounded_session_drift_run_rates AS compounded_session_drift
         FROM customer_drift WHERE run_id = ? ORDER BY customer""", [run_id])
+
+
+def customer_session_lengths(store: Store, run_id: int) -> list[dict[str, Any]]:
+    """Per customer, matched calls per session over its sessions with a matched call (as `slice_counts`)."""
+    return store.rows("""SELECT coalesce(customer, '(none)') AS customer,
+        sum(matched_calls) / count(*) AS calls_per_session
+        FROM sessions WHERE run_id = ? AND matched_calls > 0 GROUP BY ALL""", [run_id])
+
+
+SPEED_COLUMNS = ("baseline_tokens_per_s", "candidate_tokens_per_s", "acceptance_rate", "tokens_per_forward_pass")
+
+
+def speed_row(store: Store, run_id: int, customer: str | None = None) -> dict[str, Any] | None:
+    """A run's (or one customer's) speed figures from the frontier views (`analysis.speed`), or None."""
+    columns = ", ".join(SPEED_COLUMNS)
+    if customer is None:
+        rows = store.rows(f"SELECT {columns} FROM frontier WHERE run_id = ?", [run_id])
+    else:
+        rows = store.rows(f"SELECT {columns} FROM customer_frontier WHERE run_id = ? AND customer = ?",
+                          [run_id, customer])
+    return rows[0] if rows else None
 
 
 def path_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
@@ -318,3 +351,17 @@ def tool_rows(store: Store, run_id: int, fold_unknown_tools: bool = False) -> li
         FROM calls WHERE run_id = ? AND {_MATCHED} GROUP BY 1 ORDER BY calls DESC, 1 NULLS LAST""",
                       [*params, run_id])
     return [{**row, "calls": int(row["calls"]), "drifted_calls": int(row["drifted_calls"])} for row in rows]
+
+
+# the store's own bookkeeping: no figures in it for a user's query
+_INTERNAL_TABLES = ("schema_migrations", "staged_results", "toolaudit_snapshot")
+
+
+def catalog(store: Store) -> tuple[list[str], list[str]]:
+    """(views, tables) a user's SQL can query, by name: `sql` lists them for an unknown table (DuckDB's own
+    suggestion is the nearest name in its catalog, often one of its system views such as pg_description)."""
+    rows = store.rows("SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = "
+                      "current_schema() ORDER BY table_name")
+    names = [r for r in rows if r["table_name"] not in _INTERNAL_TABLES]
+    return ([r["table_name"] for r in names if r["table_type"] == "VIEW"],
+            [r["table_name"] for r in names if r["table_type"] != "VIEW"])

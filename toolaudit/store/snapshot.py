@@ -7,8 +7,10 @@ copy holds committed chunks only) into a temporary file, then `os.replace`s it o
 the previous snapshot or the next, never a half-written one. Throttled so copying costs at most `max_share` of
 the run's time so far (the next copy's cost estimated from the file size and the last copy's speed, plus a
 small allowance so a small database is published at once), and copies are at least `min_interval_s` apart.
-A 100,000-call database (61 MB) copies in about 1 s on 2 cores: one snapshot per ~20 s of run. The snapshot
-is removed once the writer has closed the main file.
+A 100,000-call database (61 MB) copies in about 1 s on 2 cores: one snapshot per ~20 s of run. A new run's row
+is published once committed, the interval aside (`run_started`): models load and paths are probed before the
+first chunk, and until then readers would find no run. The snapshot is removed once the writer has closed the
+main file.
 
 Reader: the snapshot's note (table `toolaudit_snapshot`) says which process wrote it, when, and how far the run
 was. It is used only while that process holds the main file: after a kill -9 the main file opens again and the
@@ -82,9 +84,15 @@ class SnapshotPublisher:
         if self.due():
             self.publish()
 
-    def due(self) -> bool:
+    def run_started(self) -> None:
+        """A new run's row is committed: publish without waiting out the interval (the share still bounds the
+        cost), so that readers learn which run is being written before its first chunk is stored."""
+        if self.due(interval=False):
+            self.publish()
+
+    def due(self, interval: bool = True) -> bool:
         now = time.monotonic()
-        if now - self.last < self.min_interval_s:
+        if interval and now - self.last < self.min_interval_s:
             return False
         try:
             estimate = os.path.getsize(self.store.path) / self.bytes_per_s
