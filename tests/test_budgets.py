@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import line, tool_call, write_jsonl
 
-from toolaudit.analysis.budgets import changed_components, parse_proportion, routing_advice, session_upper
+from toolaudit.analysis.budgets import changed_components, parse_proportion, session_upper
+from toolaudit.analysis.routing import routing_advice
 from toolaudit.analysis.stats import wilson
 from toolaudit.cli import cli
 from toolaudit.compare.logs import CompareOptions, compare_logs

@@ -63,7 +63,7 @@ def test_check_and_frontier_judge_a_budget_by_the_same_rule(issue_db):
     assert gate.output.splitlines()[-1].startswith("rule: upper bound of the 95% Wilson interval: fails unless")
     overall = json.loads(table.output)["overall"]
     assert overall["budget"] == {"max_call_drift": 0.05, "max_session_drift": None, "max_shifted_calls": None,
-                                 "rule": "upper"}
+                                 "max_excess": None, "rule": "upper"}
     remedy = overall["remedies"][0]
     assert remedy["within_budget"] is False and remedy["budget_checks"][0]["figure"] == pytest.approx(0.0692, abs=1e-4)
     assert overall["recommendation"]["choice"] == "target-only"

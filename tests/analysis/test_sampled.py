@@ -226,9 +226,12 @@ def test_summary_json_of_a_sampled_run(sampled_db):
 def test_summary_text_of_a_sampled_run(sampled_db):
     out = invoke("summary", "--db", sampled_db["db"], "--run", str(sampled_db["run"]))
     assert out.exit_code == 0, out.output
-    head = next(line for line in out.output.splitlines() if line.startswith("sampled run:"))
-    assert head.startswith(f"sampled run: {N} samples per call; ") and "drift" not in head
-    assert "calls shifted (distribution_shift, BH q=0.05); global p = " in head
+    lines = out.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("sampled run:"))
+    head, counts = lines[at], lines[at + 1]
+    assert head.startswith("sampled run: shifted: ") and "drift" not in head  # the finding in words first
+    assert counts.startswith(f"  {N} samples per call; ")
+    assert "calls shifted (distribution_shift, BH q=0.05); global p = " in counts
     for text in ("power (80%", "schema-valid rate", "most-shifted calls", "FROM sampled_call_shifts"):
         assert text in out.output
     reach = next(line for line in out.output.splitlines() if "proposals accepted" in line)
@@ -281,3 +284,18 @@ def test_sampled_bounds_need_no_matched_sample_0(sampled_db):
     assert ok.exit_code == 0 and "0 of 6 calls tested shifted" in ok.output, ok.output
     greedy = invoke("check", "--db", db, "--run", run, "--max-shifted-calls", "100%", "--max-call-drift", "5%")
     assert greedy.exit_code == 2 and "has no matched calls" in greedy.output
+
+
+def test_a_sampled_slice_says_what_its_evidence_allows():
+    """The finding in words: a shift where a test rejects; no shift only where one call's test would see TV 0.5;
+    else inconclusive, with the samples per call a decision needs (N = 8 a side sees only TV >= 0.70)."""
+    from toolaudit.analysis.sampled import INCONCLUSIVE, NO_SHIFT, SHIFTED, verdict
+
+    eight = verdict(8, 4, 0, 0.723)
+    assert eight["state"] == INCONCLUSIVE and eight["text"].startswith("inconclusive: 8 samples per call cannot tell")
+    assert eight["detectable_tv"] == pytest.approx(0.70, abs=0.01) and eight["samples_needed"] > 8
+    assert f"N = {eight['samples_needed']} per call" in eight["text"]
+    enough = verdict(eight["samples_needed"], 4, 0, 0.5)
+    assert enough["state"] == NO_SHIFT and "can detect TV >= 0.50" in enough["text"]
+    assert verdict(8, 4, 1, 0.5)["state"] == SHIFTED and verdict(8, 4, 0, 0.01)["state"] == SHIFTED
+    assert verdict(64, 0, 0, None)["state"] == INCONCLUSIVE  # nothing tested: nothing shown

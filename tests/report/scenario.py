@@ -80,6 +80,7 @@ def build_db(tmp_path: Path, db_path: Path) -> None:
         # Decode evidence for the replayed customers only: Walrus stays a recorded log (no speed, no drafts).
         store.con.execute("""UPDATE outputs SET completion_tokens = 20,
                 latency_s = CASE side WHEN 'baseline' THEN 0.5 ELSE 0.25 END,
+                tokens_per_s = CASE side WHEN 'baseline' THEN 40.0 ELSE 80.0 END,
                 drafted_tokens = CASE side WHEN 'candidate' THEN 10 END,
                 accepted_tokens = CASE side WHEN 'candidate' THEN 6 END
             WHERE run_id = 1 AND session_id NOT LIKE 'walrus%'""")

@@ -10,13 +10,13 @@ engine failed) fail the gate unless allowed: the drift figures leave them out, s
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import orjson
 
 from toolaudit import ToolauditError
 from toolaudit.analysis.figures import RunFigures, run_figures, run_options
+from toolaudit.analysis.floor import is_noise_floor
 from toolaudit.analysis.regression import RULE_TEXT as INCREASE_RULE
 from toolaudit.analysis.regression import Regression, points, regression
 from toolaudit.analysis.rules import (
@@ -26,18 +26,20 @@ from toolaudit.analysis.rules import (
     Rule,
     judge_calls,
     judge_drop,
+    judge_excess,
     judge_sessions,
     judge_shifted,
+    parse_proportion,
     rule_line,
 )
 from toolaudit.analysis.rules import session_drift_at as session_upper  # the older name (tests, reports)
-from toolaudit.analysis.stats import Rate, pct
+from toolaudit.analysis.stats import pct
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 
 __all__ = ["EPS", "INCREASE_RULE", "Bounds", "CandidateGate", "Check", "GateResult", "GateUsageError",
            "NothingToCheck", "Verdict", "evaluate", "evaluate_candidates", "gate", "parse_proportion", "points",
-           "routing_advice", "session_upper"]
+           "session_upper"]
 
 
 class GateUsageError(ToolauditError):
@@ -46,27 +48,6 @@ class GateUsageError(ToolauditError):
 
 class NothingToCheck(ToolauditError):
     """The run exists but holds nothing to measure (no matched calls)."""
-
-
-def parse_proportion(text: str, points: bool = False) -> float:
-    """`0.015` or `1.5%` -> 0.015; with points=True also `0.5pp` (percentage points) -> 0.005.
-
-    Raises ValueError with a message that shows the accepted forms.
-    """
-    raw = str(text).strip().lower()
-    forms = "0.005, 0.5% or 0.5pp" if points else "0.015 or 1.5%"
-    scale = Decimal(1)
-    for suffix in (("%", "pp") if points else ("%",)):
-        if raw.endswith(suffix):
-            raw, scale = raw[: -len(suffix)].strip(), Decimal(100)
-            break
-    try:
-        value = Decimal(raw) / scale
-    except InvalidOperation:
-        raise ValueError(f"{text!r} is not a proportion; use {forms}") from None
-    if not value.is_finite() or value < 0 or value > 1:
-        raise ValueError(f"{text!r} is outside 0..1 (0%..100%); use {forms}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -81,6 +62,7 @@ class Bounds:
     session_calls: float | None = None  # session length for session budgets (default: see `session_length`)
     max_shifted_calls: float | None = None  # sampled runs: share of calls tested whose distribution shifted
     max_valid_drop: float | None = None  # sampled runs: baseline minus candidate schema-valid rate, paired by call
+    max_excess: float | None = None  # drift beyond the run's noise floor, paired by call: the candidate's own doing
 
     @property
     def sampled(self) -> bool:
@@ -93,8 +75,8 @@ class Bounds:
         if self.against is not None and self.max_increase is None:
             raise GateUsageError("--against needs --max-increase PP (the largest allowed rise in call drift)")
         if (self.max_call_drift is None and self.max_session_drift is None and self.against is None
-                and self.expect_fingerprint is None and not self.sampled):
-            raise GateUsageError("no bound given; pass --max-call-drift, --max-session-drift, "
+                and self.expect_fingerprint is None and not self.sampled and self.max_excess is None):
+            raise GateUsageError("no bound given; pass --max-call-drift, --max-session-drift, --max-excess, "
                                  "--against with --max-increase, --expect-fingerprint, or on a sampled run "
                                  "--max-shifted-calls or --max-valid-drop")
         if self.session_calls is not None and self.max_session_drift is None:
@@ -172,11 +154,22 @@ class GateResult:
 
 def session_length(figures: RunFigures, lengths: dict[str, Any] | None = None,
                    session_calls: float | None = None) -> float:
-    """The session length session budgets are judged at, as `frontier` picks it: `--session-calls`, else the
-    traces' own mean calls per session (a replay that sampled calls stores them), else the run's mean matched
-    calls per session."""
+    """The session length session budgets are judged at, as `frontier` picks it (`frontier.SessionLengths`):
+    `--session-calls`, else the traces' own mean calls per session (a replay that sampled calls stores them, on
+    the matrix run), else the run's mean matched calls per session."""
     traced = (lengths or {}).get("(all)")
     return float(session_calls or traced or figures.mean_calls_per_session or 1.0)
+
+
+def _traced_lengths(store: Store, figures: RunFigures) -> dict[str, Any] | None:
+    """The traces' session lengths for a run: its own options, else its matrix's (a matrix stores them once), so
+    `check --run MEMBER` judges sessions at the length `check` of the matrix and `frontier` use."""
+    lengths = figures.options.get("trace_session_calls")
+    if lengths is None:
+        matrix = store.run_row(figures.run_id).get("matrix_id")
+        if matrix is not None:
+            lengths = run_options(store.run_row(matrix)).get("trace_session_calls")
+    return lengths
 
 
 def evaluate(store: Store, run_id: int | None, bounds: Bounds, lengths: dict[str, Any] | None = None) -> GateResult:
@@ -189,13 +182,18 @@ def evaluate(store: Store, run_id: int | None, bounds: Bounds, lengths: dict[str
     if figures.rate.n == 0 and (greedy or bounds.against is not None):  # a sampled run's sample 0 may be cut
         raise NothingToCheck(f"run {figures.run_id} has no matched calls; nothing to check")
     if lengths is None:
-        lengths = figures.options.get("trace_session_calls")
+        lengths = _traced_lengths(store, figures)
     result = GateResult(figures, bounds.rule)
+    if is_noise_floor(store.run_row(figures.run_id)):  # asked for by id: gated, and said what it is
+        result.warnings.append(f"run {figures.run_id} decodes the baseline path again (a noise floor): what differs "
+                               "is batching noise, not a candidate's doing; a matrix's check skips it")
     if bounds.max_call_drift is not None:
         result.checks.append(_judged(judge_calls(figures.rate, bounds.max_call_drift, bounds.rule)))
     if bounds.max_session_drift is not None:
         length = session_length(figures, lengths, bounds.session_calls)
         result.checks.append(_judged(judge_sessions(figures.rate, length, bounds.max_session_drift, bounds.rule)))
+    if bounds.max_excess is not None:
+        result.checks.append(_excess(store, figures.run_id, bounds))
     if bounds.sampled:
         result.checks += _sampled_checks(store, figures.run_id, bounds)
     drift_budget = bounds.max_call_drift is not None or bounds.max_session_drift is not None
@@ -229,6 +227,8 @@ def evaluate_candidates(store: Store, run_id: int | None, bounds: Bounds) -> lis
     """Every candidate of a matrix run gated on the same bounds (a plain run: its one candidate)."""
     run = store.run_row(run_id)
     members = store.matrix_members(run["run_id"]) if run["kind"] == "matrix" else [run]
+    if run["kind"] == "matrix":  # the noise floor is the candidates' reference, never gated as one of them
+        members = [m for m in members if not is_noise_floor(m)]
     lengths = run_options(run).get("trace_session_calls")  # a matrix stores them once, on the matrix run
     return [CandidateGate(m["candidate_name"], m["run_id"], evaluate(store, m["run_id"], bounds, lengths))
             for m in members]
@@ -265,7 +265,11 @@ class Verdict:
     def rule_lines(self) -> list[str]:
         """Which rules decided: the budgets' rule, and the --against test when one was asked for."""
         names = {c.name for g in self.gates for c in g.result.checks}
-        lines = [rule_line(self.rule)] if names & {"call_drift", "session_drift", "shifted_calls", "valid_drop"} else []
+        wilson = {"call_drift", "session_drift", "shifted_calls"}  # one rule line per kind of interval judged
+        lines = [rule_line(self.rule)] if names & wilson else []
+        if "excess" in names:
+            lines.append(f"rule (--max-excess): the {self.rule.label} of the 95% paired interval (Agresti-Min) of "
+                         "the candidate's drift minus its noise floor's on the same calls, not a Wilson interval")
         if "valid_drop" in names:
             lines.append(f"rule (--max-valid-drop): the {self.rule.label} of the 95% t interval of the per-call "
                          "differences (baseline - candidate schema-valid share), not a Wilson interval")
@@ -291,6 +295,31 @@ def _judged(j: Judged) -> Check:
     point = "" if j.rule is Rule.POINT else f"point {pct(j.estimate)}, "
     return Check(j.name, j.ok, f"{j.what} {pct(j.figure)} {'<=' if j.ok else '>'} max {pct(j.threshold)} "
                                f"({point}95% CI {pct(j.low)}-{pct(j.high)})", judged=j)
+
+
+def _excess(store: Store, run_id: int, bounds: Bounds) -> Check:
+    """--max-excess: the run's drift beyond its noise floor, paired by call, judged by the rule like every budget;
+    a usage error for a run replayed without a floor."""
+    from toolaudit.analysis.floor import floor_figures
+
+    f = floor_figures(store, run_id)
+    if f is None:
+        raise GateUsageError(f"--max-excess: run {run_id} has no noise floor to measure an excess against (replay "
+                             "with --noise-floor; on in `toolaudit demo`)")
+    if not f.calls:
+        raise NothingToCheck(f"run {run_id} shares no matched call with its noise floor (run {f.floor_run_id})")
+    j = judge_excess(f.excess, bounds.max_excess, bounds.rule)
+    point = "" if j.rule is Rule.POINT else f"point {_signed(j.estimate)}, "
+    return Check("excess", j.ok, f"{j.what} {_signed(j.figure)} {'<=' if j.ok else '>'} max {_signed(j.threshold)} "
+                                 f"({point}95% CI {_signed(j.low)} to {_signed(j.high)}; {f.only_candidate} drifted on "
+                                 f"the candidate only, {f.only_floor} on the floor {f.floor_path} only, paired on "
+                                 f"{f.calls} calls)", judged=j,
+                 detail={"floor_run_id": f.floor_run_id, "only_candidate": f.only_candidate,
+                         "only_floor": f.only_floor, "both": f.both, "paired_calls": f.calls})
+
+
+def _signed(x: float) -> str:
+    return f"{x * 100 + 0.0:+.2f}pp"  # + 0.0: no "-0.00"
 
 
 def _sampled_checks(store: Store, run_id: int, bounds: Bounds) -> list[Check]:
@@ -408,40 +437,3 @@ def _components_of(store: Store, fingerprint: str, exclude_run: int) -> tuple[in
             if fingerprint_matches(run[f"{side}_fingerprint"], fingerprint) and isinstance(components, dict):
                 return run["run_id"], components
     return None
-
-
-# -- routing advice (reports) --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Advice:
-    """Whether one slice of traffic (a customer, or one of its tools) may use the candidate path."""
-
-    scope: str
-    calls: int
-    drift_rate: float
-    ci_high: float
-    session_upper: float | None
-    within_call_budget: bool | None
-    within_session_budget: bool | None
-    verdict: str  # "candidate ok" | "target-only"
-    reason: str
-
-
-def routing_advice(scope: str, rate: Rate, max_call_drift: float | None, max_session_drift: float | None,
-                   session_calls: float) -> Advice:
-    """Judge one slice on the Wilson upper bound (the default rule, `rules.py`): target-only unless the data
-    show it is within budget."""
-    sess = session_upper(rate.high, session_calls) if max_session_drift is not None else None
-    call_ok = None if max_call_drift is None else rate.high <= max_call_drift + EPS
-    sess_ok = None if sess is None or max_session_drift is None else sess <= max_session_drift + EPS
-    if rate.n == 0:
-        return Advice(scope, 0, 0.0, 1.0, sess, None, None, "target-only", "no calls measured")
-    if call_ok is not False and sess_ok is not False:
-        return Advice(scope, rate.n, rate.p, rate.high, sess, call_ok, sess_ok, "candidate ok",
-                      "95% upper bound within budget")
-    point_over = ((max_call_drift is not None and rate.p > max_call_drift + EPS)
-                  or (max_session_drift is not None
-                      and session_upper(rate.p, session_calls) > max_session_drift + EPS))
-    reason = "drift over budget" if point_over else "not enough calls to show it is within budget"
-    return Advice(scope, rate.n, rate.p, rate.high, sess, call_ok, sess_ok, "target-only", reason)
-

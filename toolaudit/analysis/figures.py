@@ -95,7 +95,7 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
     rid = run["run_id"]
     f = slice_figures(store, rid)
     unmatched = q.status_counts(store, rid)
-    paths = q.path_rows(store, rid)
+    paths = _paths(store, rid)
     by_side = {p["side"]: p for p in paths}
     speedup = None
     if by_side.get("baseline", {}).get("tokens_per_s") and by_side.get("candidate", {}).get("tokens_per_s"):
@@ -103,6 +103,7 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
     margins = q.margin_evidence(store, rid)
     counts = orjson.loads(run["counts"]) if run["counts"] else None
     fold = folds_unknown_tools(run)
+    recorded = recorded_session_lengths(store, run)
     return {
         "run_id": rid,
         "run_name": run["name"],
@@ -134,13 +135,16 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "compounded_session_drift_run_rates": f.compounded_run_rates or 0.0,
         "compounded_session_drift": f.compounded_run_rates or 0.0,  # deprecated name (one release)
         "mean_calls_per_session": f.mean_calls_per_session,
+        # the two session lengths, named apart everywhere they appear (`session_lengths`)
+        "calls_per_session_replayed": f.mean_calls_per_session,
+        "calls_per_session_recorded": recorded.get("(all)"),
         "expected_session_drift": [{"calls": n, "p": p} for n, p in expected_session_drift(f.rate.p)],
         "paths": paths,
         "speedup": speedup,
         "drifted_with_token_evidence": margins["with_evidence"],
         "median_drift_margin": margins["median_margin"],
         "worst_example": q.worst_example(store, rid),
-        "customers": _with_floors(store, rid, q.customer_rows(store, rid)),
+        "customers": _with_lengths(_with_floors(store, rid, q.customer_rows(store, rid)), store, rid, recorded),
         "counts": counts,
         "noise_floor_run": _is_floor_run(run),
         "tool_key": tool_key(store, run),
@@ -150,6 +154,43 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
         "sampling": sampling(run),
         **_sampled(store, run),
     }
+
+
+def _paths(store: Store, run_id: int) -> list[dict[str, Any]]:
+    """The run's paths (`path_performance`: calls, wall time, errors) with the speed every view shows
+    (`analysis.speed`) where the run has one."""
+    from toolaudit.analysis.speed import speed
+
+    figures = speed(store, run_id)
+    paths = q.path_rows(store, run_id)
+    if figures.baseline_tokens_per_s is None and figures.candidate_tokens_per_s is None:
+        return paths
+    for p in paths:
+        p["tokens_per_s"] = getattr(figures, f"{p['side']}_tokens_per_s")
+        if p["side"] == "candidate":
+            p["acceptance_rate"], p["tokens_per_forward_pass"] = (figures.acceptance_rate,
+                                                                  figures.tokens_per_forward_pass)
+    return paths
+
+
+def recorded_session_lengths(store: Store, run: dict) -> dict[str, float]:
+    """The traces' own mean calls per session (`{"(all)": ..., customer: ...}`), stored by a replay that sampled
+    calls (on its matrix run when it has one); {} for other runs. Beside it every view shows the length as
+    replayed (matched calls per session in the run): two figures, two names."""
+    lengths = run_options(run).get("trace_session_calls")
+    if lengths is None and run.get("matrix_id") is not None:
+        lengths = run_options(store.run_row(run["matrix_id"])).get("trace_session_calls")
+    return dict(lengths or {})
+
+
+def _with_lengths(customers: list[dict[str, Any]], store: Store, run_id: int,
+                  recorded: dict[str, float]) -> list[dict[str, Any]]:
+    """Each customer's row with both session lengths (replayed: its matched calls per session here)."""
+    replayed = {r["customer"]: r["calls_per_session"] for r in q.customer_session_lengths(store, run_id)}
+    for row in customers:
+        row.update(calls_per_session_replayed=replayed.get(row["customer"]),
+                   calls_per_session_recorded=recorded.get(row["customer"]))
+    return customers
 
 
 def _sampled(store: Store, run: dict) -> dict[str, Any]:

@@ -2,6 +2,11 @@
 with its drift, the session drift it implies, its speed against the shared baseline, whether it is
 Pareto-optimal, and, given a drift budget, the remedy to use for a slice of traffic.
 
+The noise floor (the baseline decoded again with other batch neighbours, or other seeds when sampled) is a
+measurement, never a remedy: it is not listed, ranked, judged or recommended. It stands beside the candidates as
+`Frontier.floor`, and each candidate carries its excess over it (paired by call, with a 95% interval), which a
+budget can bound (`Budget.max_excess`, judged by the same rule as the other budgets).
+
 The recommendation is judged by the one gate rule `check` uses (`rules.py`): by default the 95% Wilson upper
 bound (sessions: 1 - (1 - upper)^calls per session), as the routing advice is: a candidate is used only when the
 data show it is within budget (`Budget.rule` picks the point estimate or the lower bound). Among those, the
@@ -25,20 +30,21 @@ from dataclasses import dataclass, replace
 
 from toolaudit import StoreError
 from toolaudit.analysis.figures import run_options
-from toolaudit.analysis.floor import is_noise_floor
+from toolaudit.analysis.floor import floor_figures, is_noise_floor
 from toolaudit.analysis.rules import (
     DEFAULT_RULE,
     EPS,
     Judged,
     Rule,
     judge_calls,
+    judge_excess,
     judge_sessions,
     judge_shifted,
     session_drift_at,
 )
 from toolaudit.analysis.runs import is_sampled
 from toolaudit.analysis.sampled import NotSampled, SampledSlice, sampled_slices
-from toolaudit.analysis.stats import Rate, wilson
+from toolaudit.analysis.stats import Difference, Rate, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 
@@ -51,14 +57,17 @@ class Budget:
     max_session_drift: float | None = None
     rule: Rule = DEFAULT_RULE
     max_shifted_calls: float | None = None  # a sampled matrix: the share of calls tested whose distribution shifted
+    max_excess: float | None = None  # drift beyond the noise floor, paired by call (needs a floor in the matrix)
 
     @property
     def given(self) -> bool:
-        return any(x is not None for x in (self.max_call_drift, self.max_session_drift, self.max_shifted_calls))
+        return any(x is not None for x in (self.max_call_drift, self.max_session_drift, self.max_shifted_calls,
+                                           self.max_excess))
 
     def as_dict(self) -> dict:
         return {"max_call_drift": self.max_call_drift, "max_session_drift": self.max_session_drift,
-                "max_shifted_calls": self.max_shifted_calls, "rule": self.rule.value}
+                "max_shifted_calls": self.max_shifted_calls, "max_excess": self.max_excess,
+                "rule": self.rule.value}
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,7 @@ class Remedy:
     rate: Rate  # drifted of matched calls, 95% Wilson interval
     sessions: int
     observed_session_drift: float | None
-    session_calls: float  # the session length the session figures are computed for
+    session_calls: float  # the session length the session figures are computed for (`session_calls_source`)
     session_drift: float  # 1 - (1 - p)^session_calls
     session_drift_high: float  # the same from the interval's upper bound
     baseline_tokens_per_s: float | None
@@ -83,6 +92,10 @@ class Remedy:
     judged: tuple[Judged, ...] = ()  # each budget as the rule judged it
     noise_floor: bool = False  # the baseline against itself (batch neighbours, or other seeds when sampled)
     sampled: SampledSlice | None = None  # a sampled matrix: the distribution figures on this slice
+    calls_per_session_replayed: float | None = None  # matched calls per session in this run
+    calls_per_session_recorded: float | None = None  # the traces' own, before a replay sampled calls
+    session_calls_source: str = "replayed"  # "given" (--session-calls) | "recorded" | "replayed"
+    excess: Difference | None = None  # drift beyond the noise floor on the same calls, paired (None: no floor)
 
     @property
     def gate_rate(self) -> Rate:
@@ -90,10 +103,13 @@ class Remedy:
         return self.sampled.shifted if self.sampled is not None else self.rate
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("rate", "judged", "sampled")}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("rate", "judged", "sampled", "excess")}
+        e = self.excess
         out.update(calls=self.rate.n, drifted_calls=self.rate.k, drift_rate=self.rate.p, ci_low=self.rate.low,
                    ci_high=self.rate.high, budget_checks=[j.as_dict() for j in self.judged],
-                   sampled=None if self.sampled is None else self.sampled.as_dict())
+                   sampled=None if self.sampled is None else self.sampled.as_dict(),
+                   excess=None if e is None else e.estimate, excess_ci_low=None if e is None else e.low,
+                   excess_ci_high=None if e is None else e.high)
         return out
 
 
@@ -106,7 +122,8 @@ class Recommendation:
 
 @dataclass(frozen=True)
 class Frontier:
-    """The remedies for one slice of a matrix (all traffic when `customer` is None)."""
+    """The remedies for one slice of a matrix (all traffic when `customer` is None), and the noise floor beside
+    them (`floor`: a measurement, not among `remedies`)."""
 
     matrix_id: int
     baseline: str
@@ -116,17 +133,19 @@ class Frontier:
     recommendation: Recommendation | None
     sampled: bool = False  # a sampled matrix: judged on shifted calls (`max_shifted_calls`)
     budget_hint: str | None = None  # a sampled matrix: which budget to give (or which budgets it does not use)
+    floor: Remedy | None = None  # the noise floor's own figures on this slice, the candidates' reference
 
     @property
     def calibration(self) -> Remedy | None:
         """A sampled matrix's noise floor, the row that says what no shift looks like at this N."""
-        return next((r for r in self.remedies if r.noise_floor and r.sampled is not None), None)
+        return self.floor if self.floor is not None and self.floor.sampled is not None else None
 
     def as_dict(self) -> dict:
         calibration = self.calibration
         return {"matrix_id": self.matrix_id, "baseline": self.baseline, "customer": self.customer,
                 "budget": self.budget.as_dict(), "sampled": self.sampled,
                 "remedies": [r.as_dict() for r in self.remedies],
+                "noise_floor": None if self.floor is None else self.floor.as_dict(),
                 "calibration": None if calibration is None else {"candidate": calibration.candidate,
                                                                  "run_id": calibration.run_id,
                                                                  **calibration.sampled.as_dict()},
@@ -168,30 +187,46 @@ def frontier(store: Store, run_id: int | None, customer: str | None = None, budg
     if not rows:
         where = f" for customer {customer!r}" if customer is not None else ""
         raise StoreError(f"run {run['run_id']} has no matched calls{where} to put on a frontier")
-    if session_calls is None:  # a replay that sampled calls knows its traces' real session lengths
-        lengths = run_options(run).get("trace_session_calls") or {}
-        session_calls = lengths.get("(all)" if customer is None else customer)
+    lengths = SessionLengths.of(run, customer, session_calls)
     members = _members(store, run)
+    floor_run = next((m for m in members.values() if is_noise_floor(m)), None)
+    if budget.max_excess is not None and floor_run is None:
+        raise NoFloor(f"run {run['run_id']} has no noise floor to measure an excess against: --max-excess needs a "
+                      "replay with --noise-floor (on in `toolaudit demo`)")
     slices = slices if slices is not None else _sampled_slices(store, members, [customer])
+
+    def excess(rid: int):
+        if floor_run is None or rid == floor_run["run_id"]:
+            return None
+        f = floor_figures(store, rid, customer, floor_run)
+        return None if f is None or not f.calls else f.excess
+
     if slices is None:
         if budget.max_shifted_calls is not None:
             raise NotSampled(f"run {run['run_id']} is not a sampled run: --max-shifted-calls judges sampled runs "
                              "(replay with --samples N at temperature > 0); use --max-call-drift here")
-        remedies = [_remedy(row, budget, session_calls) for row in rows]
-        recommendation = recommend(remedies, budget) if budget.given else None
-        return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation)
-    remedies = _sampled_pareto([_remedy(row, budget, session_calls, members.get(row["run_id"]),
-                                        slices.get(row["run_id"], {}).get(customer)) for row in rows])
+        everyone = [_remedy(row, budget, lengths, members.get(row["run_id"]), None, excess(row["run_id"]))
+                    for row in rows]
+        remedies = _pareto([r for r in everyone if not r.noise_floor])
+        floor = next((r for r in everyone if r.noise_floor), None)
+        recommendation = recommend(remedies, budget) if budget.given and remedies else None
+        return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation,
+                        floor=floor)
+    everyone = _sampled_pareto([_remedy(row, budget, lengths, members.get(row["run_id"]),
+                                        slices.get(row["run_id"], {}).get(customer), excess(row["run_id"]))
+                                for row in rows])
+    remedies = [r for r in everyone if not r.noise_floor]
+    floor = next((r for r in everyone if r.noise_floor), None)
     recommendation, notes = None, []
     if budget.max_call_drift is not None or budget.max_session_drift is not None:
         notes.append("--max-call-drift and --max-session-drift are not used on a sampled matrix: they judge sample "
                      "0's drift, which at temperature > 0 is sampling noise")
-    if budget.max_shifted_calls is not None:
-        recommendation = recommend([r for r in remedies if not r.noise_floor], budget)
-    else:
-        notes.append(_budget_hint(remedies, budget))
+    if budget.max_shifted_calls is not None and remedies:
+        recommendation = recommend(remedies, budget)
+    elif budget.max_shifted_calls is None:
+        notes.append(_budget_hint(remedies, floor, budget))
     return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation, True,
-                    "; ".join(notes) or None)
+                    "; ".join(notes) or None, floor)
 
 
 def customer_frontiers(store: Store, run_id: int | None, budget: Budget | None = None,
@@ -203,11 +238,12 @@ def customer_frontiers(store: Store, run_id: int | None, budget: Budget | None =
     return [frontier(store, run["run_id"], c, budget, session_calls, slices) for c in customers]
 
 
-def _budget_hint(remedies: list[Remedy], budget: Budget) -> str:
+def _budget_hint(remedies: list[Remedy], floor: Remedy | None, budget: Budget) -> str:
     """Which budget a sampled matrix needs, and the smallest one the data can pass: the noise floor's bound (what
     the baseline against itself reaches at this N and call count), else that of a candidate with no shifted call."""
-    floor = next((r for r in remedies if r.noise_floor and r.sampled is not None), None)
-    tested = max((r.sampled.shifted.n for r in remedies if r.sampled is not None), default=0)
+    floor = floor if floor is not None and floor.sampled is not None else None
+    tested = max((r.sampled.shifted.n for r in [*remedies, *([floor] if floor else [])] if r.sampled is not None),
+                 default=0)
     if floor is not None and floor.sampled.shifted.n:
         bound = budget.rule.of(floor.sampled.shifted)
         least = f"the noise floor ({floor.candidate}) reaches {100 * bound:.2f}% on its {budget.rule.label}"
@@ -237,10 +273,53 @@ def _sampled_pareto(remedies: list[Remedy]) -> list[Remedy]:
     return out
 
 
-def _remedy(row: dict, budget: Budget, session_calls: float | None, member: dict | None = None,
-            sampled: SampledSlice | None = None) -> Remedy:
+def _pareto(remedies: list[Remedy]) -> list[Remedy]:
+    """Pareto-optimality on drift and speed among the candidates (the noise floor is none of them): no other
+    candidate, nor the baseline (no drift, 1.0x), at least as good on both and better on one. None where speed
+    was not measured (recorded logs)."""
+    points = [(r, r.rate.p, r.speedup) for r in remedies if r.speedup is not None]
+    out = []
+    for r in remedies:
+        if r.speedup is None:
+            out.append(replace(r, pareto=None))
+            continue
+        drift, speed = r.rate.p, r.speedup
+        beaten = speed <= 1 and (drift > 0 or speed < 1)
+        beaten = beaten or any(o is not r and d <= drift and v >= speed and (d < drift or v > speed)
+                               for o, d, v in points)
+        out.append(replace(r, pareto=not beaten))
+    return out
+
+
+class NoFloor(StoreError):
+    """A budget on the excess over the noise floor, for a run that has no floor."""
+
+
+@dataclass(frozen=True)
+class SessionLengths:
+    """The session length session figures use, and both lengths a slice has: as replayed (matched calls per
+    session here) and as recorded (the traces' own, stored by a replay that sampled calls)."""
+
+    given: float | None
+    recorded: float | None
+
+    @staticmethod
+    def of(run: dict, customer: str | None, given: float | None) -> SessionLengths:
+        traced = run_options(run).get("trace_session_calls") or {}
+        return SessionLengths(given, traced.get("(all)" if customer is None else customer))
+
+    def pick(self, replayed: float | None) -> tuple[float, str]:
+        if self.given is not None:
+            return float(self.given), "given"
+        if self.recorded is not None:
+            return float(self.recorded), "recorded"
+        return float(replayed or 1.0), "replayed"
+
+
+def _remedy(row: dict, budget: Budget, lengths: SessionLengths, member: dict | None = None,
+            sampled: SampledSlice | None = None, excess: Difference | None = None) -> Remedy:
     rate = wilson(row["drifted_calls"], row["calls"])
-    length = float(session_calls or row["mean_calls_per_session"] or 1.0)
+    length, source = lengths.pick(row["mean_calls_per_session"])
     floor = member is not None and is_noise_floor(member)
     judged = []
     if sampled is not None:  # sample 0's drift is noise: a sampled candidate is judged on its shifted calls
@@ -251,11 +330,20 @@ def _remedy(row: dict, budget: Budget, session_calls: float | None, member: dict
             judged.append(judge_calls(rate, budget.max_call_drift, budget.rule))
         if budget.max_session_drift is not None:
             judged.append(judge_sessions(rate, length, budget.max_session_drift, budget.rule))
+    if budget.max_excess is not None and not floor:
+        if excess is None:
+            raise NoFloor(f"run {row['run_id']} ({row['candidate']}) shares no matched call with its noise floor: "
+                          "no excess to judge")
+        judged.append(judge_excess(excess, budget.max_excess, budget.rule))
+    if floor:
+        judged = []
+    replayed = None if row["mean_calls_per_session"] is None else float(row["mean_calls_per_session"])
     return Remedy(row["run_id"], row["candidate"], rate, row["sessions"] or 0, row["observed_session_drift"],
                   length, session_drift_at(rate.p, length), session_drift_at(rate.high, length),
                   row["baseline_tokens_per_s"], row["candidate_tokens_per_s"], row["speedup"],
                   row["acceptance_rate"], row["tokens_per_forward_pass"], row["pareto"],
-                  all(j.ok for j in judged) if judged else None, tuple(judged), floor, sampled)
+                  None if floor else (all(j.ok for j in judged) if judged else None), tuple(judged), floor, sampled,
+                  replayed, lengths.recorded, source, excess)
 
 
 def recommend(remedies: list[Remedy], budget: Budget) -> Recommendation:

@@ -27,15 +27,13 @@ import orjson
 
 from toolaudit import RunNotFound
 from toolaudit.analysis.budgets import changed_components
-from toolaudit.analysis.figures import slice_figures
+from toolaudit.analysis.figures import recorded_session_lengths, slice_figures
 from toolaudit.analysis.floor import floor_figures, is_noise_floor
 from toolaudit.analysis.rules import DEFAULT_RULE, Rule, judge_calls
 from toolaudit.analysis.runs import run_options
 from toolaudit.analysis.stats import newcombe, wilson
 from toolaudit.store import Store
 from toolaudit.store import history as hq
-from toolaudit.store import queries as q
-from toolaudit.store import report_queries as rq
 
 SIDES = ("candidate", "baseline")
 CONFIG, DECISIONS, NUMERICS = "config", "decisions", "numerics"
@@ -222,6 +220,11 @@ def _figures(store: Store, run: dict, customer: str | None, budget: float | None
         "calls": rate.n, "drifted_calls": rate.k, "drift_rate": rate.p if rate.n else None,
         "ci_low": rate.low if rate.n else None, "ci_high": rate.high if rate.n else None,
         "session_drift": session, "observed_session_drift": f.observed_session_drift, "sessions": f.sessions,
+        # `session_drift` named as every other view names it (a customer's: its own tool rates)
+        ("compounded_session_drift_own_rates" if customer is not None else "compounded_session_drift_run_rates"):
+            session,
+        "calls_per_session_replayed": f.mean_calls_per_session if f.sessions else None,
+        "calls_per_session_recorded": recorded_session_lengths(store, run).get(customer or "(all)"),
         **speed,
         "floor_run_id": None if floor is None else floor.floor_run_id,
         "floor_drift_rate": None if floor is None or not floor.calls else floor.floor.p,
@@ -234,24 +237,11 @@ def _figures(store: Store, run: dict, customer: str | None, budget: float | None
 
 
 def _speed(store: Store, rid: int, customer: str | None) -> dict[str, Any]:
-    """Tokens/s of both paths and the candidate's acceptance: the run's `path_performance` rows, or for a customer
-    the same figures from that customer's outputs only (as the customer's report computes them)."""
-    tps: dict[str, float | None] = {}
-    acceptance = None
-    if customer is None:
-        for p in q.path_rows(store, rid):
-            tps[p["side"]] = p["tokens_per_s"]
-            if p["side"] == "candidate":
-                acceptance = p["acceptance_rate"]
-    else:
-        for p in rq.path_rows(store, rid, customer):
-            timed = p["timed_tokens"] / p["timed_s"] if p.get("timed_tokens") and p.get("timed_s") else None
-            tps[p["side"]] = float(timed) if timed is not None else p.get("mean_tokens_per_s")
-            if p["side"] == "candidate" and p.get("drafted"):
-                acceptance = (p["accepted"] or 0) / p["drafted"]
-    base, cand = tps.get("baseline"), tps.get("candidate")
-    return {"acceptance_rate": acceptance, "baseline_tokens_per_s": base, "candidate_tokens_per_s": cand,
-            "speedup": cand / base if base and cand else None}
+    """Tokens/s of both paths and the candidate's acceptance, as every command shows them (`analysis.speed`)."""
+    from toolaudit.analysis.speed import speed
+
+    figures = speed(store, rid, customer).as_dict()
+    return {k: figures[k] for k in ("acceptance_rate", "baseline_tokens_per_s", "candidate_tokens_per_s", "speedup")}
 
 
 def _explain(row: HistoryRow, before: HistoryRow) -> None:

@@ -20,10 +20,11 @@ L calls, with p the same end of the interval (it assumes calls drift independent
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import Any
 
-from toolaudit.analysis.stats import Rate
+from toolaudit.analysis.stats import Difference, Rate
 
 # Float slack when comparing a measured figure with a bound: 1.50% measured against "max 1.5%" passes.
 EPS = 1e-12
@@ -79,7 +80,7 @@ def session_drift_at(p_call: float, calls_per_session: float) -> float:
 class Judged:
     """One budget judged by a rule: the figure with its interval, the value the rule compared, the verdict."""
 
-    name: str  # "call_drift" | "session_drift" | "shifted_calls" | "valid_drop" (sampled runs)
+    name: str  # "call_drift" | "session_drift" | "excess" | "shifted_calls" | "valid_drop" (sampled runs)
     rule: Rule
     estimate: float
     low: float
@@ -128,3 +129,33 @@ def judge_sessions(rate: Rate, calls_per_session: float, threshold: float, rule:
     figure = session_drift_at(rule.of(rate), calls_per_session)
     return Judged("session_drift", rule, at[0], at[1], at[2], figure, threshold, figure <= threshold + EPS,
                   calls_per_session)
+
+
+def judge_excess(excess: Difference, threshold: float, rule: Rule = DEFAULT_RULE) -> Judged:
+    """A budget on the candidate's own doing: its drift beyond the noise floor, paired by call (candidate-only
+    minus floor-only drifted calls over the calls both matched), the same end of its 95% interval as every
+    budget. Drift the floor shows too is batching noise, not the candidate's."""
+    figure = rule.pick(excess.estimate, excess.low, excess.high)
+    return Judged("excess", rule, excess.estimate, excess.low, excess.high, figure, threshold,
+                  figure <= threshold + EPS, label="excess over the noise floor")
+
+
+def parse_proportion(text: str, points: bool = False) -> float:
+    """`0.015` or `1.5%` -> 0.015; with points=True also `0.5pp` (percentage points) -> 0.005.
+
+    Raises ValueError with a message that shows the accepted forms.
+    """
+    raw = str(text).strip().lower()
+    forms = "0.005, 0.5% or 0.5pp" if points else "0.015 or 1.5%"
+    scale = Decimal(1)
+    for suffix in (("%", "pp") if points else ("%",)):
+        if raw.endswith(suffix):
+            raw, scale = raw[: -len(suffix)].strip(), Decimal(100)
+            break
+    try:
+        value = Decimal(raw) / scale
+    except InvalidOperation:
+        raise ValueError(f"{text!r} is not a proportion; use {forms}") from None
+    if not value.is_finite() or value < 0 or value > 1:
+        raise ValueError(f"{text!r} is outside 0..1 (0%..100%); use {forms}")
+    return float(value)

@@ -29,6 +29,32 @@ from toolaudit.store.queries import path_rows
 SEED = 0  # the global tests' permutations: a summary of the same rows reads the same every time
 TOP = 5  # most-shifted calls and argument values shown
 POWER_TV = 0.2  # the TV distance `samples_needed` is quoted for
+# A slice with no shift is "inconclusive" unless one call's test would see a shift of this TV with 80% power: a
+# test that cannot see half a call's outcomes move has not shown that nothing moved (N = 8 a side sees 0.70).
+DECIDING_TV = 0.5
+SHIFTED, NO_SHIFT, INCONCLUSIVE = "shifted", "no shift detected", "inconclusive"
+
+
+def verdict(samples_per_call: int, tested: int, shifted: int, global_p: float | None) -> dict[str, Any]:
+    """A sampled slice's finding in words (a run, a customer, a tool): `shifted` when a call's test rejects (BH
+    q=0.05) or the slice's global test does (p < 0.05); else `no shift detected` when one call's test detects a
+    shift of TV >= `DECIDING_TV` with 80% power (saying the smallest TV it detects), else `inconclusive`, with the
+    samples per call a decision at that TV needs. Sample 0's drift is never the finding: it is sampling noise."""
+    needed = dist.samples_needed(DECIDING_TV)
+    tv = dist.power(samples_per_call, max(tested, 1)).per_call_tv
+    if tested and (shifted or (global_p is not None and global_p < dist.ALPHA)):
+        state = SHIFTED
+        text = (f"shifted: {shifted} of {tested} calls' outcome distributions moved" if shifted else
+                f"shifted: no single call, but the global test rejects (p = {global_p:.3g})")
+    elif tested and tv is not None and tv <= DECIDING_TV:
+        state, text = NO_SHIFT, f"no shift detected (this run can detect TV >= {tv:.2f} in a call)"
+    else:
+        why = "no call has 2 usable samples a side" if not tested else (
+            f"a call's test misses shifts under TV {tv:.2f}" if tv is not None else "no TV is detectable")
+        state = INCONCLUSIVE
+        text = (f"inconclusive: {samples_per_call} samples per call cannot tell ({why}; TV {DECIDING_TV:g} needs "
+                f"N = {needed} per call)")
+    return {"state": state, "text": text, "detectable_tv": tv, "samples_needed": needed}
 LOW_ACCEPTANCE = 0.05  # under this share of proposals accepted, a clean sampled run says little about the sampler
 ABSENT = "(absent)"  # an argument a sample's call leaves out: a value of its own
 
@@ -211,7 +237,7 @@ def _most_shifted(calls: list[_Call], top: int = TOP) -> list[dict[str, Any]]:
     return out
 
 
-def _slices(calls: list[_Call], key: str, tests: dict) -> list[dict[str, Any]]:
+def _slices(calls: list[_Call], key: str, tests: dict, n: int) -> list[dict[str, Any]]:
     """Per tool (the baseline's most frequent) or customer: calls, tested, shifted (the run-wide BH verdicts) and
     the slice's own global test."""
     groups: dict[str, list[_Call]] = {}
@@ -220,8 +246,10 @@ def _slices(calls: list[_Call], key: str, tests: dict) -> list[dict[str, Any]]:
     out = []
     for name, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         rate = _shifted_rate(members)
+        p = tests[(key, name)].p_value
         out.append({key: name, "calls": len(members), "calls_tested": rate.n, "shifted_calls": rate.k,
-                    "shifted_share": rate.p if rate.n else None, "global_p": tests[(key, name)].p_value})
+                    "shifted_share": rate.p if rate.n else None, "global_p": p,
+                    "verdict": verdict(n, rate.n, rate.k, p)})
     return out
 
 
@@ -246,6 +274,7 @@ def _figures(calls: list[_Call], n: int, g: dist.GlobalTest) -> dict[str, Any]:
         "median_tv": statistics.median(tvs) if tvs else None,
         "power": {**dist.power(n, rate.n).as_dict(), "tv": POWER_TV,
                   "samples_needed_per_call": dist.samples_needed(POWER_TV)},
+        "verdict": verdict(n, rate.n, rate.k, g.p_value),
         "paired": {"schema_valid_rate": valid_figure(calls).as_dict(),
                    "unparseable_rate": _paired(calls, _kind_share("unparseable")).as_dict(),
                    "no_tool_call_rate": _paired(calls, _kind_share("no_tool_call")).as_dict()},
@@ -272,8 +301,8 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
         "tool_choice": _tool_choice(calls),
         "argument_values": _argument_shares(calls),
         "most_shifted": _most_shifted(calls),
-        "tools": _slices(calls, "tool_name", tests),
-        "customers": _slices(calls, "customer", tests),
+        "tools": _slices(calls, "tool_name", tests, n),
+        "customers": _slices(calls, "customer", tests, n),
         "shifted_sql": sq.shifted_calls_sql(r.run["run_id"]),
     }
 

@@ -157,6 +157,9 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
               help="Largest allowed share of drifted calls (0.015 or 1.5%).")
 @click.option("--max-session-drift", type=Proportion(),
               help="Largest allowed share of sessions with any drifted call (judged as 1-(1-p)^calls per session).")
+@click.option("--max-excess", type=Proportion(points=True),
+              help="Largest allowed drift beyond the run's noise floor, paired by call (0.01, 1pp or 1%): the "
+                   "candidate's own doing, batching noise set apart (needs a run with --noise-floor).")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for --max-session-drift "
               "(default: the traces' mean, else the run's, as `frontier`).")
 @click.option("--against", "against_ref", metavar="ID|NAME", help="Earlier run to compare call drift with: an id, or "
@@ -184,7 +187,7 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
               help="Error rows tolerated (input records the readers could not use, calls an engine failed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object (same exit codes).")
 def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
-          session_calls: float | None, against_ref: str | None, max_increase: float | None,
+          max_excess: float | None, session_calls: float | None, against_ref: str | None, max_increase: float | None,
           expect_fingerprint: str | None, max_shifted_calls: float | None, max_valid_drop: float | None,
           expect_numerics: str | None, probe_path: str | None, probe_paths: str | None, rule: str | None,
           use_upper_bound: bool, allow_errors: int, as_json: bool) -> None:
@@ -199,7 +202,8 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
 
     # `against` holds the text until the store is open (validate() asks only whether it was given)
     bounds = Bounds(max_call_drift, max_session_drift, against_ref, max_increase, expect_fingerprint,
-                    gate_rule(rule, use_upper_bound), allow_errors, session_calls, max_shifted_calls, max_valid_drop)
+                    gate_rule(rule, use_upper_bound), allow_errors, session_calls, max_shifted_calls, max_valid_drop,
+                    max_excess)
     only_probe = bool(expect_numerics) and _no_bound(bounds)  # the probe alone is a bound too
     try:
         if not only_probe:
@@ -227,7 +231,7 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
 
 def _no_bound(b) -> bool:
     return (b.max_call_drift is None and b.max_session_drift is None and b.against is None and not b.expect_fingerprint
-            and b.max_shifted_calls is None and b.max_valid_drop is None)
+            and b.max_shifted_calls is None and b.max_valid_drop is None and b.max_excess is None)
 
 
 def _probe(store, run_id: int, expected: str | None, path: str | None, paths: str | None):

@@ -33,7 +33,7 @@ def sampled_frontier_text(f, title: str) -> list[str]:
     """A sampled matrix's frontier: each candidate's distribution figures, the noise floor as the calibration row,
     and the recommendation (or which budget to give)."""
     rows = []
-    for r in f.remedies:
+    for r in [*f.remedies, *([f.floor] if f.floor is not None else [])]:
         s = r.sampled
         name = f"{r.candidate} (noise floor: calibration)" if r.noise_floor else r.candidate
         if s is None:
@@ -65,20 +65,31 @@ def frontier_text(f, title: str) -> list[str]:
     """One frontier as a table, with the recommendation when a budget was given."""
     if f.sampled:
         return sampled_frontier_text(f, title)
-    length = f.remedies[0].session_calls if f.remedies else 1.0
+    first = f.remedies[0] if f.remedies else f.floor
+    length = f"@{first.session_calls:.1f} calls ({first.session_calls_source})" if first else ""
     rows = []
+    floor = f.floor is not None
     for r in f.remedies:
-        rows.append([r.candidate, r.rate.n, pct(r.rate.p), f"{pct(r.rate.low)}-{pct(r.rate.high)}",
+        excess = [] if not floor else ["-" if r.excess is None else
+                                       f"{_pp(r.excess.estimate)} ({_pp(r.excess.low)} to {_pp(r.excess.high)})"]
+        rows.append([r.candidate, r.rate.n, pct(r.rate.p), f"{pct(r.rate.low)}-{pct(r.rate.high)}", *excess,
                      f"{pct(r.session_drift)} (<= {pct(r.session_drift_high)})",
                      "-" if r.candidate_tokens_per_s is None else f"{r.candidate_tokens_per_s:.1f}",
                      "-" if r.speedup is None else f"{r.speedup:.2f}x",
                      "-" if r.acceptance_rate is None else pct(r.acceptance_rate),
                      "-" if r.pareto is None else ("yes" if r.pareto else "no"),
                      "-" if r.within_budget is None else ("yes" if r.within_budget else "no")])
-    base = next((r.baseline_tokens_per_s for r in f.remedies if r.baseline_tokens_per_s), None)
+    base = next((r.baseline_tokens_per_s for r in [*f.remedies, *([f.floor] if floor else [])]
+                 if r.baseline_tokens_per_s), None)
     lines = [title + (f" (baseline {f.baseline}: {base:.1f} tokens/s)" if base else f" (baseline {f.baseline})"),
-             format_table(["candidate", "calls", "drift", "95% CI", f"session drift @{length:.1f} calls",
-                           "tokens/s", "speedup", "acceptance", "pareto", "in budget"], rows)]
+             format_table(["candidate", "calls", "drift", "95% CI", *(["beyond the floor (95% CI)"] if floor else []),
+                           f"session drift {length}", "tokens/s", "speedup", "acceptance", "pareto", "in budget"],
+                          rows)]
+    if floor:
+        r = f.floor
+        lines.append(f"  noise floor {r.candidate} (a measurement, not a remedy): {r.rate.k}/{r.rate.n} drifted "
+                     f"({pct(r.rate.p)}, 95% CI {pct(r.rate.low)}-{pct(r.rate.high)}), the baseline with other "
+                     "batch neighbours")
     if f.recommendation is not None:
         lines.append(f"  recommended: {f.recommendation.choice} ({f.recommendation.reason})")
     return lines
@@ -97,7 +108,7 @@ def show_frontiers(overall, per_customer: list, fmt: str, head: str) -> None:
         return
     if fmt == "csv":
         rows = [{"customer": f.customer or "(all)", **r.as_dict()} for f in [overall, *per_customer]
-                for r in f.remedies]
+                for r in [*f.remedies, *([f.floor] if f.floor is not None else [])]]
         print_rows(list(rows[0]), [list(r.values()) for r in rows], "csv")
         return
     lines = [head, *frontier_text(overall, "all customers")]
@@ -150,24 +161,29 @@ def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=
               "each customer's mean).")
 @click.option("--max-shifted-calls", type=Proportion(), help="A sampled matrix: the budget on the share of calls "
               "whose outcome distribution shifted (distribution_shift, BH q=0.05), e.g. 5%.")
+@click.option("--max-excess", type=Proportion(points=True), help="Budget on each candidate's drift beyond the "
+              "noise floor, paired by call (1pp): the candidate's own doing (needs a run with --noise-floor).")
 @rule_option
 @output_options
 @friendly_errors
 def frontier_cmd(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
-                 session_calls: float | None, max_shifted_calls: float | None, rule: str | None, fmt: str) -> None:
+                 session_calls: float | None, max_shifted_calls: float | None, max_excess: float | None,
+                 rule: str | None, fmt: str) -> None:
     """Candidates of a remedy matrix side by side, and per customer the fastest one within the budget.
 
     The budget is judged by the rule `check` uses (default: the 95% upper bound, so a candidate is recommended
     only when the data show it is within budget; otherwise the answer is target-only, the baseline). A sampled
     matrix (replay --samples N) is judged on its shifted calls (--max-shifted-calls), its noise floor the
     calibration row."""
-    from toolaudit.analysis.frontier import Budget
+    from toolaudit.analysis.frontier import Budget, NoFloor
     from toolaudit.analysis.sampled import NotSampled
     from toolaudit.cli.common import gate_rule
 
-    budget = Budget(max_call_drift, max_session_drift, gate_rule(rule), max_shifted_calls)
+    budget = Budget(max_call_drift, max_session_drift, gate_rule(rule), max_shifted_calls, max_excess)
     with reading(db) as store:
         try:
             show_matrix(store, resolve_run(store, run_ref), fmt, budget, session_calls)
         except NotSampled as err:
             raise click.UsageError(f"--max-shifted-calls: {err}") from None
+        except NoFloor as err:
+            raise click.UsageError(f"--max-excess: {err}") from None

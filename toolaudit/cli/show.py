@@ -75,6 +75,13 @@ def more_line(n: int, what: str, s: dict, db: str | None) -> list[str]:
     return [f"  and {n} more {what}: {more_command(s, db)}"] if n else []
 
 
+def _lengths(s: dict) -> str:
+    """Both session lengths, named: as replayed here, and as recorded in the traces (when a replay sampled)."""
+    replayed = f"{s['calls_per_session_replayed']:.1f} calls per session replayed"
+    recorded = s.get("calls_per_session_recorded")
+    return replayed if recorded is None else f"{replayed}, {recorded:.1f} recorded"
+
+
 def floor_lines(f: dict | None, sampled: bool = False) -> list[str]:
     """The candidate beside its noise floor (the baseline decoded again with other batch neighbours; at
     temperature > 0 with other seeds too)."""
@@ -143,7 +150,7 @@ def head_lines(s: dict, db: str | None) -> list[str]:
         *floor_lines(s.get("noise_floor"), sampled=bool(s.get("sampling"))),
         f"  verdict               {verdict(s)}",
         f"  drift kinds           {kinds or '-'}; {s['exact_text_matches']} exact text matches",
-        f"  sessions              {s['sessions']} (mean {s['mean_calls_per_session']:.1f} calls): session drift "
+        f"  sessions              {s['sessions']} ({_lengths(s)}): session drift "
         f"observed {pct(s['observed_session_drift'])}, compounded from run-wide tool rates "
         f"{pct(s['compounded_session_drift_run_rates'])}",
     ]
@@ -272,9 +279,11 @@ def show_summary(s: dict, fmt: str, db: str | None = None, all_rows: bool = Fals
         cols = list(s["customers"][0].keys()) if s["customers"] else ["customer"]
         print_rows(cols, [list(c.values()) for c in s["customers"]], "csv")
         return
+    if s.get("sampled"):  # judged on its distributions: no drift-style figures, tables or worst example
+        lines = [head_lines(s, db)[0], *sampled_lines(s["sampled"], db), *path_lines(s)]
+        click.echo("\n".join(lines).rstrip("\n"))
+        return
     lines = [*head_lines(s, db), ""]
-    if s.get("sampled"):
-        lines += [*sampled_lines(s["sampled"], db)]
     for block in (path_lines(s), tool_lines(s, db, all_rows), customer_lines(s, db, all_rows)):
         if block:
             lines += [*block, ""]

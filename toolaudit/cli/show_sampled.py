@@ -65,16 +65,17 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         return []
     pw = s["power"]
     tested = s["calls_tested"]
-    share = ("" if not tested else f" ({pct(s['shifted_share'])}, 95% CI {pct(s['shifted_ci_low'])}-"
-             f"{pct(s['shifted_ci_high'])})")
+    share = ("" if not tested else f"; shifted {s['shifted_calls']} ({pct(s['shifted_share'])} of those tested, "
+             f"95% CI {pct(s['shifted_ci_low'])}-{pct(s['shifted_ci_high'])})")
     per_call = "no TV (even 1) reaches 80% power" if pw["per_call_tv"] is None else f"TV >= {_tv(pw['per_call_tv'])}"
     run_tv = "-" if pw["run_tv"] is None else f"TV >= {_tv(pw['run_tv'])}"
     run_n = "" if pw["samples_needed_run"] is None else f", N = {pw['samples_needed_run']} across the run's calls"
     lines = [
-        f"sampled run: {s['samples_per_call']} samples per call; {s['shifted_calls']} of {tested} calls shifted "
+        f"sampled run: {s['verdict']['text']}",
+        f"  {s['samples_per_call']} samples per call; {s['shifted_calls']} of {tested} calls shifted "
         f"(distribution_shift, BH q={s['q']:g}); global p = {_p(s['global_p'])}",
-        "  (the drift figures above compare sample 0 of each side: at temperature > 0 they measure sampling noise; "
-        "these test the distributions)",
+        "  (judged on each call's outcome distribution; one sample against one sample, sample 0's drift, measures "
+        "sampling noise at temperature > 0 and is not shown: `--as json` has it)",
         *_calibration_lines(s.get("calibration")),
         *_acceptance_lines(s.get("candidate_acceptance")),
         f"  calls tested          {tested} of {s['calls']}{share}; {s['calls_untested']} untested (fewer than 2 "
@@ -117,9 +118,9 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         rows = s["tools" if key == "tool_name" else "customers"]
         if not rows:
             continue
-        lines += [format_table([title, "calls", "tested", "shifted", "shifted share", "global p"],
+        lines += [format_table([title, "calls", "tested", "shifted", "shifted share", "global p", "finding"],
                                [[r[key], r["calls"], r["calls_tested"], r["shifted_calls"], pct(r["shifted_share"]),
-                                 _p(r["global_p"])] for r in rows]), ""]
+                                 _p(r["global_p"]), r["verdict"]["state"]] for r in rows]), ""]
     return lines
 
 

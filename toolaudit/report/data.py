@@ -26,11 +26,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolaudit import ToolauditError, __version__
-from toolaudit.analysis.budgets import flatten, routing_advice
-from toolaudit.analysis.figures import folds_unknown_tools, run_options, slice_figures, tool_key
+from toolaudit.analysis.budgets import flatten
+from toolaudit.analysis.figures import (
+    folds_unknown_tools,
+    recorded_session_lengths,
+    run_options,
+    slice_figures,
+    tool_key,
+)
 from toolaudit.analysis.floor import floor_figures, is_noise_floor
+from toolaudit.analysis.routing import routing_advice
 from toolaudit.analysis.runs import is_sampled, samples_per_call, sampling
 from toolaudit.analysis.sampled import customer_sampled
+from toolaudit.analysis.speed import speed
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.store import Store
 from toolaudit.store import report_queries as rq
@@ -96,7 +104,11 @@ def customer_report(store: Store, run_id: int | None, customer: str,
     head = _headline(store, rid, customer)
     if not any(head[k] for k in ("calls", "unmatched_calls", "error_calls", "truncated_calls", "mismatched_calls")):
         raise ReportError(f"customer {customer!r} has no calls in run {rid}")
-    session_calls = options.session_calls or head["mean_calls_per_session"] or 1.0
+    recorded = recorded_session_lengths(store, run).get(customer)
+    head["calls_per_session_recorded"] = recorded
+    head.update(speed(store, rid, customer).as_dict())  # the figures every view shows (`analysis.speed`)
+    # the session length routing advice is judged at, picked as `frontier` and `check` pick it
+    session_calls = options.session_calls or recorded or head["mean_calls_per_session"] or 1.0
     rate = wilson(head["drifted_calls"], head["calls"])
     tools = _tools(store, rid, customer, folds_unknown_tools(run))
     report = {
@@ -182,20 +194,18 @@ def _headline(store: Store, rid: int, customer: str) -> dict[str, Any]:
             "compounded_session_drift_own_rates": f.compounded_own_rates,
             "compounded_session_drift_run_rates": f.compounded_run_rates,
             "compounded_session_drift": f.compounded_own_rates,  # deprecated name (one release)
-            "mean_calls_per_session": f.mean_calls_per_session if f.sessions else None}
+            "mean_calls_per_session": f.mean_calls_per_session if f.sessions else None,
+            "calls_per_session_replayed": f.mean_calls_per_session if f.sessions else None}
 
 
 def _paths(store: Store, rid: int, customer: str, run: dict, head: dict) -> list[dict[str, Any]]:
     """The trade-off table: agreement and speed per decode path, NULL-safe for recorded logs."""
     rows = {r["side"]: r for r in rq.path_rows(store, rid, customer)}
+    figures = speed(store, rid, customer)  # one definition of tokens/s and acceptance for every view
     out = []
     for side in ("baseline", "candidate"):
         r = rows.get(side, {})
-        if r.get("timed_tokens") and r.get("timed_s"):
-            tps = r["timed_tokens"] / r["timed_s"]
-        else:
-            tps = r.get("mean_tokens_per_s")
-        drafted = r.get("drafted")
+        tps = getattr(figures, f"{side}_tokens_per_s")
         reference = side == "baseline"
         out.append({
             "side": side, "path_name": r.get("path_name") or run[f"{side}_name"],
@@ -203,8 +213,8 @@ def _paths(store: Store, rid: int, customer: str, run: dict, head: dict) -> list
             "exact_match_rate": None if reference or not head["calls"] else
             head["exact_text_matches"] / head["calls"],
             "tool_call_mismatch_rate": None if reference or not head["calls"] else head["drift_rate"],
-            "tokens_per_s": float(tps) if tps is not None else None,
-            "acceptance_rate": (r["accepted"] or 0) / drafted if drafted else None,
+            "tokens_per_s": tps,
+            "acceptance_rate": None if reference else figures.acceptance_rate,
             "errors": r.get("errors", 0)})
     return out
 

@@ -63,7 +63,8 @@ def remedies_report(store: Store, run_id: int | None, customer: str,
                    "baseline_name": matrix["baseline_name"], "baseline_path": matrix["baseline_source"],
                    "baseline_fingerprint": matrix["baseline_fingerprint"]},
         "settings": {"max_call_drift": options.max_call_drift, "max_session_drift": options.max_session_drift,
-                     "max_shifted_calls": options.max_shifted_calls, "session_calls": f.remedies[0].session_calls},
+                     "max_shifted_calls": options.max_shifted_calls,
+                     "session_calls": (f.remedies[0] if f.remedies else f.floor).session_calls},
         "frontier": f.as_dict(),
         "candidates": candidates,
         "method": METHOD_SAMPLED if f.sampled else METHOD,
@@ -108,6 +109,7 @@ def _budget(r: dict) -> str:
     return " and ".join(p for p in parts if p) or "none"
 
 
+FLOOR_REFERENCE = " (noise floor: the reference, not a remedy)"
 FLOOR_MARK = " (noise floor: calibration)"
 SAMPLED_COLUMNS = ["candidate", "shifted", "95% CI", "global p", "median TV", "schema-valid drop (95% CI)",
                    "tokens/s", "speedup", "Pareto", "in budget"]
@@ -135,6 +137,11 @@ def _sampled_cells(r: dict) -> list[str]:
             "-" if r["within_budget"] is None else ("yes" if r["within_budget"] else "no")]
 
 
+def _rows(fr: dict) -> list[dict]:
+    """The candidates' rows, then the noise floor's as their reference (never a remedy: no budget verdict)."""
+    return [*fr["remedies"], *([fr["noise_floor"]] if fr.get("noise_floor") else [])]
+
+
 def render_remedies_markdown(r: dict) -> str:
     m, fr = r["matrix"], r["frontier"]
     out = [f"# Remedies: {md_cell(r['customer'])}", "",
@@ -147,10 +154,10 @@ def render_remedies_markdown(r: dict) -> str:
         out += [f"Baseline speed: {base:.1f} tokens/s.", ""]
     if fr.get("sampled"):
         out += md_table(SAMPLED_COLUMNS, [[md_cell(x["candidate"], True) + (FLOOR_MARK if x["noise_floor"] else ""),
-                                           *_sampled_cells(x)] for x in fr["remedies"]], numeric=range(1, 8))
+                                           *_sampled_cells(x)] for x in _rows(fr)], numeric=range(1, 8))
     else:
-        out += md_table(COLUMNS, [[md_cell(x["candidate"], True), *_cells(x)] for x in fr["remedies"]],
-                        numeric=range(1, 8))
+        out += md_table(COLUMNS, [[md_cell(x["candidate"], True) + (FLOOR_REFERENCE if x["noise_floor"] else ""),
+                                   *_cells(x)] for x in _rows(fr)], numeric=range(1, 8))
     out += [md_cell(r["method"]), "", "## Candidates", ""]
     for c in r["candidates"]:
         kinds = ", ".join(f"{k} {n}" for k, n in c["drift_kinds"].items()) or "no drift"
@@ -171,7 +178,7 @@ def render_remedies_html(r: dict) -> str:
     if fr.get("sampled"):
         columns = SAMPLED_COLUMNS
         rows = [[code(x["candidate"]) + (e(FLOOR_MARK) if x["noise_floor"] else ""), *map(e, _sampled_cells(x))]
-                for x in fr["remedies"]]
+                for x in _rows(fr)]
         points = [FrontierPoint(x["candidate"], x["speedup"], x["sampled"]["shifted_share"],
                                 x["sampled"]["shifted_ci_low"], x["sampled"]["shifted_ci_high"], bool(x["pareto"]))
                   for x in fr["remedies"] if x["speedup"] is not None and not x["noise_floor"]
@@ -181,7 +188,8 @@ def render_remedies_html(r: dict) -> str:
                  if points else "")
     else:
         columns = COLUMNS
-        rows = [[code(x["candidate"]), *(e(c) for c in _cells(x))] for x in fr["remedies"]]
+        rows = [[code(x["candidate"]) + (e(FLOOR_REFERENCE) if x["noise_floor"] else ""),
+                 *(e(c) for c in _cells(x))] for x in _rows(fr)]
         points = [FrontierPoint(x["candidate"], x["speedup"], x["drift_rate"], x["ci_low"], x["ci_high"],
                                 bool(x["pareto"])) for x in fr["remedies"] if x["speedup"] is not None]
         chart = (frontier_chart(points, f"Drift against speedup, {r['customer']}", r["settings"]["max_call_drift"])

@@ -320,4 +320,6 @@ CREATE TABLE probes (
     (12, "the recorded call's tool of each call", """
 ALTER TABLE calls ADD COLUMN recorded_tool VARCHAR;
 """),
+    (13, "one speed definition: the frontier views' tokens/s and acceptance over every decoded call",
+     views_sql(("frontier", "customer_frontier"), version=13)),
 ]

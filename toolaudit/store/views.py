@@ -21,8 +21,9 @@ from toolaudit.store.vocabulary import DRIFTED_KINDS, MatchStatus
 
 MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
 # The migration that last changed a view; builders given an older `version` create the view as it was then.
-LATEST = 8
+LATEST = 13
 NAMES_SPLIT = 8  # replay_batches -> replay_chunks; the two compounded figures named apart
+SPEED_UNIFIED = 13  # the frontier views' tokens/s and acceptance: every decoded call (`analysis.speed`)
 
 
 def _call_drift() -> str:
@@ -117,7 +118,7 @@ SELECT run_id, chunk_no AS batch_no, side, path_name, calls, wall_s, completion_
 FROM replay_chunks;"""
 
 
-def _frontier(per_customer: bool) -> str:
+def _frontier(per_customer: bool, version: int = LATEST) -> str:
     """The remedy frontier: each candidate run of a matrix (a run outside a matrix is a matrix of one) with its
     drift, the session drift its per-call rate implies at the observed session length, its speed against the
     shared baseline, and whether it is Pareto-optimal (no other candidate, nor the baseline itself at 0 drift
@@ -133,6 +134,19 @@ def _frontier(per_customer: bool) -> str:
     def speed(side: str) -> str:
         return (f"sum(o.completion_tokens) FILTER (o.side = '{side}' AND o.tokens_per_s > 0) / nullif(sum("
                 f"o.completion_tokens / o.tokens_per_s) FILTER (o.side = '{side}' AND o.tokens_per_s > 0), 0)")
+    # Before migration 13 speed counted matched calls only (so the frontier's tokens/s and acceptance differed
+    # from `summary`'s); since, one definition (`analysis.speed`): every call the path decoded, its tokens over
+    # its share of the chunk's wall time.
+    decoded = f"c.{MATCHED}" if version < SPEED_UNIFIED else "true"
+    by_speed = f"""by_speed AS (
+    SELECT o.run_id, {ccust}{speed("baseline")} AS baseline_tokens_per_s,
+           {speed("candidate")} AS candidate_tokens_per_s,
+           sum(o.accepted_tokens) FILTER (o.side = 'candidate')
+               / nullif(sum(o.drafted_tokens) FILTER (o.side = 'candidate'), 0) AS acceptance_rate,
+           sum(o.completion_tokens) FILTER (o.side = 'candidate')
+               / nullif(sum(o.forward_passes) FILTER (o.side = 'candidate'), 0) AS tokens_per_forward_pass
+    FROM outputs o JOIN calls c USING (run_id, session_id, call_index)
+    WHERE {decoded} GROUP BY ALL)"""
     return f"""
 CREATE OR REPLACE VIEW {name} AS
 WITH members AS (
@@ -146,15 +160,7 @@ by_sessions AS (
     SELECT run_id, {cust}count(*) AS sessions, sum(matched_calls) AS session_calls,
            count(*) FILTER (any_drift) AS sessions_with_drift
     FROM sessions WHERE matched_calls > 0 GROUP BY ALL),
-by_speed AS (
-    SELECT o.run_id, {ccust}{speed("baseline")} AS baseline_tokens_per_s,
-           {speed("candidate")} AS candidate_tokens_per_s,
-           sum(o.accepted_tokens) FILTER (o.side = 'candidate')
-               / nullif(sum(o.drafted_tokens) FILTER (o.side = 'candidate'), 0) AS acceptance_rate,
-           sum(o.completion_tokens) FILTER (o.side = 'candidate')
-               / nullif(sum(o.forward_passes) FILTER (o.side = 'candidate'), 0) AS tokens_per_forward_pass
-    FROM outputs o JOIN calls c USING (run_id, session_id, call_index)
-    WHERE c.{MATCHED} GROUP BY ALL),
+{by_speed},
 rated AS (
     SELECT m.matrix_id, m.run_id, m.baseline, m.candidate, {"c.customer, " if per_customer else ""}c.calls,
            c.drifted_calls, c.drifted_calls / c.calls AS drift_rate,
@@ -183,7 +189,7 @@ FROM rated b;"""
 VIEW_BUILDERS = {"call_drift": lambda v: _call_drift(), "session_drift": lambda v: _session_drift(),
                  "tool_drift": lambda v: _tool_drift(), "customer_drift": _customer_drift,
                  "argument_drift": lambda v: _argument_drift(), "path_performance": _path_performance,
-                 "frontier": lambda v: _frontier(False), "customer_frontier": lambda v: _frontier(True)}
+                 "frontier": lambda v: _frontier(False, v), "customer_frontier": lambda v: _frontier(True, v)}
 # The views before migration 7 (runs.matrix_id): migrations 4 and 6 create exactly these, so a fresh file
 # migrates in order (the frontier views need the column that migration 7 adds).
 CORE_VIEWS = ("call_drift", "session_drift", "tool_drift", "customer_drift", "argument_drift", "path_performance")

@@ -1,0 +1,117 @@
+"""One figure, one value: every command's JSON gives the same tokens/s, acceptance, drift and calls per session
+for the same run and customer, and the noise floor is never a candidate.
+
+One real replay on the tiny model (n-gram speculation against the target, with its noise floor), of the first 2
+calls of each demo session, so the sessions as replayed (<= 2 calls) differ from the sessions as recorded: both
+lengths must be there, named apart, with the same values in every view."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from toolaudit.cli import cli
+
+SHARED = ("baseline_tokens_per_s", "candidate_tokens_per_s", "acceptance_rate", "speedup")
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    from conftest import REPO
+    from helpers import build_tiny_model
+
+    tmp = tmp_path_factory.mktemp("one-figure")
+    model = build_tiny_model(tmp / "tiny")
+    table = (f'engine = "torch"\nmodel = "{model}"\ndtype = "float32"\nbatch_size = 4\nmax_tokens = 8\n'
+             'stop = ["e", "a", "\\n"]\n')
+    paths = tmp / "paths.toml"
+    paths.write_text(f"[paths.tiny]\n{table}\n[paths.tiny-spec]\n{table}speculative = {{ method = \"ngram\", "
+                     "num_speculative_tokens = 3 }\n")
+    db = str(tmp / "one.duckdb")
+    made = CliRunner().invoke(cli, ["replay", str(REPO / "traces" / "demo.jsonl"), "--paths", str(paths),
+                                    "--baseline", "tiny", "--candidate", "tiny-spec", "--noise-floor",
+                                    "--calls-per-session", "2", "--limit", "40", "--chunk", "20", "--db", db])
+    assert made.exit_code == 0, made.output
+    return db, tmp
+
+
+def same(a: dict, b: dict) -> bool:
+    """Equal figures: both absent (None), or equal up to float rounding."""
+    return a.keys() == b.keys() and all((a[k] is None) == (b[k] is None) and (a[k] is None or a[k] == pytest.approx(
+        b[k])) for k in a)
+
+
+def _json(*args) -> dict:
+    out = CliRunner().invoke(cli, [*args])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
+
+
+def test_every_view_gives_one_value_per_figure(replayed):
+    db, tmp = replayed
+    summary = _json("summary", "--run", "2", "--json", "--db", db)
+    frontier = _json("frontier", "--run", "2", "--json", "--db", db)
+    history = _json("history", "--json", "--db", db)
+    sides = {p["side"]: p for p in summary["paths"]}
+    run = {"baseline_tokens_per_s": sides["baseline"]["tokens_per_s"],
+           "candidate_tokens_per_s": sides["candidate"]["tokens_per_s"],
+           "acceptance_rate": sides["candidate"]["acceptance_rate"], "speedup": summary["speedup"]}
+    assert run["candidate_tokens_per_s"] and run["baseline_tokens_per_s"]
+    (remedy,) = frontier["overall"]["remedies"]
+    (row,) = [r for s in history["series"] for r in s["rows"] if r["run_id"] == 2]
+    for view in (remedy, row):
+        assert same({k: view[k] for k in SHARED}, run)
+        assert (view["calls"], view["drifted_calls"]) == (summary["calls"], summary["drifted_calls"])
+        assert view["drift_rate"] == pytest.approx(summary["drift_rate"])
+        for length in ("calls_per_session_replayed", "calls_per_session_recorded"):
+            assert view[length] == pytest.approx(summary[length])
+    assert summary["calls_per_session_recorded"] > summary["calls_per_session_replayed"]  # named apart
+    assert remedy["session_calls_source"] == "recorded"
+    assert remedy["session_calls"] == pytest.approx(summary["calls_per_session_recorded"])
+
+    # per customer: the frontier's customer rows, the customer's history and its report agree
+    for c in summary["customers"]:
+        name = c["customer"]
+        (f,) = next(x for x in frontier["customers"] if x["customer"] == name)["remedies"]
+        (h,) = [r for s in _json("history", "--customer", name, "--json", "--db", db)["series"]
+                for r in s["rows"] if r["run_id"] == 2]
+        report = _json("report", "--run", "2", "--customer", name, "--as", "json", "-o", str(tmp / "r"), "--json",
+                       "--db", db)
+        head = report["customers"][0]["headline"]
+        for view in (f, h, head):
+            assert same({k: view[k] for k in SHARED}, {k: f[k] for k in SHARED})
+            assert (view["calls"], view["drifted_calls"]) == (c["calls"], c["drifted_calls"])
+            assert view["calls_per_session_replayed"] == pytest.approx(c["calls_per_session_replayed"])
+            assert view["calls_per_session_recorded"] == pytest.approx(c["calls_per_session_recorded"])
+
+
+def test_the_floor_is_never_a_candidate(replayed):
+    db, _ = replayed
+    frontier = _json("frontier", "--run", "1", "--max-call-drift", "100%", "--json", "--db", db)
+    for f in (frontier["overall"], *frontier["customers"]):
+        assert [r["candidate"] for r in f["remedies"]] == ["tiny-spec"]
+        assert f["noise_floor"]["candidate"] == "tiny-floor" and f["noise_floor"]["within_budget"] is None
+        assert f["recommendation"]["choice"] in ("tiny-spec", "target-only")
+    gate = CliRunner().invoke(cli, ["check", "--run", "1", "--max-call-drift", "100%", "--json", "--db", db])
+    assert [r["candidate"] for r in json.loads(gate.output)["runs"]] == ["tiny-spec"]
+    floor = CliRunner().invoke(cli, ["check", "--run", "3", "--max-call-drift", "100%", "--db", db])
+    assert floor.exit_code == 0 and "(a noise floor): what differs is batching noise" in floor.output
+
+
+def test_check_gates_the_excess_over_the_floor(replayed):
+    db, _ = replayed
+    summary = _json("summary", "--run", "2", "--json", "--db", db)
+    high = summary["noise_floor"]["excess"]["high"]
+    wide = CliRunner().invoke(cli, ["check", "--run", "2", "--max-excess", f"{100 * high + 0.01:.2f}pp", "--json",
+                                    "--db", db])
+    assert wide.exit_code == 0, wide.output  # within the budget on the excess's upper bound
+    (excess,) = [c for c in json.loads(wide.output)["runs"][0]["checks"] if c["name"] == "excess"]
+    assert excess["figure"] == pytest.approx(high) and excess["ok"]
+    if high > 0:
+        tight = CliRunner().invoke(cli, ["check", "--run", "2", "--max-excess", f"{100 * high / 2:.4f}pp",
+                                         "--db", db])
+        assert tight.exit_code == 1 and "excess over the noise floor upper bound" in tight.output
+    alone = CliRunner().invoke(cli, ["check", "--run", "2", "--max-excess", "1pp", "--rule", "point", "--db", db])
+    assert ("rule (--max-excess)" in alone.output) and alone.exit_code in (0, 1)
