@@ -1,11 +1,26 @@
 """toolaudit: measure how often two decode paths produce different tool calls for the same request.
 
-The package root holds only the version and the typed errors every wing raises on purpose; the CLI turns
-them into messages that name the file, line and field."""
+The package root holds the version, the typed errors every wing raises on purpose (the CLI turns them into
+messages that name the file, line and field) and, imported on first use, the Python API (`toolaudit.open`,
+`toolaudit.compare`, `toolaudit.replay`: toolaudit/api/__init__.py, docs/api.md)."""
 
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
+
+# the Python API (toolaudit/api/, docs/api.md)
+_API = ("open", "compare", "replay", "Database", "Run", "Summary")
+
+
+def __getattr__(name: str):
+    """`toolaudit.compare(...)` and friends, imported on first use: `import toolaudit` stays light (the CLI's
+    errors import nothing else)."""
+    if name in _API:  # a lazy import (PEP 562): the API imports the wings, which import this module's errors
+        return getattr(importlib.import_module("toolaudit.api"), name)
+    raise AttributeError(f"module 'toolaudit' has no attribute {name!r}")
+
 
 class ToolauditError(Exception):
     """Base class for every error the library raises on purpose."""

@@ -23,7 +23,7 @@ _HEADER = """# Command-line reference
 <!-- Generated from the click commands by `make cli-docs` (toolaudit/cli/reference.py); do not edit by hand:
 tests/test_cli_docs.py fails when this file is out of date. -->
 
-Every command's `--help`, as `toolaudit COMMAND --help` prints it. The README shows the commands at work;
+Every command's `--help`, as `toolaudit COMMAND --help` prints it. docs/guide.md shows the commands at work;
 [architecture.md](architecture.md) says which module implements each (`toolaudit/cli/`).
 """
 

@@ -365,3 +365,19 @@ def catalog(store: Store) -> tuple[list[str], list[str]]:
     names = [r for r in rows if r["table_name"] not in _INTERNAL_TABLES]
     return ([r["table_name"] for r in names if r["table_type"] == "VIEW"],
             [r["table_name"] for r in names if r["table_type"] != "VIEW"])
+
+
+def run_rows(store: Store) -> list[dict[str, Any]]:
+    """Every run row, oldest first (the Python API's `Database.runs`)."""
+    return store.rows("SELECT * FROM runs ORDER BY run_id")
+
+
+def calls_relation(store: Store, run_id: int):
+    """A run's calls as a lazy DuckDB relation (`.df()`, `.arrow()`, `.filter()`...), in key order."""
+    return store.con.sql("SELECT * FROM calls WHERE run_id = $run ORDER BY session_id, call_index",
+                         params={"run": run_id})
+
+
+def relation(store: Store, query: str):
+    """A user's query (`toolaudit sql`, the Python API's `Database.sql`) as a lazy DuckDB relation."""
+    return store.con.sql(query)
