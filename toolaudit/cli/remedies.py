@@ -108,8 +108,9 @@ def show_frontiers(overall, per_customer: list, fmt: str, head: str) -> None:
         return
     if fmt == "csv":
         rows = [{"customer": f.customer or "(all)", **r.as_dict()} for f in [overall, *per_customer]
-                for r in [*f.remedies, *([f.floor] if f.floor is not None else [])]]
-        print_rows(list(rows[0]), [list(r.values()) for r in rows], "csv")
+                for r in f.remedies]  # the candidates only: the floor's figures are in every row's excess
+        header = list(rows[0]) if rows else ["customer", "run_id", "candidate"]  # a run whose candidate is a floor
+        print_rows(header, [list(r.values()) for r in rows], "csv")
         return
     lines = [head, *frontier_text(overall, "all customers")]
     for f in per_customer:
