@@ -22,6 +22,20 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'toolaudit' has no attribute {name!r}")
 
 
+def callable_package(module_name: str, verb: str) -> None:
+    """Make the package `module_name` (`toolaudit.compare`, `toolaudit.replay`) callable as the Python API's
+    `verb`: the wing that does the work is also the API's verb, as `import toolaudit` users expect, and its
+    modules import as before. The API is imported on the first call (it imports the wings)."""
+    import sys
+    import types
+
+    class _Verb(types.ModuleType):
+        def __call__(self, *args, **kwargs):
+            return getattr(importlib.import_module("toolaudit.api"), verb)(*args, **kwargs)
+
+    sys.modules[module_name].__class__ = _Verb
+
+
 class ToolauditError(Exception):
     """Base class for every error the library raises on purpose."""
 

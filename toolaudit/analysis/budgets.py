@@ -18,7 +18,7 @@ from toolaudit import ToolauditError
 from toolaudit.analysis.figures import RunFigures, run_figures, run_options
 from toolaudit.analysis.floor import is_noise_floor
 from toolaudit.analysis.regression import RULE_TEXT as INCREASE_RULE
-from toolaudit.analysis.regression import Regression, points, regression
+from toolaudit.analysis.regression import Regression, points, regression, signed_points
 from toolaudit.analysis.rules import (
     DEFAULT_RULE,
     EPS,
@@ -309,17 +309,14 @@ def _excess(store: Store, run_id: int, bounds: Bounds) -> Check:
     if not f.calls:
         raise NothingToCheck(f"run {run_id} shares no matched call with its noise floor (run {f.floor_run_id})")
     j = judge_excess(f.excess, bounds.max_excess, bounds.rule)
-    point = "" if j.rule is Rule.POINT else f"point {_signed(j.estimate)}, "
-    return Check("excess", j.ok, f"{j.what} {_signed(j.figure)} {'<=' if j.ok else '>'} max {_signed(j.threshold)} "
-                                 f"({point}95% CI {_signed(j.low)} to {_signed(j.high)}; {f.only_candidate} drifted on "
-                                 f"the candidate only, {f.only_floor} on the floor {f.floor_path} only, paired on "
+    sp = signed_points
+    point = "" if j.rule is Rule.POINT else f"point {sp(j.estimate)}, "
+    return Check("excess", j.ok, f"{j.what} {sp(j.figure)} {'<=' if j.ok else '>'} max {sp(j.threshold)} "
+                                 f"({point}95% CI {sp(j.low)} to {sp(j.high)}; {f.only_candidate} drifted on the "
+                                 f"candidate only, {f.only_floor} on the floor {f.floor_path} only, paired on "
                                  f"{f.calls} calls)", judged=j,
                  detail={"floor_run_id": f.floor_run_id, "only_candidate": f.only_candidate,
                          "only_floor": f.only_floor, "both": f.both, "paired_calls": f.calls})
-
-
-def _signed(x: float) -> str:
-    return f"{x * 100 + 0.0:+.2f}pp"  # + 0.0: no "-0.00"
 
 
 def _sampled_checks(store: Store, run_id: int, bounds: Bounds) -> list[Check]:

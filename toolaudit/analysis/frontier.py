@@ -316,27 +316,32 @@ class SessionLengths:
         return float(replayed or 1.0), "replayed"
 
 
-def _remedy(row: dict, budget: Budget, lengths: SessionLengths, member: dict | None = None,
-            sampled: SampledSlice | None = None, excess: Difference | None = None) -> Remedy:
-    rate = wilson(row["drifted_calls"], row["calls"])
-    length, source = lengths.pick(row["mean_calls_per_session"])
-    floor = member is not None and is_noise_floor(member)
+def _judge(row: dict, rate: Rate, length: float, budget: Budget, sampled: SampledSlice | None,
+           excess: Difference | None) -> list[Judged]:
+    """A candidate's budgets as the rule judges them (never the floor's: it is the reference)."""
     judged = []
     if sampled is not None:  # sample 0's drift is noise: a sampled candidate is judged on its shifted calls
-        if budget.max_shifted_calls is not None and not floor:
+        if budget.max_shifted_calls is not None:
             judged.append(judge_shifted(sampled.shifted, budget.max_shifted_calls, budget.rule))
     else:
         if budget.max_call_drift is not None:
             judged.append(judge_calls(rate, budget.max_call_drift, budget.rule))
         if budget.max_session_drift is not None:
             judged.append(judge_sessions(rate, length, budget.max_session_drift, budget.rule))
-    if budget.max_excess is not None and not floor:
+    if budget.max_excess is not None:
         if excess is None:
             raise NoFloor(f"run {row['run_id']} ({row['candidate']}) shares no matched call with its noise floor: "
                           "no excess to judge")
         judged.append(judge_excess(excess, budget.max_excess, budget.rule))
-    if floor:
-        judged = []
+    return judged
+
+
+def _remedy(row: dict, budget: Budget, lengths: SessionLengths, member: dict | None = None,
+            sampled: SampledSlice | None = None, excess: Difference | None = None) -> Remedy:
+    rate = wilson(row["drifted_calls"], row["calls"])
+    length, source = lengths.pick(row["mean_calls_per_session"])
+    floor = member is not None and is_noise_floor(member)
+    judged = [] if floor else _judge(row, rate, length, budget, sampled, excess)
     replayed = None if row["mean_calls_per_session"] is None else float(row["mean_calls_per_session"])
     return Remedy(row["run_id"], row["candidate"], rate, row["sessions"] or 0, row["observed_session_drift"],
                   length, session_drift_at(rate.p, length), session_drift_at(rate.high, length),

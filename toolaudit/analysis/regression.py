@@ -30,7 +30,7 @@ def points(value: float) -> str:
 
 
 def signed_points(value: float) -> str:
-    return f"{100 * value:+.2f}pp"
+    return f"{100 * value + 0.0:+.2f}pp"  # + 0.0: no "-0.00pp"
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,13 @@ def customers(store: Store, rid: int) -> list[str]:
 
 
 def path_rows(store: Store, rid: int, customer: str) -> list[dict[str, Any]]:
+    """Per side, the path's name and the customer's failed calls (speeds: `analysis.speed`)."""
     return store.rows(f"""
         WITH o AS (
-            SELECT o.*, c.match_status = '{MATCHED}' AS ok
+            SELECT o.*
             FROM outputs o JOIN calls c USING (run_id, session_id, call_index)
             WHERE o.run_id = ? AND c.match_status IN ('{MATCHED}', '{ERROR}') AND {_CUSTOMER})
-        SELECT side, any_value(path_name) AS path_name, count(*) FILTER (error IS NOT NULL) AS errors,
-               sum(completion_tokens) FILTER (ok AND latency_s > 0) AS timed_tokens,
-               sum(latency_s) FILTER (ok AND latency_s > 0 AND completion_tokens IS NOT NULL) AS timed_s,
-               avg(tokens_per_s) FILTER (ok) AS mean_tokens_per_s,
-               sum(accepted_tokens) FILTER (ok) AS accepted, sum(drafted_tokens) FILTER (ok) AS drafted
+        SELECT side, any_value(path_name) AS path_name, count(*) FILTER (error IS NOT NULL) AS errors
         FROM o GROUP BY side""", [rid, customer])
 
 
