@@ -58,7 +58,7 @@ def test_summary_takes_a_run_name_and_picks_the_newest_of_several(named_db):
 
 
 @pytest.mark.parametrize("args", [
-    ["summary"], ["frontier"], ["report", "--all-customers", "--as", "json", "-o", "{tmp}/r"],
+    ["summary"], ["frontier"], ["report", "--all-customers", "--write", "json", "-o", "{tmp}/r"],
     ["check", "--max-call-drift", "99%"], ["export", "-o", "{tmp}/x"],
 ])
 def test_every_run_option_takes_a_name(named_db, tmp_path, args):
@@ -73,7 +73,7 @@ def test_every_run_option_takes_a_name(named_db, tmp_path, args):
 
 def test_report_and_export_by_name_use_that_run(named_db, tmp_path):
     out = tmp_path / "r"
-    assert _invoke("report", "--run", "adhoc", "--customer", "acme", "--as", "json", "-o", str(out),
+    assert _invoke("report", "--run", "adhoc", "--customer", "acme", "--write", "json", "-o", str(out),
                    "--db", named_db).exit_code == 0
     assert [p.parent.name for p in out.rglob("*.json")] == ["run-2"]
     assert _invoke("export", "--run", "adhoc", "--as", "csv", "-o", str(tmp_path / "x"),
@@ -119,16 +119,22 @@ def test_format_is_the_trace_format_wherever_it_is_shown():
     assert {"compare", "replay", "import", "batch export"} <= set(shown)
 
 
-def test_report_and_export_take_as_and_still_the_old_format_with_a_warning(named_db, tmp_path):
-    new = _invoke("report", "--run", "1", "--all-customers", "--as", "md", "-o", str(tmp_path / "a"), "--db",
+def test_report_writes_files_with_write_and_prints_as_and_old_spellings_warn(named_db, tmp_path):
+    new = _invoke("report", "--run", "1", "--all-customers", "--write", "md", "-o", str(tmp_path / "a"), "--db",
                   named_db)
     assert new.exit_code == 0 and new.stderr == "", new.output
     assert {p.suffix for p in (tmp_path / "a").rglob("*.*")} == {".md"}
-    old = _invoke("report", "--run", "1", "--all-customers", "--format", "md", "-o", str(tmp_path / "b"), "--json",
-                  "--db", named_db)
-    assert old.exit_code == 0, old.output
-    assert "`report --format` is deprecated" in old.stderr and "use --as html|md|json" in old.stderr
-    assert {Path(f).suffix for f in json.loads(old.stdout)["files"]} == {".md"}  # stdout stays JSON
+    printed = _invoke("report", "--run", "1", "--all-customers", "--write", "md", "--as", "json", "-o",
+                      str(tmp_path / "c"), "--db", named_db)
+    assert printed.exit_code == 0 and printed.stderr == "", printed.output
+    assert {Path(f).suffix for f in json.loads(printed.stdout)["files"]} == {".md"}
+    for old_spelling, warned in ((["--format", "md"], "`report --format` is deprecated"),
+                                 (["--as", "md"], "`report --as md` names files to write")):
+        old = _invoke("report", "--run", "1", "--all-customers", *old_spelling, "-o", str(tmp_path / "b"), "--json",
+                      "--db", named_db)
+        assert old.exit_code == 0, old.output
+        assert warned in old.stderr and "--write" in old.stderr
+        assert {Path(f).suffix for f in json.loads(old.stdout)["files"]} == {".md"}  # stdout stays JSON
     exported = _invoke("export", "--format", "csv", "-o", str(tmp_path / "x"), "--db", named_db)
     assert exported.exit_code == 0 and "`export --format` is deprecated" in exported.stderr
     assert (tmp_path / "x" / "calls.csv").exists()

@@ -194,7 +194,7 @@ def test_check_json_of_a_matrix_names_each_candidate(tmp_path):
 
 def test_report_json_lists_the_files_and_each_customers_headline(issue_db, tmp_path):
     out = tmp_path / "reports"
-    result = invoke("report", "--db", issue_db, "--run", "1", "--all-customers", "--as", "json,md", "-o",
+    result = invoke("report", "--db", issue_db, "--run", "1", "--all-customers", "--write", "json,md", "-o",
                     str(out), "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -206,7 +206,7 @@ def test_report_json_lists_the_files_and_each_customers_headline(issue_db, tmp_p
     assert customer["headline"] == written["headline"]  # the same figures the report file holds
     assert (customer["headline"]["calls"], customer["headline"]["drifted_calls"]) == (440, 20)
     assert data["frontier"] is None and data["remedies"] is None
-    plain = invoke("report", "--db", issue_db, "--run", "1", "--all-customers", "--as", "json", "-o", str(out))
+    plain = invoke("report", "--db", issue_db, "--run", "1", "--all-customers", "--write", "json", "-o", str(out))
     assert plain.output.splitlines() == [str(out / "run-1" / "acme.json")]  # without --json: the paths, as before
 
 
@@ -215,7 +215,7 @@ def test_report_json_of_a_matrix_gives_the_recommendations(tmp_path):
     _, drifted = _logs(tmp_path, "drifted", 200, 30)
     db = str(tmp_path / "m.duckdb")
     assert invoke("compare", str(base), str(clean), str(drifted), "--db", db).exit_code == 0
-    result = invoke("report", "--db", db, "--all-customers", "--as", "json", "-o", str(tmp_path / "r"),
+    result = invoke("report", "--db", db, "--all-customers", "--write", "json", "-o", str(tmp_path / "r"),
                     "--max-call-drift", "5%", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

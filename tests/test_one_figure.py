@@ -77,7 +77,7 @@ def test_every_view_gives_one_value_per_figure(replayed):
         (f,) = next(x for x in frontier["customers"] if x["customer"] == name)["remedies"]
         (h,) = [r for s in _json("history", "--customer", name, "--json", "--db", db)["series"]
                 for r in s["rows"] if r["run_id"] == 2]
-        report = _json("report", "--run", "2", "--customer", name, "--as", "json", "-o", str(tmp / "r"), "--json",
+        report = _json("report", "--run", "2", "--customer", name, "--write", "json", "-o", str(tmp / "r"), "--json",
                        "--db", db)
         head = report["customers"][0]["headline"]
         for view in (f, h, head):

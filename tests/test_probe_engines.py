@@ -2,7 +2,8 @@
 one base URL through the real openai client, and a replay that records its paths' probes.
 
 What the config fingerprint cannot see, the probe must: a kernel choice of the runtime names no path key, so
-config fingerprints stay equal while the probes differ and `check --expect-numerics` fails. The tests use one
+config fingerprints stay equal while the probes differ and `fingerprint --probe --expect` and `check
+--expect-numerics` (on the stored probe) fail. The tests use one
 that exists on every CPU: which kernel runs the prompt's attention (torch's flash kernel or its math kernel,
 `torch.backends.cuda.enable_flash_sdp`, which CPU dispatch reads too; their float32 sums differ in the last
 bits). A oneDNN setting that computes float32 linears in bf16 (`torch.backends.mkldnn.matmul.fp32_precision`,
@@ -119,16 +120,20 @@ def test_a_kernel_choice_the_config_misses_changes_the_probe(setup, tmp_path, ke
             or "argmax flipped" in words), words
     assert words.endswith("config fingerprint unchanged")
 
+    # the expectation: `fingerprint --probe --expect` probes and judges; `check --expect-numerics` judges the
+    # newest stored probe of the path and decodes nothing
     compare_run(root, db)
-    check = ["check", "--run", "nightly", "--db", str(db), "--expect-numerics", first["numerics"], "--path", "tiny",
-             "--paths", str(paths)]
-    failed = CliRunner().invoke(cli, check)
-    assert failed.exit_code == 1, failed.output
-    assert f"expected {first['numerics']}" in failed.output
-    assert "numerics changed, decisions identical" in failed.output or "decisions changed" in failed.output
+    expect = [arg for arg in base if arg != "--json"] + ["--expect", first["numerics"]]
+    check = ["check", "--run", "nightly", "--db", str(db), "--expect-numerics", first["numerics"], "--path", "tiny"]
+    for failed in (CliRunner().invoke(cli, expect), CliRunner().invoke(cli, check)):
+        assert failed.exit_code == 1, failed.output
+        assert f"expected {first['numerics']}" in failed.output
+        assert "numerics changed, decisions identical" in failed.output or "decisions changed" in failed.output
     kernel_change(False)
-    passed = CliRunner().invoke(cli, check)
+    passed = CliRunner().invoke(cli, expect)
     assert passed.exit_code == 0 and "as expected" in passed.output, passed.output
+    stored = CliRunner().invoke(cli, check)  # the newest stored probe is now the one just taken
+    assert stored.exit_code == 0 and "as expected" in stored.output, stored.output
 
 
 def test_the_hf_engine_probes_from_its_scores(setup, tmp_path):
@@ -154,6 +159,31 @@ def test_probe_usage_errors(setup, tmp_path):
     result = runner.invoke(cli, ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths),
                                  "--probe-file", str(bad)])
     assert result.exit_code == 1 and f"{bad}:1: max_tokens: must be an integer from 1 to 256" in result.output
+
+
+def test_the_probe_goes_to_toolaudit_db_and_the_gate_needs_a_stored_probe(setup, tmp_path, monkeypatch):
+    """`fingerprint --probe` stores its probe in $TOOLAUDIT_DB as every other command reads it; `check
+    --expect-numerics` judges stored probes only: with none of the path it cannot check (exit 2) and says how to
+    take one, and a too-short hash is refused."""
+    root, _, paths, probe_file = setup
+    db = tmp_path / "env.duckdb"
+    compare_run(root, db)
+    runner = CliRunner()
+    gate = ["check", "--db", str(db), "--path", "tiny", "--expect-numerics"]
+    missing = runner.invoke(cli, [*gate, "num-00000000"])
+    assert missing.exit_code == 2 and "no stored probe of path tiny" in missing.output
+    assert "fingerprint --probe --path tiny" in missing.output
+    monkeypatch.setenv("TOOLAUDIT_DB", str(db))
+    probed = runner.invoke(cli, ["fingerprint", "--probe", "--path", "tiny", "--paths", str(paths), "--probe-file",
+                                 str(probe_file), "--json"])
+    assert probed.exit_code == 0, probed.output
+    numerics = json.loads(probed.stdout)["numerics"]
+    with Store(db, read_only=True) as store:
+        assert [r["numerics"] for r in store.rows("SELECT numerics FROM probes")] == [numerics]
+    judged = runner.invoke(cli, [*gate, numerics[:10], "--json"])
+    assert judged.exit_code == 0 and json.loads(judged.stdout)["probe"]["ok"] is True, judged.output
+    short = runner.invoke(cli, [*gate, numerics[:5]])
+    assert short.exit_code == 2 and "prefix of 8+ characters" in short.output
 
 
 def test_a_replay_records_its_paths_probes(setup, tmp_path, monkeypatch):
@@ -252,9 +282,9 @@ def test_server_side_settings_behind_one_url(setup, tmp_path, math_attention):
     with serving(served, port):
         math_attention(True)
         kernel = cli_json(*probe, "--against", "probe:1")
-        check = CliRunner().invoke(cli, ["check", "--db", str(db), "--expect-numerics", plain["numerics"][:12],
-                                         "--path", "http", "--paths", str(paths)])
         math_attention(False)
+    check = CliRunner().invoke(cli, ["check", "--db", str(db), "--expect-numerics", plain["numerics"][:12],
+                                     "--path", "http"])  # the newest stored probe of the path: the kernel one
     with serving(replace(served, dtype="bfloat16"), port):
         bf16 = cli_json(*probe, "--against", "probe:1")
     with serving(served, port):

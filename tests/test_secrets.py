@@ -213,9 +213,9 @@ def test_keys_and_auth_headers_reach_no_file_output_or_row(tmp_path, keys, monke
     assert '\\"note\\": \\"tenant ***\\"' in answers  # the tenant value the server echoed in its answer
     for run_id in (matrix, ok_run, hostile_run):
         run("summary", "--db", str(db), "--run", str(run_id), "--json")
-        run("report", "--db", str(db), "--run", str(run_id), "--all-customers", "--as", "html,md,json", "-o",
+        run("report", "--db", str(db), "--run", str(run_id), "--all-customers", "--write", "html,md,json", "-o",
             str(out / "reports"))
-        run("report", "--db", str(db), "--run", str(run_id), "--customer", customer, "--as", "html,md,json",
+        run("report", "--db", str(db), "--run", str(run_id), "--customer", customer, "--write", "html,md,json",
             "-o", str(out / "reports-customer"))
     for table in ("runs", "outputs", "calls"):
         run("sql", f"SELECT * FROM {table}", "--db", str(db), "--json")

@@ -78,7 +78,7 @@ def test_three_shards_merged_equal_one_run(tmp_path):
     assert CliRunner().invoke(cli, [*check, "--db", str(one)]).output == \
         CliRunner().invoke(cli, [*check, "--db", str(merged)]).output
     for db in (one, merged):
-        invoke("report", "--db", str(db), "--all-customers", "--as", "json", "-o", str(tmp_path / db.stem))
+        invoke("report", "--db", str(db), "--all-customers", "--write", "json", "-o", str(tmp_path / db.stem))
     for path in sorted((tmp_path / "one").rglob("*.json")):
         other = tmp_path / "all" / path.relative_to(tmp_path / "one")
         a, b = json.loads(path.read_text()), json.loads(other.read_text())

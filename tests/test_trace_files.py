@@ -317,7 +317,7 @@ def test_demo_counts():
 
 def test_demo_sample_is_60_sessions_of_2_calls_from_every_customer():
     """`toolaudit demo` replays the first 2 calls of the first 60 sessions: its documented 120 calls."""
-    from toolaudit.cli.replay import DEMO_CALLS, DEMO_CALLS_PER_SESSION, DEMO_TRACES
+    from toolaudit.replay.demo import DEMO_CALLS, DEMO_CALLS_PER_SESSION, DEMO_TRACES
     from toolaudit.replay.inputs import ReplayOptions, load_calls
 
     sample, errors, _ = load_calls(ReplayOptions(traces=[str(DEMO_TRACES)], limit=DEMO_CALLS,

@@ -57,7 +57,7 @@ def test_the_nightly_canary(receiver, tmp_path, tiny_paths):
     assert strict.returncode == 1, strict.stdout + strict.stderr
     assert "rule: upper bound of the 95% Wilson interval" in strict.stdout
 
-    report = toolaudit("report", "--db", str(db), "--all-customers", "--as", "json,md", "-o",
+    report = toolaudit("report", "--db", str(db), "--all-customers", "--write", "json,md", "-o",
                        str(tmp_path / "reports"))
     assert report.returncode == 0, report.stderr
     written = sorted(p.name for p in (tmp_path / "reports").rglob("*.json"))
@@ -74,6 +74,6 @@ def test_the_nightly_canary(receiver, tmp_path, tiny_paths):
     assert (series["baseline"], series["candidate"]) == ("target", "candidate")
     assert (night["run_id"], night["calls"], night["drifted_calls"]) == (summary["run_id"], 12, 0)
     assert night["change"] == "first run of this path pair" and night["candidate_tokens_per_s"] > 0
-    pages = toolaudit("report", "--db", str(db), "--history", "--all-customers", "-o", str(tmp_path / "reports"))
+    pages = toolaudit("history", "--html", "--db", str(db), "--all-customers", "-o", str(tmp_path / "reports"))
     assert pages.returncode == 0, pages.stderr
     assert sorted(p.name for p in (tmp_path / "reports" / "history").iterdir()) == [f"{c}.html" for c in customers]

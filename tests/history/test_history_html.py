@@ -42,9 +42,17 @@ document.body.appendChild(pre);
 
 
 def _report(db, out, *args):
-    result = CliRunner().invoke(cli, ["report", "--history", "--db", str(db), "-o", str(out), *args])
+    """`history --html`: the pages (the deprecated `report --history` writes the same, with a warning)."""
+    result = CliRunner().invoke(cli, ["history", "--html", "--db", str(db), "-o", str(out), *args])
     assert result.exit_code == 0, result.output
     return result.output.split()
+
+
+def _report_history(db, out, *args):
+    result = CliRunner().invoke(cli, ["report", "--history", "--db", str(db), "-o", str(out), *args])
+    assert result.exit_code == 0, result.output
+    assert "deprecated: use `toolaudit history --html`" in result.stderr
+    return result.stdout.split()
 
 
 def _markers(html: str) -> set[tuple[int, str]]:
@@ -61,7 +69,7 @@ def _expected(ids) -> set[tuple[int, str]]:
 
 def test_page_is_self_contained_with_a_chart_per_pair_and_markers_on_changed_runs(history_db, tmp_path):
     db, ids = history_db
-    (page,) = _report(db, tmp_path, "--max-call-drift", "2%")
+    (page,) = _report(db, tmp_path, "--budget", "2%")
     assert page == str(tmp_path / "history.html")
     html = Path(page).read_text()
     assert "<script" not in html
@@ -78,7 +86,7 @@ def test_markers_sit_on_their_runs_in_chromium(history_db, tmp_path):
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium not installed (apt-get install -y chromium)")
     db, ids = history_db
-    (page,) = _report(db, tmp_path / "r", "--max-call-drift", "2%")
+    (page,) = _report(db, tmp_path / "r", "--budget", "2%")
     dom = subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={tmp_path / 'p1'}", "--dump-dom",
                           Path(page).as_uri()], capture_output=True, text=True, timeout=120, check=False)
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -106,7 +114,7 @@ def test_markers_sit_on_their_runs_in_chromium(history_db, tmp_path):
 
 def test_a_page_per_customer_holds_only_its_data(history_db, tmp_path):
     db, ids = history_db
-    pages = _report(db, tmp_path, "--all-customers", "--as", "html,json")
+    pages = _report_history(db, tmp_path, "--all-customers", "--write", "html,json")
     assert sorted(Path(p).relative_to(tmp_path).as_posix() for p in pages) == [
         "history/acme.html", "history/acme.json", "history/globex.html", "history/globex.json"]
     acme = (tmp_path / "history" / "acme.html").read_text()
@@ -130,7 +138,7 @@ def test_history_usage_errors(history_db, tmp_path):
     markdown = run(cli, [*base, "--history", "--as", "md"])
     assert markdown.exit_code == 2 and "html or json" in markdown.output
     pair_alone = run(cli, [*base, "--all-customers", "--path-pair", "target", "spec-ngram"])
-    assert pair_alone.exit_code == 2 and "--path-pair goes with --history" in pair_alone.output
+    assert pair_alone.exit_code == 2 and "--path-pair goes with `toolaudit history --html`" in pair_alone.output
     session = run(cli, [*base, "--history", "--max-session-drift", "5%"])
     assert session.exit_code == 2 and "--max-call-drift" in session.output
     unknown = run(cli, [*base, "--history", "--customer", "initech"])

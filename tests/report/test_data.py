@@ -117,7 +117,7 @@ def test_slugs_and_noise_floor_labels(report_db, tmp_path):
     assert not is_noise_floor({"baseline_name": "a", "candidate_name": "b", "options": "{}"})
     out = tmp_path / "r"
     result = CliRunner().invoke(cli, ["report", "--db", str(report_db), "--run", "2", "--customer",
-                                      "Quokka Mutual", "--as", "json", "-o", str(out)])
+                                      "Quokka Mutual", "--write", "json", "-o", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads((out / "run-2" / "quokka-mutual.json").read_text())
     assert data["run"]["noise_floor_run"] is True and data["noise_floor"] is None

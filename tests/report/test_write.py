@@ -44,8 +44,10 @@ def test_report_usage_errors(report_db, tmp_path):
     assert result.exit_code == 2 and "pass --customer C (repeatable) or --all-customers" in result.output
     result = runner.invoke(cli, ["report", *db, "--all-customers", "--customer", "x"])
     assert result.exit_code == 2
+    result = runner.invoke(cli, ["report", *db, "--all-customers", "--write", "pdf", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "--write: unknown format 'pdf'; use html, md or json" in result.output
     result = runner.invoke(cli, ["report", *db, "--all-customers", "--as", "pdf", "-o", str(tmp_path)])
-    assert result.exit_code == 2 and "--as: unknown format 'pdf'; use html, md or json" in result.output
+    assert result.exit_code == 2 and "--as: unknown format 'pdf'; print as table or json" in result.output
     result = runner.invoke(cli, ["report", *db, "--run", "1", "--customer", "Nobody", "-o", str(tmp_path)])
     assert result.exit_code == 1 and "run 1 has no calls for customer 'Nobody'" in result.output
     result = runner.invoke(cli, ["report", *db, "--all-customers", "--max-call-drift", "lots"])

@@ -115,7 +115,7 @@ def test_readers_answer_during_a_run_then_read_the_main_file(writer, tmp_path):
     assert within.exit_code == 0 and note in within.stderr, within.output
     broken = cli_run("check", "--db", db, "--max-call-drift", "10%", "--rule", "point")
     assert broken.exit_code == 1 and note in broken.stderr, broken.output  # the gate's own verdict
-    report = cli_run("report", "--db", db, "--customer", "acme", "--as", "json", "-o", str(tmp_path / "r"))
+    report = cli_run("report", "--db", db, "--customer", "acme", "--write", "json", "-o", str(tmp_path / "r"))
     assert report.exit_code == 0 and note in report.stderr, report.output
     assert json.loads(Path(report.stdout.strip()).read_text())["customer"] == "acme"
     runs = cli_run("runs", "--db", db)

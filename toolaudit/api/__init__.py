@@ -124,14 +124,24 @@ def open(db: str | Path) -> Database:  # noqa: A001 (toolaudit.open, like sqlite
     return Database(db)
 
 
-def compare(baseline_log: str | Path, candidate_log: str | Path, db: str | Path, **options: Any) -> Run:
-    """Compare two recorded logs into `db` (`toolaudit compare`); options are `compare.logs.CompareOptions`
-    fields (run_name, baseline_name, candidate_name, schema_dir, session_key, customer_key, ...)."""
-    from toolaudit.compare.logs import CompareOptions, compare_logs
+def compare(baseline_log: str | Path, candidate_log: str | Path | list[str | Path], db: str | Path,
+            **options: Any) -> Run:
+    """Compare two recorded logs into `db` (`toolaudit compare`); a list of candidate logs makes a remedy matrix
+    (the matrix's run is returned). Options are `compare.logs.CompareOptions` fields (run_name, baseline_name,
+    candidate_name, schema_dir, session_key, customer_key, pair_by, ...). Raises `CompareProblem` when the
+    pairing cannot be trusted (the run is stored, as the CLI's exit 1 leaves it)."""
+    from toolaudit.compare.job import CompareJob, run_compare
+    from toolaudit.compare.logs import CompareOptions
 
+    logs = candidate_log if isinstance(candidate_log, list) else [candidate_log]
+    job = CompareJob(str(baseline_log), tuple(str(c) for c in logs), CompareOptions(**options))
     with Store(db) as store:
-        run_id, _ = compare_logs(store, baseline_log, candidate_log, CompareOptions(**options))
-    return _reopen(db, run_id)
+        outcome = run_compare(store, job)
+    if outcome.problems:
+        from toolaudit.compare.job import CompareProblem
+
+        raise CompareProblem("; ".join(outcome.problems), outcome.run_id)
+    return _reopen(db, outcome.run_id)
 
 
 def replay(traces: str | Path | list[str | Path], db: str | Path, baseline: str = "target",

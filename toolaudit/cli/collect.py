@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import click
 
@@ -91,3 +92,37 @@ def select(collected: str, db: str, label: str, since: str | None, sample: int |
     selected = select_collected(collected, selection_path(db, label), selection)
     click.echo(selected.line(collected), err=True)
     return selected
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The --collected selection options of one command."""
+
+    collected: str
+    db: str
+    since: str | None
+    sample: int | None
+    per_customer: bool
+    seed: str
+    session_key: str
+    customer_key: str
+    trace_format: str
+
+
+def collected_logs(baseline: str | None, candidates: tuple[str, ...], baseline_name: str,
+                   candidate_names: tuple[str, ...], baseline_service: str | None, candidate_services: tuple[str, ...],
+                   s: Selected) -> tuple[str, tuple[str, ...], str, tuple[str, ...]]:
+    """`compare --collected`: the baseline and candidate logs selected by service, with their labels (the service
+    names unless given). With --sample, every candidate keeps the sessions drawn for the baseline."""
+    if baseline is not None or candidates:
+        raise click.UsageError("give two logs or --collected DIR, not both")
+    if baseline_service is None or not candidate_services:
+        raise click.UsageError("--collected needs --baseline-service and --candidate-service (service.name)")
+    base = select(s.collected, s.db, "baseline", s.since, s.sample, s.per_customer, s.seed, s.session_key,
+                  s.customer_key, s.trace_format, service=baseline_service)
+    drawn = frozenset(base.sessions) if s.sample is not None else None
+    logs = tuple(str(select(s.collected, s.db, f"candidate{k + 1}", s.since, None, False, "", s.session_key,
+                            s.customer_key, s.trace_format, service=service, sessions=drawn).path)
+                 for k, service in enumerate(candidate_services))
+    return (str(base.path), logs, baseline_service if baseline_name == "baseline" else baseline_name,
+            candidate_names or candidate_services)

@@ -162,10 +162,11 @@ def deprecated_format_option(func: Callable) -> Callable:
 
 
 def deprecated_format(command: str, old: tuple[str, ...], instead: str) -> tuple[str, ...]:
-    """`--format X` given to `command`: said to be deprecated on stderr, and its values returned."""
+    """`--format X` given to `command`: said to be deprecated on stderr, and its values returned. `instead`: the
+    spelling to use (`--write html|md|json`)."""
     if old:
         click.echo(f"warning: `{command} --format` is deprecated (--format names a trace format in every other "
-                   f"command); use --as {instead}", err=True)
+                   f"command); use {instead}", err=True)
     return old
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from toolaudit.cli.collect import check_collected, collected_options, select
+from toolaudit.cli.collect import Selected, check_collected, collected_logs, collected_options
 from toolaudit.cli.common import (
     Progress,
     Proportion,
@@ -24,6 +25,9 @@ from toolaudit.cli.common import (
 )
 from toolaudit.cli.interrupts import interruptible, watch_store
 from toolaudit.cli.remedies import show_run
+
+if TYPE_CHECKING:
+    from toolaudit.compare.job import CompareJob
 
 
 def _total_bytes(paths: list[str]) -> int:
@@ -80,86 +84,66 @@ def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name
 
     Or two deployments that export to one `toolaudit collect`: `compare --collected DIR --baseline-service A
     --candidate-service B`, told apart by their resource attribute service.name."""
-    from toolaudit.compare.coverage import mismatch_problem, pairing_problem
-    from toolaudit.compare.logs import CompareOptions, compare_logs
-    from toolaudit.compare.matrix import compare_matrix, default_names
-    from toolaudit.ingest.gaps import gap_warnings
-    from toolaudit.store import Store
+    from toolaudit.compare.job import CompareJob
+    from toolaudit.compare.logs import CompareOptions
 
     ray = ray_settings(ray_address, ray_workers)
     if ray is not None and workers is not None:
         raise click.UsageError("--workers counts processes on this machine; with --ray, use --ray-workers")
     check_collected(collected, since, sample, per_customer, seed)
     if collected is not None:
-        if baseline is not None or candidates:
-            raise click.UsageError("give two logs or --collected DIR, not both")
-        if baseline_service is None or not candidate_services:
-            raise click.UsageError("--collected needs --baseline-service and --candidate-service (service.name)")
-        base = select(collected, db, "baseline", since, sample, per_customer, seed, session_key, customer_key,
-                      trace_format, service=baseline_service)
-        drawn = frozenset(base.sessions) if sample is not None else None
-        baseline = str(base.path)
-        candidates = tuple(str(select(collected, db, f"candidate{k + 1}", since, None, False, "", session_key,
-                                      customer_key, trace_format, service=service, sessions=drawn).path)
-                           for k, service in enumerate(candidate_services))
-        if baseline_name == "baseline":
-            baseline_name = baseline_service
-        candidate_names = candidate_names or candidate_services
+        baseline, candidates, baseline_name, candidate_names = collected_logs(
+            baseline, candidates, baseline_name, candidate_names, baseline_service, candidate_services,
+            Selected(collected, db, since, sample, per_customer, seed, session_key, customer_key, trace_format))
     elif baseline_service is not None or candidate_services:
         raise click.UsageError("--baseline-service and --candidate-service select from --collected DIR")
-    elif baseline is None or not candidates:
-        raise click.UsageError("give a baseline log and at least one candidate log (or --collected DIR)")
-    if len(candidate_names) > 1 and len(candidate_names) != len(candidates):
-        raise click.UsageError(f"{len(candidates)} candidate logs but {len(candidate_names)} --candidate-name")
-    _require_logs([baseline, *candidates])
+    _check_logs(baseline, candidates, candidate_names)
     options = CompareOptions(session_key=session_key, customer_key=customer_key,
                              schema_dir=schema_dir_or_none(schema_dir), run_name=run_name,
                              baseline_name=baseline_name, candidate_name=(candidate_names or ("candidate",))[0],
                              workers=workers, format=None if trace_format == "auto" else trace_format, shard=shard,
                              pair_by=pair_by)
-    temperature = _recorded_temperature([baseline, *candidates], session_key, customer_key, options.format)
-    scans = None
-    if ray is not None:  # the scans on a Ray cluster; the rows are written here as in process
-        from toolaudit.compare.ray_scan import RayScans
+    _run(db, CompareJob(baseline, tuple(candidates), options, tuple(candidate_names), max_mismatched), ray, fmt)
 
-        scans = RayScans(ray)
+
+def _check_logs(baseline: str | None, candidates: tuple[str, ...], names: tuple[str, ...]) -> None:
+    if baseline is None or not candidates:
+        raise click.UsageError("give a baseline log and at least one candidate log (or --collected DIR)")
+    if len(names) > 1 and len(names) != len(candidates):
+        raise click.UsageError(f"{len(candidates)} candidate logs but {len(names)} --candidate-name")
+    _require_logs([baseline, *candidates])
+
+
+def _run(db: str, job: CompareJob, ray, fmt: str) -> None:
+    """Compare into the database with a progress bar, show the run, then what the comparison has to say."""
+    from toolaudit.compare.job import run_compare
+    from toolaudit.store import Store
+
     with Store(db) as store:
         watch_store(store)  # Ctrl-C or SIGTERM: `interruptible` says what became of the run
         # readers open a snapshot meanwhile, taken after commits as the throttle allows
-        store.publish_snapshots("compare", on_commit=True,
-                                on_error=lambda message: click.echo(f"warning: {message}", err=True))
-        # the baseline is scanned once per candidate
-        total = _total_bytes([baseline] * len(candidates) + list(candidates)) if sys.stderr.isatty() else 0
+        store.publish_snapshots("compare", on_commit=True, on_error=lambda m: click.echo(f"warning: {m}", err=True))
+        logs = [job.baseline] * len(job.candidates) + list(job.candidates)  # the baseline is scanned per candidate
+        total = _total_bytes(logs) if sys.stderr.isatty() else 0
         with Progress("comparing", total, unit=" bytes") as bar:
-            if len(candidates) == 1:
-                run_id, counts = compare_logs(store, baseline, candidates[0], options,
-                                              progress=bar.update if total else None, scans=scans)
-                runs = {options.candidate_name: counts}
-            else:
-                names = list(candidate_names) if candidate_names else default_names(list(candidates))
-                run_id, per_candidate = compare_matrix(store, baseline, list(candidates), names, options,
-                                                       progress=bar.update if total else None, scans=scans)
-                runs = {name: counts for name, (_, counts) in per_candidate.items()}
-        if temperature:
-            for rid in [run_id, *(m["run_id"] for m in store.matrix_members(run_id))]:
-                store.update_options(rid, {"request_temperature": temperature})
-        show_run(store, run_id, fmt, db)
-    for name, counts in runs.items():
-        for side, path in (("baseline", baseline), ("candidate", candidates[list(runs).index(name)])):
-            if side == "baseline" and name != next(iter(runs)):
-                continue  # the baseline is the same file for every candidate: said once
-            for warning in gap_warnings(counts.gaps[side], path, session_key, customer_key):
-                click.echo(f"warning: {warning}", err=True)
-    for name, counts in runs.items():
-        if counts.pairing.get("by") == "request" and pair_by == "auto":
-            click.echo(f"note: {name + ': ' if len(runs) > 1 else ''}calls paired by request "
-                       f"({counts.pairing['reason']}); each distinct request is its own session in the store",
-                       err=True)
-    problems = {name: pairing_problem(counts, session_key) or mismatch_problem(counts, max_mismatched)
-                for name, counts in runs.items()}
-    failed = [f"{name}: {p}" if len(runs) > 1 else p for name, p in problems.items() if p]
-    if failed:
-        raise click.ClickException("; ".join(failed))
+            outcome = run_compare(store, job, bar.update if total else None, _scans(ray),
+                                  warn=lambda m: click.echo(f"warning: {m}", err=True))
+        show_run(store, outcome.run_id, fmt, db)
+    for line in outcome.warnings:
+        click.echo(f"warning: {line}", err=True)
+    for line in outcome.notes:
+        click.echo(f"note: {line}", err=True)
+    if outcome.problems:
+        raise click.ClickException("; ".join(outcome.problems))
+
+
+def _scans(ray):
+    """Where the logs are scanned: a Ray cluster (`--ray`; the rows are written here as in process) or here."""
+    if ray is None:
+        return None
+    from toolaudit.compare.ray_scan import RayScans
+
+    return RayScans(ray)
 
 
 def _require_logs(logs: list[str]) -> None:
@@ -170,18 +154,3 @@ def _require_logs(logs: list[str]) -> None:
     for log in logs:
         if not os.path.exists(log):
             raise TraceFileNotFound(log)
-
-
-def _recorded_temperature(logs: list[str], session_key: str, customer_key: str, fmt: str | None) -> float | None:
-    """The highest temperature the logs' first requests asked for; said before the comparison when > 0 (each
-    call then has one sample per side: its differences are sampling noise, not drift)."""
-    from toolaudit.ingest.temperature import SCANNED, recorded_temperature
-
-    temps = [t for t in (recorded_temperature(log, session_key, customer_key, fmt) for log in logs) if t]
-    if not temps:
-        return None
-    click.echo(f"warning: the recorded requests sample (temperature up to {max(temps):g} in the first {SCANNED} "
-               "of a log): with one answer per call on each side, a call that differs measures sampling noise, not "
-               "drift; replay the calls with --samples N (e.g. 16) to test whether the tool-call distribution "
-               "moved (docs/statistics.md)", err=True)
-    return max(temps)

@@ -32,7 +32,7 @@ def export_cmd(db: str, as_: str | None, old_format: tuple[str, ...], out_dir: s
     """Export every table and view (calls, outputs, arg_diffs, sessions, the drift views...) as files."""
     from toolaudit.store.export import export_relations
 
-    old = deprecated_format("export", old_format, "parquet|csv")
+    old = deprecated_format("export", old_format, "--as parquet|csv")
     if old and (len(set(old)) > 1 or old[0] not in FILE_FORMATS):
         raise click.UsageError(f"--format (now --as) takes one of {', '.join(FILE_FORMATS)}, got {', '.join(old)}")
     if old and as_ is not None and old[0] != as_:

@@ -20,7 +20,7 @@ from toolaudit.cli.common import (
     rule_option,
     run_option,
 )
-from toolaudit.cli.history import path_pair_option
+from toolaudit.cli.history import path_pair_option, write_history_pages
 from toolaudit.report.output import to_json
 
 
@@ -31,37 +31,35 @@ class CannotCheck(click.ClickException):
     exit_code = 2
 
 
-@click.command(epilog=example("toolaudit report --run nightly --all-customers --as html,md -o reports/ "
-                             "--db audit.duckdb",
-                             "toolaudit report --history --path-pair target spec-ngram --max-call-drift 1.5% "
-                             "-o reports/ --db canary.duckdb"))
+@click.command(epilog=example("toolaudit report --run nightly --all-customers --write html,md -o reports/ "
+                             "--db audit.duckdb"))
 @db_option
 @run_option()
 @click.option("--customer", "customers", multiple=True, help="Customer to report on (repeatable).")
 @click.option("--all-customers", is_flag=True, help="One report per customer of the run.")
-@click.option("--as", "formats", multiple=True, metavar="html|md|json",
-              help="Report formats to write, repeatable or comma-separated (default: all three).")
+@click.option("--write", "formats", multiple=True, metavar="html,md,json",
+              help="Report files to write, repeatable or comma-separated (default: all three).")
+@click.option("--as", "as_", multiple=True, metavar="table|json", help="What to print: the files written and, for "
+              "a matrix, its remedies (table, the default), or JSON (--json). Before this release --as named the "
+              "files to write: --as html/md/json still does, with a warning (use --write).")
 @deprecated_format_option
 @click.option("-o", "--output", "out_dir", default="reports", show_default=True,
               type=click.Path(file_okay=False), help="Folder; files go to <folder>/run-<id>/<customer>.<ext>")
 @click.option("--near-tie-margin", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
               help="Baseline logit margin below which a divergence counts as a near-tie (numerics).")
-@click.option("--max-call-drift", type=Proportion(),
-              help="Call drift budget for routing advice, and --history's budget line (0.015 or 1.5%).")
+@click.option("--max-call-drift", type=Proportion(), help="Call drift budget for routing advice (0.015 or 1.5%).")
 @click.option("--max-session-drift", type=Proportion(), help="Session drift budget for routing advice.")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for the session budget "
               "(default: the customer's mean).")
 @click.option("--max-shifted-calls", type=Proportion(), help="A sampled matrix: the budget on the share of calls "
               "whose outcome distribution shifted, for the remedy reports' recommendation (5%).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the files written and each customer's headline figures as one JSON object.")
-@click.option("--history", is_flag=True, help="Write the history of every run instead of one run's reports: drift "
-              "over runs with its band, the --max-call-drift budget and the runtime changes (like `toolaudit "
-              "history`), as <folder>/history.html, or per customer <folder>/history/<customer>.html.")
+              help="Print the files written and each customer's headline figures as one JSON object (--as json).")
+@click.option("--history", is_flag=True, hidden=True, help="Deprecated: `toolaudit history --html`.")
 @path_pair_option
 @friendly_errors
-def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool,
-           formats: tuple[str, ...], old_format: tuple[str, ...], out_dir: str, near_tie_margin: float,
+def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool, formats: tuple[str, ...],
+           as_: tuple[str, ...], old_format: tuple[str, ...], out_dir: str, near_tie_margin: float,
            max_call_drift: float | None, max_session_drift: float | None, session_calls: float | None,
            max_shifted_calls: float | None, as_json: bool, history: bool, path_pair: tuple[str, str] | None) -> None:
     """Write per-customer drift reports (HTML, Markdown, JSON) for a run.
@@ -69,52 +67,75 @@ def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_custome
     For a matrix run (`replay --candidate A --candidate B ...`): each candidate's reports, and per customer a
     remedy report (every candidate's drift and speed, the Pareto frontier, the fastest candidate within the
     --max-call-drift / --max-session-drift budget), also printed here. A sampled run's reports add its
-    distribution tests; a sampled matrix's remedy reports judge --max-shifted-calls.
+    distribution tests; a sampled matrix's remedy reports judge --max-shifted-calls. The runs over time:
+    `toolaudit history --html`."""
+    from toolaudit.report import ReportOptions
 
-    With --history: the runs over time instead (HTML, or JSON with --as json), for every customer's calls or, with
-    --customer / --all-customers, one page per customer from that customer's calls only."""
-    from toolaudit.analysis.frontier import Budget
-    from toolaudit.report import ReportOptions, parse_formats, write_reports_detailed
-    from toolaudit.report.write import ReportError, written_json
-
+    old = deprecated_format("report", old_format, "--write html|md|json")
+    fmt, files = _report_outputs(as_, as_json, formats + old)
     if history:
+        click.echo("warning: `report --history` is deprecated: use `toolaudit history --html` (same pages)", err=True)
         if max_session_drift is not None or session_calls is not None or max_shifted_calls is not None:
             raise click.UsageError("--history draws the call drift budget (--max-call-drift) only")
-        _report_history(db, run_ref, customers, all_customers, formats + old_format, out_dir, max_call_drift,
-                        path_pair, as_json)
+        _report_history(db, run_ref, customers, all_customers, files, out_dir, max_call_drift, path_pair,
+                        fmt == "json")
         return
     if path_pair:
-        raise click.UsageError("--path-pair goes with --history")
+        raise click.UsageError("--path-pair goes with `toolaudit history --html`")
     if bool(customers) == all_customers:
         raise click.UsageError("pass --customer C (repeatable) or --all-customers")
     if session_calls is not None and max_session_drift is None:
         raise click.UsageError("--session-calls needs --max-session-drift")
-    try:
-        wanted = parse_formats(formats + deprecated_format("report", old_format, "html|md|json"))
-    except ReportError as exc:
-        raise click.UsageError(f"--as: {exc}") from None
     options = ReportOptions(near_tie_margin=near_tie_margin, max_call_drift=max_call_drift,
                             max_session_drift=max_session_drift, session_calls=session_calls,
                             max_shifted_calls=max_shifted_calls)
-    budget = Budget(max_call_drift, max_session_drift, max_shifted_calls=max_shifted_calls)
+    _write_reports(db, run_ref, None if all_customers else customers, files, out_dir, options, fmt)
+
+
+def _report_outputs(as_: tuple[str, ...], as_json: bool, files: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """(what to print, which files): `--as table|json` prints; the older `--as html,md,json` names files (warned)."""
+    values = [v.strip().lower() for value in as_ for v in value.split(",") if v.strip()]
+    unknown = [v for v in values if v not in ("table", "json", "html", "md", "markdown")]
+    if unknown:
+        raise click.UsageError(f"--as: unknown format {unknown[0]!r}; print as table or json (files: --write "
+                               "html,md,json)")
+    if values and set(values) <= {"table"} or values == ["json"] and files:
+        return ("json" if "json" in values or as_json else "table"), files
+    if values:
+        click.echo(f"warning: `report --as {','.join(values)}` names files to write: that spelling is deprecated, "
+                   f"use --write {','.join(values)} (--as will name what is printed: table or json)", err=True)
+    return ("json" if as_json else "table"), files + tuple(values)
+
+
+def _write_reports(db: str, run_ref: str | None, customers: tuple[str, ...] | None, files: tuple[str, ...],
+                   out_dir: str, options, fmt: str) -> None:
+    from toolaudit.analysis.frontier import Budget
+    from toolaudit.report import parse_formats, write_reports_detailed
+    from toolaudit.report.write import ReportError, written_json
+
+    try:
+        wanted = parse_formats(files)
+    except ReportError as exc:
+        raise click.UsageError(f"--write: {exc}") from None
+    budget = Budget(options.max_call_drift, options.max_session_drift, max_shifted_calls=options.max_shifted_calls)
     with reading(db) as store:
         run = store.run_row(resolve_run(store, run_ref))
-        if max_shifted_calls is not None and not _sampled_matrix(store, run):
+        if options.max_shifted_calls is not None and not _sampled_matrix(store, run):
             raise click.UsageError(f"--max-shifted-calls: run {run['run_id']} is not a sampled matrix (it judges the "
                                    "remedy reports of `replay --samples N` with several candidates; `check "
                                    "--max-shifted-calls` gates one sampled run)")
-        written = write_reports_detailed(store, run["run_id"], None if all_customers else customers, wanted, out_dir,
-                                         options)
-        if as_json:
+        written = write_reports_detailed(store, run["run_id"], customers, wanted, out_dir, options)
+        if fmt == "json":
             from toolaudit.analysis.frontier import frontiers_dict
 
-            matrix = frontiers_dict(store, run["run_id"], budget, session_calls) if run["kind"] == "matrix" else None
+            matrix = (frontiers_dict(store, run["run_id"], budget, options.session_calls)
+                      if run["kind"] == "matrix" else None)
             click.echo(to_json(written_json(run, written, matrix)))
             return
         if run["kind"] == "matrix":  # the remedies per customer on the terminal too
             from toolaudit.cli.remedies import show_matrix
 
-            show_matrix(store, run["run_id"], "table", budget, session_calls)
+            show_matrix(store, run["run_id"], "table", budget, options.session_calls)
     for w in written:
         click.echo(str(w.path))
 
@@ -128,25 +149,9 @@ def _sampled_matrix(store, run: dict) -> bool:
 def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool,
                     formats: tuple[str, ...], out_dir: str, budget: float | None, path_pair: tuple[str, str] | None,
                     as_json: bool) -> None:
-    from toolaudit.report.history import write_history
-    from toolaudit.report.write import ReportError
-
     if run_ref is not None:
         raise click.UsageError("--history covers every run; --run does not go with it (use --path-pair)")
-    if customers and all_customers:
-        raise click.UsageError("pass --customer C (repeatable) or --all-customers, not both")
-    wanted = [f.strip().lower() for value in formats for f in value.split(",") if f.strip()] or ["html"]
-    with reading(db) as store:
-        try:
-            written = write_history(store, customers or None, all_customers, list(dict.fromkeys(wanted)), out_dir,
-                                    path_pair, budget)
-        except ReportError as exc:
-            raise click.UsageError(f"--as: {exc}") from None
-    if as_json:
-        click.echo(to_json({"files": [str(p) for p in written]}))
-        return
-    for path in written:
-        click.echo(str(path))
+    write_history_pages(db, customers, all_customers, formats, out_dir, budget, path_pair, as_json)
 
 
 @click.command(epilog=example("toolaudit check --run nightly --max-call-drift 1.5% --against nightly "
@@ -176,11 +181,12 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
 @click.option("--max-valid-drop", type=Proportion(points=True),
               help="Sampled runs: largest allowed drop of the schema-valid rate, baseline minus candidate paired by "
                    "call (0.02, 2% or 2pp), judged on the 95% interval by --rule.")
-@click.option("--expect-numerics", metavar="FP", help="Probe the run's candidate path (or --path) now and fail "
-              "unless its probe numerics hash is FP (an 8+ character prefix), naming decisions vs numerics.")
-@click.option("--path", "probe_path", metavar="NAME", help="With --expect-numerics: the path to probe.")
-@click.option("--paths", "probe_paths", type=click.Path(dir_okay=False, exists=True),
-              help="With --expect-numerics: paths.toml (default: the run's).")
+@click.option("--expect-numerics", metavar="FP", help="Fail unless the newest stored probe of the run's candidate "
+              "path (or --path) has numerics hash FP (an 8+ character prefix), naming decisions vs numerics. The "
+              "gate decodes nothing: `fingerprint --probe --db` (or a replay) stores the probe.")
+@click.option("--path", "probe_path", metavar="NAME", help="With --expect-numerics: the path whose probe is judged.")
+@click.option("--paths", "probe_paths", hidden=True, help="Deprecated: check no longer probes (`fingerprint "
+              "--probe --expect` does).")
 @rule_option
 @click.option("--use-upper-bound", is_flag=True, help="Older spelling of --rule upper (now the default).")
 @click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
@@ -218,6 +224,11 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
         raise click.UsageError(str(exc)) from None
     except ToolauditError as exc:
         raise CannotCheck(str(exc)) from None
+    _say_verdict(verdict, probed, db, as_json)
+
+
+def _say_verdict(verdict, probed, db: str, as_json: bool) -> None:
+    """The gate's verdict and the probe's judgement, printed; exit 1 when a bound is broken."""
     for warning in verdict.warnings() if verdict else []:
         click.echo(warning, err=True)
     if as_json:
@@ -235,14 +246,20 @@ def _no_bound(b) -> bool:
 
 
 def _probe(store, run_id: int, expected: str | None, path: str | None, paths: str | None):
-    """`--expect-numerics`: (ok, lines, JSON) of a probe of the run's path, or None when not asked."""
+    """`--expect-numerics`: (ok, lines, JSON) of the newest stored probe of the run's candidate path (or
+    `path`), or None when not asked."""
     if expected is None:
         if path or paths:
-            raise click.UsageError("--path and --paths go with --expect-numerics")
+            raise click.UsageError("--path goes with --expect-numerics")
         return None
-    from toolaudit.cli.probe import expect_numerics
+    from toolaudit.analysis.probe_refs import stored_expectation
 
-    return expect_numerics(store, run_id, expected, path, paths)
+    if paths:
+        click.echo("warning: `check --paths` is deprecated: check judges the stored probe and decodes nothing; take "
+                   "the probe with `toolaudit fingerprint --probe --path NAME --paths FILE --db DB --expect FP`",
+                   err=True)
+    judged = stored_expectation(store, path or store.run_row(run_id)["candidate_name"], expected)
+    return judged.ok, judged.lines, judged.data
 
 
 def _verdict_lines(verdict, db: str) -> list[str]:

@@ -43,37 +43,71 @@ def _path_pair(ctx: click.Context, param: click.Parameter, value: tuple[str, str
 
 @click.command("history", epilog=example(
     "toolaudit history --path-pair target spec-ngram --budget 1.5% --db canary.duckdb",
-    "toolaudit history --customer acme --csv --db canary.duckdb"))
+    "toolaudit history --customer acme --csv --db canary.duckdb",
+    "toolaudit history --html --all-customers -o reports/ --db canary.duckdb"))
 @db_option
 @path_pair_option
 @click.option("--customer", help="Only this customer's calls in every figure (and the runs that have any).")
 @click.option("--budget", type=Proportion(), help="Call drift budget each run is judged against (0.015 or 1.5%).")
 @rule_option
+@click.option("--html", is_flag=True, help="Write the history as HTML pages instead of printing it: "
+              "<folder>/history.html over every customer's calls, or with --customer / --all-customers "
+              "<folder>/history/<customer>.html from that customer's calls only (the paths are printed).")
+@click.option("--all-customers", is_flag=True, help="With --html: one page per customer.")
+@click.option("-o", "--output", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
+              help="With --html: the folder the pages go to.")
 @output_options
 @friendly_errors
 def history_cmd(db: str, path_pair: tuple[str, str] | None, customer: str | None, budget: float | None,
-                rule: str | None, fmt: str) -> None:
+                rule: str | None, html: bool, all_customers: bool, out_dir: str, fmt: str) -> None:
     """Show the runs over time, and what changed when the drift moved.
 
     One row per run (replay and compare runs, each candidate of a remedy matrix), oldest first, one table per
     path pair: drift with its 95% interval, compounded session drift, acceptance, tokens/s, the noise floor,
     the budget judged by the gate's rule, and what changed since the previous run of the same pair (config
-    components, named; probe decisions or numerics). --json and --csv carry every column."""
+    components, named; probe decisions or numerics). --json and --csv carry every column; --html writes pages."""
     from toolaudit.analysis.history import history
 
+    if html or all_customers:
+        if not html:
+            raise click.UsageError("--all-customers goes with --html (one page per customer)")
+        write_history_pages(db, (customer,) if customer else (), all_customers, ("html",), out_dir, budget,
+                            path_pair, fmt == "json", "--budget", gate_rule(rule))
+        return
     with reading(db) as store:
         h = history(store, path_pair or None, customer, budget, "--budget", gate_rule(rule))
     if fmt == "json":
         click.echo(to_json(h.as_dict()))
-        return
-    rows = [r.as_dict() for r in h.rows]
-    if fmt == "csv":
-        columns = list(rows[0])
+    elif fmt == "csv":
+        rows = [r.as_dict() for r in h.rows]
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows([[csv_cell(row[c]) for c in columns] for row in rows])
+        writer.writerow(list(rows[0]))
+        writer.writerows([[csv_cell(row[c]) for c in rows[0]] for row in rows])
+    else:
+        click.echo("\n".join(history_lines(h.as_dict())))
+
+
+def write_history_pages(db: str, customers: tuple[str, ...], all_customers: bool, formats: tuple[str, ...],
+                        out_dir: str, budget: float | None, path_pair: tuple[str, str] | None, as_json: bool,
+                        budget_source: str = "--max-call-drift", rule=None) -> None:
+    """The history pages (`history --html`, and the deprecated `report --history`); prints the paths written."""
+    from toolaudit.report.history import write_history
+    from toolaudit.report.write import ReportError
+
+    if customers and all_customers:
+        raise click.UsageError("pass --customer C or --all-customers, not both")
+    wanted = [f.strip().lower() for value in formats for f in value.split(",") if f.strip()] or ["html"]
+    with reading(db) as store:
+        try:
+            written = write_history(store, customers or None, all_customers, list(dict.fromkeys(wanted)), out_dir,
+                                    path_pair, budget, budget_source, rule)
+        except ReportError as exc:
+            raise click.UsageError(str(exc)) from None
+    if as_json:
+        click.echo(to_json({"files": [str(p) for p in written]}))
         return
-    click.echo("\n".join(history_lines(h.as_dict())))
+    for path in written:
+        click.echo(str(path))
 
 
 def history_lines(h: dict[str, Any]) -> list[str]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -34,52 +32,14 @@ def import_cmd(trace_file: str, logs_files: tuple[str, ...], trace_format: str, 
     One {"request", "response"} line per call, with session, customer and call index in request.metadata (and
     source_record, the span or observation id). Bad records are listed on stderr as FILE:LINE: field: message;
     a file with no usable call is an error (exit 1) and writes nothing."""
-    import orjson
+    from toolaudit.ingest.convert import convert, replaced_atomically
+    from toolaudit.ingest.gaps import gap_warnings
 
-    from toolaudit.ingest import deepjson
-    from toolaudit.ingest.gaps import CallGaps, gap_warnings
-    from toolaudit.ingest.traces import TraceLineError, TraceSource, TraceStats, read_trace
-
-    stats = TraceStats()
-    gaps = CallGaps()
-    errors: list[TraceLineError] = []
-    seen: list[TraceSource] = []
-    target = None if output == "-" else Path(output)
-    handle = sys.stdout.buffer if target is None else tempfile.NamedTemporaryFile(
-        "wb", dir=target.resolve().parent, prefix=f".{target.name}.", delete=False)
-    try:
-        for item in read_trace(trace_file, session_key, customer_key, require_response=False, stats=stats,
-                               fmt=None if trace_format == "auto" else trace_format, on_source=seen.append,
-                               logs=logs_files):
-            if isinstance(item, TraceLineError):
-                errors.append(item)
-                continue
-            gaps.add(item.session_id, item.customer, item.request)
-            metadata = dict(item.request.get("metadata") or {})
-            metadata.update(session_id=item.session_id, call_index=str(item.call_index))
-            if item.customer is not None:
-                metadata["customer"] = item.customer
-            if item.record is not None:
-                metadata["source_record"] = item.record
-            line = {"request": {**item.request, "metadata": metadata}}
-            if item.response is not None:
-                line["response"] = item.response
-            try:
-                handle.write(orjson.dumps(line) + b"\n")
-            except TypeError:  # nested past orjson's 254 levels
-                handle.write(deepjson.dumps(line, sort_keys=False).encode() + b"\n")
-    except BaseException:
-        if target is not None:
-            handle.close()
-            os.unlink(handle.name)
-        raise
-    if target is not None:
-        handle.close()
-        os.replace(handle.name, target)
-    else:
-        handle.flush()
-    _report(trace_file, output, stats, errors, seen[0] if seen else None)
-    for warning in gap_warnings(gaps, trace_file, session_key, customer_key):
+    with replaced_atomically(None if output == "-" else Path(output), sys.stdout.buffer) as handle:
+        done = convert(trace_file, handle, session_key, customer_key, None if trace_format == "auto" else trace_format,
+                       logs_files)
+    _report(trace_file, output, done.stats, done.errors, done.source)
+    for warning in gap_warnings(done.gaps, trace_file, session_key, customer_key):
         click.echo(f"warning: {warning}", err=True)
 
 

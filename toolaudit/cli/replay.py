@@ -16,6 +16,7 @@ from toolaudit.cli.common import (
     friendly_errors,
     key_options,
     output_options,
+    print_rows,
     ray_options,
     ray_settings,
     schema_dir_or_none,
@@ -24,10 +25,14 @@ from toolaudit.cli.common import (
 )
 from toolaudit.cli.interrupts import interruptible, watch_store
 from toolaudit.cli.remedies import show_run
+from toolaudit.replay.demo import (
+    DEMO_CALLS,
+    DEMO_MAX_TOKENS,
+    DEMO_SAMPLED_CALLS,
+    DEMO_SAMPLES,
+    DEMO_TEMPERATURE,
+)
 from toolaudit.report.output import to_json
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 
 
 def _run_replay(db: str, options, resume: int | None, fmt: str, budget=None, verbose: bool = False,
@@ -205,20 +210,6 @@ def _warn_sampling_noise(options) -> None:
               "distribution moved (docs/statistics.md)")
 
 
-MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft", "spec-ngram-invariant")
-# The demo's sample: the first 2 calls of each session, the first 120 of them (demo.jsonl keeps a session's calls
-# together, so that is 60 of its 68 sessions, all 4 customers): enough calls for a drift rate and a paired excess
-# with useful intervals, and a replay a newcomer waits for on 2 CPU cores (docs/benchmarks.md: where the time
-# goes). The prefill is paid once per prompt for all three decodes (the prefix cache is shared by paths on one
-# model), and a session's second call reuses its first's prompt: 120 calls prefill ~18k tokens where 180 (3 per
-# session) prefilled ~25k and decoded half again as many answers. Two chunks of 60: a kill loses at most one.
-DEMO_CALLS_PER_SESSION, DEMO_CALLS, DEMO_CHUNK = 2, 120, 60
-DEMO_MAX_TOKENS = 96  # the built-in paths' max_tokens
-# `demo --sampled`: the first call of 8 sessions, 16 samples each per path at temperature 0.7 (docs/benchmarks.md
-# has its time); the noise floor is the calibration: the target again with other seeds.
-DEMO_SAMPLED_CALLS, DEMO_SAMPLES, DEMO_TEMPERATURE = 8, 16, 0.7
-
-
 @click.command(epilog=example("toolaudit demo --db demo.duckdb"))
 @db_option
 @click.option("--limit", type=click.IntRange(1), help=f"Replay only the first N calls of the sample (default: "
@@ -255,52 +246,26 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
          samples: int, noise_floor: bool, max_tokens: int, probe: bool, verbose: bool, fmt: str) -> None:
     """Replay 120 demo calls (2 per session) through target vs spec-ngram (bf16); print drift beside its floor."""
     from toolaudit.engines import make_engine
+    from toolaudit.replay.demo import DemoChoice, demo_description, demo_options
     from toolaudit.replay.inputs import resolve_paths
-    from toolaudit.replay.replayer import ReplayOptions
 
     Path(db).resolve().parent.mkdir(parents=True, exist_ok=True)
     if sampled and matrix:
         raise click.UsageError("--sampled and --matrix are two demos: give one")
-    schemas = REPO_ROOT / "schemas"
-    if sampled:
-        options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate="spec-ngram",
-                                limit=limit or DEMO_SAMPLED_CALLS, calls_per_session=1,
-                                chunk=limit or DEMO_SAMPLED_CALLS, run_name="demo-sampled",
-                                schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics,
-                                noise_floor=True, max_tokens=max_tokens, temperature=DEMO_TEMPERATURE,
-                                samples_per_call=samples)
-        click.echo(f"replaying the first call of {options.limit} demo sessions, {samples} samples each, at "
-                   f"temperature {DEMO_TEMPERATURE} through target, spec-ngram and target-floor (other seeds: the "
-                   f"calibration); results in {db}", err=True)
-        _run_replay(db, options, None, fmt, verbose=verbose, probe=probe)
-        return
-    candidates = list(MATRIX_CANDIDATES) if matrix else ["spec-ngram"]
-    options = ReplayOptions(traces=[str(DEMO_TRACES)], baseline="target", candidate=candidates[0],
-                            candidates=candidates if matrix else None,
-                            limit=limit if matrix or limit else DEMO_CALLS,
-                            calls_per_session=2 if matrix else DEMO_CALLS_PER_SESSION,
-                            chunk=ReplayOptions.chunk if matrix else DEMO_CHUNK,
-                            run_name="demo-matrix" if matrix else "demo",
-                            schema_dir=str(schemas) if schemas.is_dir() else None, numerics=numerics,
-                            noise_floor=noise_floor and not matrix, max_tokens=max_tokens)
+    options = demo_options(DemoChoice(matrix, sampled, limit, numerics, noise_floor, max_tokens, samples))
     # What the baseline engine says of itself: the numerics it resolved `--numerics` to, on which CPU.
     baseline, chosen = resolve_paths(options)
     components = make_engine(baseline).fingerprint_components()
-    floor = (f" and the noise floor {chosen[-1].name} (target at batch {chosen[-1].batch_size})"
-             if options.noise_floor else "")
-    first = f"the first {options.limit} of " if options.limit else ""
-    sample = (f"{first}the first {options.calls_per_session} calls of each demo session" if matrix else
-              f"{options.limit} demo calls ({options.calls_per_session} per session)")
-    click.echo(f"replaying {sample} through target and {', '.join(candidates)}{floor}, bf16 "
-               f"({components['numerics']} on CPU {components['cpu_capability']}); results in {db}", err=True)
-    if not matrix:
-        _run_replay(db, options, None, fmt, verbose=verbose, probe=probe)
-        return
-    from toolaudit.analysis.frontier import Budget
+    floor = chosen[-1] if options.noise_floor and not sampled else None
+    click.echo(f"{demo_description(options, floor, components['numerics'], components['cpu_capability'])}; "
+               f"results in {db}", err=True)
+    budget = None
+    if matrix:
+        from toolaudit.analysis.frontier import Budget
 
-    _run_replay(db, options, None, fmt, Budget(max_session_drift=max_session_drift), verbose=verbose,
-                probe=probe)
-    if fmt == "table":
+        budget = Budget(max_session_drift=max_session_drift)
+    _run_replay(db, options, None, fmt, budget, verbose=verbose, probe=probe)
+    if matrix and fmt == "table":
         click.echo(f"\nbudget: session drift <= {100 * max_session_drift:g}% on the 95% upper bound "
                    f"(--max-session-drift); remedy reports: toolaudit report --all-customers --max-session-drift "
                    f"{100 * max_session_drift:g}% --db {db}")
@@ -308,7 +273,9 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
 
 @click.command(name="fingerprint", epilog=example("toolaudit fingerprint --path spec-ngram --json",
                                                   "toolaudit fingerprint --probe --path spec-ngram --against nightly "
-                                                  "--db audit.duckdb"))
+                                                  "--db audit.duckdb",
+                                                  "toolaudit fingerprint --probe --path spec-ngram --expect "
+                                                  "num-3f2a9c1e --db audit.duckdb"))
 @click.option("--path", "path_name", required=True, help="Decode path name.")
 @click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True), help="paths.toml.")
 @click.option("--probe", is_flag=True, help="Also fingerprint what the path does: decode a fixed probe set greedily "
@@ -317,13 +284,17 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
               "chat completion request per line) instead of the bundled one.")
 @click.option("--repeats", type=click.IntRange(1, 10), default=2, show_default=True,
               help="With --probe: decode the probe set this many times; repeats that differ are reported as jitter.")
-@click.option("--db", "db", type=click.Path(dir_okay=False), help="With --probe: store the probe in this DuckDB file.")
+@click.option("--db", "db", envvar="TOOLAUDIT_DB", type=click.Path(dir_okay=False),
+              help="With --probe: store the probe in this DuckDB file (or set TOOLAUDIT_DB).")
 @click.option("--against", metavar="REF", help="With --probe and --db: compare with an earlier probe (latest: the "
               "path's newest; probe:ID, or an id) or the probe a run recorded (run:ID|NAME, or a name), in words.")
-@click.option("--json", "as_json", is_flag=True, help="Show the components (with --probe: the probe) as JSON.")
+@click.option("--expect", metavar="FP", help="With --probe: exit 1 unless the probe's numerics hash is FP (an 8+ "
+              "character prefix), saying whether decisions or only numerics changed when --db holds that probe. "
+              "`check --expect-numerics` then gates on the stored probe.")
+@output_options
 @friendly_errors
 def fingerprint_cmd(path_name: str, paths_file: str | None, probe: bool, probe_file: str | None, repeats: int,
-                    db: str | None, against: str | None, as_json: bool) -> None:
+                    db: str | None, against: str | None, expect: str | None, fmt: str) -> None:
     """Print the stable fingerprint of a decode path (engine, versions, model hashes, config, device).
 
     With --probe, also its behavioural fingerprint: what a runtime change that the config does not name shows."""
@@ -335,16 +306,21 @@ def fingerprint_cmd(path_name: str, paths_file: str | None, probe: bool, probe_f
     paths = load_paths(paths_file)
     if path_name not in paths:
         raise OptionError(f"unknown decode path {path_name!r} (known: {', '.join(sorted(paths))})")
-    if not probe and (probe_file or db or against):
-        raise click.UsageError("--probe-file, --db and --against go with --probe")
+    db_given = click.get_current_context().get_parameter_source("db") == click.core.ParameterSource.COMMANDLINE
+    if not probe and (probe_file or against or expect or db_given):  # TOOLAUDIT_DB alone is no request to probe
+        raise click.UsageError("--probe-file, --db, --against and --expect go with --probe")
     if probe:
         from toolaudit.cli.probe import probe_command
 
-        probe_command(paths[path_name], probe_file, repeats, db, against, as_json)
+        if fmt == "csv":
+            raise click.UsageError("--probe prints a table or JSON (--as table|json)")
+        probe_command(paths[path_name], probe_file, repeats, db, against, expect, fmt != "table")
         return
     components = make_engine(paths[path_name]).fingerprint_components()
     fp = fingerprint(components)
-    if as_json:
+    if fmt == "json":
         click.echo(to_json({"path": path_name, "fingerprint": fp, "components": components}))
+    elif fmt == "csv":
+        print_rows(["component", "value"], [["fingerprint", fp], *components.items()], "csv")
     else:
         click.echo(fp)
