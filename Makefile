@@ -83,8 +83,9 @@ gpu-pack:
 gpu-pack-check:
 	bash scripts/device/check_pack.sh
 
-# docs/cli.md, the CLI reference, generated from the click commands (toolaudit/cli/reference.py); tests/test_cli_docs.py
-# fails when it is stale. No install step: the venv's Python when there is one, else $(PY) with toolaudit importable.
+# docs/cli.md, the CLI reference, generated from the click commands (toolaudit/cli/reference.py);
+# tests/cli/test_cli_docs.py fails when it is stale. No install step: the venv's Python when there is one, else $(PY)
+# with toolaudit importable.
 cli-docs:
 	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY)) -m toolaudit.cli.reference
 

@@ -12,7 +12,7 @@ acts only through proposals, so a draft whose proposals are almost all rejected 
     python benchmarks/bench_sampled_power.py [--calls 24] [--samples 16] [--temperature 0.7] [--top-p 0.9]
         [--draft smollm2-135m:first29] [--candidate NAME ...] [--db keep.duckdb]
 
-`tests/test_sampled_power.py` runs the same table on fewer calls in `make test`.
+`tests/analysis/test_sampled_power.py` runs the same table on fewer calls in `make test`.
 """
 
 from __future__ import annotations

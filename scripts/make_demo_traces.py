@@ -29,7 +29,7 @@ from tracegen.demo_tools import strict_schema  # noqa: E402
 from tracegen.files import write_json, write_jsonl  # noqa: E402
 
 REPO = HERE.parent
-__all__ = ["PROMPT_CHAR_BUDGET", "main", "prompt_chars"]  # tests/test_trace_files.py checks the demo's prompts
+__all__ = ["PROMPT_CHAR_BUDGET", "main", "prompt_chars"]  # tests/ingest/test_trace_files.py checks the demo's prompts
 
 
 def main(argv=None) -> None:

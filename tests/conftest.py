@@ -30,7 +30,8 @@ def _one_core_per_worker() -> None:
 _one_core_per_worker()
 
 # A replay probes its paths first (seconds each on the real model, `replay --no-probe`): the suite's many replays
-# (subprocesses included) skip it, and the probe tests (tests/test_probe*.py) turn it back on where they test it.
+# (subprocesses included) skip it, and the probe tests (tests/replay/test_probe*.py) turn it back on where they
+# test it.
 os.environ.setdefault("TOOLAUDIT_NO_PROBE", "1")
 
 SEARCH_TOOL = {
@@ -122,9 +123,10 @@ _SHARED_FOLDERS = {"tests/engines/vllm/": "vllm", "tests/tracing/": "tracing"}
 # Units of minutes, with about their seconds on one core of a 2-core machine with AVX2 kernels (the sum of their
 # tests' --durations in `make test`, 2026-11-28, rounded up): handed out before the rest. A unit missing here is
 # ordered by its test count.
-_LONG_UNITS = {"vllm": 340, "tests/test_kill.py": 160, "tests/test_ray.py": 90, "tests/test_sampled_power.py": 70,
-               "tests/engines/torch/test_engine_real.py": 65, "tests/engines/test_drafts.py": 50,
-               "tests/engines/hf/test_engine_real.py": 35, "tests/test_compare_ray.py": 35, "tracing": 30}
+_LONG_UNITS = {"vllm": 340, "tests/store/test_kill.py": 160, "tests/replay/test_ray.py": 90,
+               "tests/analysis/test_sampled_power.py": 70, "tests/engines/torch/test_engine_real.py": 65,
+               "tests/engines/test_drafts.py": 50, "tests/engines/hf/test_engine_real.py": 35,
+               "tests/compare/test_compare_ray.py": 35, "tracing": 30}
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -1,5 +1,5 @@
 """The package's shape: a few wings at the top, no import cycles, no module over 450 lines (walked from the AST
-and the file tree, not a list)."""
+and the file tree, not a list); and the tests', which mirror it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ MAX_LINES = 450
 # engines, store, report, serve, cli), with __init__.py and __main__.py: a newcomer reads the flow off the
 # folder list.
 MAX_TOP_LEVEL = 14  # __init__, __main__ and twelve wings (api: the Python API the CLI stands on)
+TESTS = Path(__file__).resolve().parent
+# tests/ mirrors the package: a wing's tests in tests/<wing>/. Beside the wings' folders, the folders that test
+# across them (the canary history, the real instrumentation libraries' spans, CUDA) and the plug-in distributions
+# the tests install; at the top, the support modules the folders share and a few tests that cut across wings
+# (this one; secrets, which follows a key through every wing).
+CROSS_CUTTING_FOLDERS = {"history", "tracing", "gpu", "plugins"}
+MAX_TOP_LEVEL_TESTS = 3
 
 
 def _modules() -> dict[str, Path]:
@@ -74,6 +81,23 @@ def test_the_top_level_is_a_few_wings():
     assert not loose, f"modules outside a wing: {loose}"
 
 
+def test_the_tests_mirror_the_package():
+    """Each wing's tests in tests/<wing>/, a package (its own `__init__.py`, so `tests/compare/test_logs.py` and
+    `tests/collect/test_logs.py` import as `compare.test_logs` and `collect.test_logs`), every test folder a wing or
+    one of the few that cut across them, and the top of tests/ its support modules and a few tests at most."""
+    wings = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert wings <= folders, f"wings without a tests/<wing>/ folder: {sorted(wings - folders)}"
+    strays = sorted(folders - wings - CROSS_CUTTING_FOLDERS)
+    assert not strays, f"test folders that are no wing of toolaudit/: {strays}"
+    no_init = sorted(str(d.relative_to(TESTS)) for d in {t.parent for t in TESTS.rglob("test_*.py")}
+                     if d != TESTS and "plugins" not in d.relative_to(TESTS).parts and not (d / "__init__.py").exists())
+    assert not no_init, f"test folders without an __init__.py: {no_init}"
+    loose = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert len(loose) <= MAX_TOP_LEVEL_TESTS, (
+        f"{len(loose)} test files at the top of tests/ (move each into the folder of the wing it tests): {loose}")
+
+
 def test_the_library_does_not_import_click():
     """click belongs to the CLI; the library raises typed errors instead."""
     graph_sources = {name: path.read_text() for name, path in _modules().items()
@@ -131,7 +155,7 @@ def test_sql_and_transactions_live_in_the_store():
 def test_no_import_cycles_through_package_inits():
     """Importing `a.b.c` first runs `a/b/__init__.py`: a cycle through a package's `__init__` (it was
     analysis.budgets -> report.output, which ran report/__init__ -> report.data -> analysis.budgets) breaks
-    depending on which module a process imports first (`pytest tests/test_matrix.py` alone failed)."""
+    depending on which module a process imports first (`pytest tests/compare/test_matrix.py` alone failed)."""
     mods = _modules()
     graph = _imports(mods)
     for name, targets in graph.items():

@@ -3,7 +3,7 @@ subcommand's `--help` (usage, help text, options with their help, examples) as c
 so the text never depends on the terminal that generated it, in the order `toolaudit --help` lists them.
 
 `make cli-docs` (`python -m toolaudit.cli.reference`) writes it; `--check` says which commands are stale or
-undocumented and exits 1 (tests/test_cli_docs.py runs the same comparison).
+undocumented and exits 1 (tests/cli/test_cli_docs.py runs the same comparison).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ FIX = "make cli-docs"
 _HEADER = """# Command-line reference
 
 <!-- Generated from the click commands by `make cli-docs` (toolaudit/cli/reference.py); do not edit by hand:
-tests/test_cli_docs.py fails when this file is out of date. -->
+tests/cli/test_cli_docs.py fails when this file is out of date. -->
 
 Every command's `--help`, as `toolaudit COMMAND --help` prints it. docs/guide.md shows the commands at work;
 [architecture.md](architecture.md) says which module implements each (`toolaudit/cli/`).

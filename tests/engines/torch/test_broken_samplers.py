@@ -4,7 +4,7 @@ engine does) must be flagged by the sampled-run tests, and neither the correct r
 draft model) nor the target against itself with other seeds (the calibration) may be. The tiny target's
 peaked distributions over a 12-token vocabulary keep each sample three tokens long, so thousands of samples cost
 seconds; the same table on the real model and demo calls is benchmarks/bench_sampled_power.py (and, a few
-calls of it, tests/test_sampled_power.py)."""
+calls of it, tests/analysis/test_sampled_power.py)."""
 
 from __future__ import annotations
 

@@ -254,7 +254,7 @@ def test_vllms_own_counters_are_read_around_each_engine_call(server, tmp_path):
 
 
 # Faults that need no short client timeout (vLLM on CPU answers in seconds): stalls and drips are tested in
-# tests/test_fault_proxy.py against `toolaudit serve`.
+# tests/engines/openai/test_fault_proxy.py against `toolaudit serve`.
 VLLM_FAULTS = ("429_retry_after", "503", "reset_mid_body", "html_200", "truncated_honest", "stream_cut",
                "stream_cut_after_finish")
 FAULT_CALLS = 4

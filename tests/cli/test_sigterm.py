@@ -16,7 +16,7 @@ Checked at every point:
 The points fall in the command's own work (the file is migrated beforehand); on a new file, a signal during
 its migration leaves no file behind.
 
-The replays run the echo engine of tests/plugins (no model); `test_kill.py` covers the torch engine's
+The replays run the echo engine of tests/plugins (no model); `tests/store/test_kill.py` covers the torch engine's
 schedules under SIGKILL, which reach the database the same way.
 """
 
@@ -33,11 +33,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 from killpoints import Launcher, points
-from test_kill import PER_INVOCATION, TABLES, Scenario, check_invariants, fresh, inputs, latest_run, tables_of
+from store.test_kill import PER_INVOCATION, TABLES, Scenario, check_invariants, fresh, inputs, latest_run, tables_of
 
 from toolaudit.store import Store
 
-__all__ = ["inputs"]  # the fixture, shared with test_kill.py
+__all__ = ["inputs"]  # the fixture, shared with tests/store/test_kill.py
 
 SEED = 143
 DEMO = REPO / "traces" / "demo.jsonl"

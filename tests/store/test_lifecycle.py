@@ -9,7 +9,7 @@ process of its own, on real DuckDB files):
   --allow-files;
 - what commands write beside a database in the checkout is ignored by git.
 
-SIGTERM and Ctrl-C are in test_sigterm.py.
+SIGTERM and Ctrl-C are in tests/cli/test_sigterm.py.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from conftest import line, tool_call, write_jsonl
 from toolaudit.cli import cli
 from toolaudit.store import Store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "traces" / "demo.jsonl"
 GOOD = line(calls=[tool_call("close_ticket", {"ticket_id": 1})])
 

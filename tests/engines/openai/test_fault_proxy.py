@@ -16,9 +16,9 @@ from collections import Counter
 
 import pytest
 from click.testing import CliRunner
+from compare.test_shards import rows_of
 from faultproxy import KINDS, RETRY_AFTER_S, SUCCEEDS, FaultProxy, FaultSchedule, call_keys
 from helpers import DEMO, REPO, AppThread, ServeProcess, build_tiny_model, openai_path_toml, torch_path_toml
-from test_shards import rows_of
 
 from toolaudit.cli import cli
 from toolaudit.replay.replayer import ReplayOptions, load_calls, replay_traces

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from compare.test_shards import rows_of
 from conftest import REPO, line, tool_call, write_jsonl
 from helpers import build_tiny_model, torch_path_toml
 from killpoints import PRELOAD, Launcher, points
-from test_batch import batch_output
-from test_shards import rows_of
+from replay.test_batch import batch_output
 
 from toolaudit.analysis.figures import run_summary
 from toolaudit.store import Store
@@ -301,7 +301,7 @@ def test_kill_merge_anywhere_then_merge_again(tmp_path, launcher, inputs, show_t
 
 
 def test_kill_batch_import_anywhere_then_import_again(tmp_path, launcher, inputs, tiny_paths, show_table):
-    from test_batch import recorded
+    from replay.test_batch import recorded
 
     requests, results = {}, {}
     for side, path, log in (("baseline", "tiny", "base.jsonl"), ("candidate", "tiny-spec", "cand.jsonl")):

@@ -1,15 +1,15 @@
 """Sampled replays (temperature > 0, N samples per call) through the real torch engine on the tiny random Llama:
 every sample stored once, sample i the draw of its own seed, the call's distribution test beside it, resumable
-per call in either schedule. The statistics themselves are tested in test_distributions.py; calibration and
-power on the real model in test_sampled_power.py."""
+per call in either schedule. The statistics themselves are tested in tests/analysis/test_distributions.py;
+calibration and power on the real model in tests/analysis/test_sampled_power.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
-from test_replay import _Interrupting, options, paths_file, tiny_model_dir  # noqa: F401 (fixtures)
 
+from replay.test_replay import _Interrupting, options, paths_file, tiny_model_dir  # noqa: F401 (fixtures)
 from toolaudit import ConfigError
 from toolaudit.replay.replayer import replay_traces
 from toolaudit.store import Store

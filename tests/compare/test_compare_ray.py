@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO, write_jsonl
 from format_records import otlp, span
+from ingest.test_otlp_inherit import _records
 from ray_support import KillFirstWorker, open_gate_actor
 from ray_support import local_ray as start_local_ray
-from test_otlp_inherit import _records
-from test_shards import TABLES, rows_of
 
+from compare.test_shards import TABLES, rows_of
 from toolaudit import ConfigError
 from toolaudit.cli import cli
 from toolaudit.compare.logs import CompareOptions, compare_logs

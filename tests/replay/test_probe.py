@@ -1,5 +1,5 @@
 """Probe fingerprints without a model: probe files (and their errors), hashes, jitter, the comparison in words,
-and the `probes` rows in a real DuckDB file. Decoding through real engines: tests/test_probe_engines.py."""
+and the `probes` rows in a real DuckDB file. Decoding through real engines: tests/replay/test_probe_engines.py."""
 
 from __future__ import annotations
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from compare.test_shards import TABLES, rows_of, summary_json
 from conftest import REPO
 from helpers import build_tiny_model
 from ray_support import KillFirstWorker, open_gate_actor
 from ray_support import local_ray as start_local_ray
-from test_shards import TABLES, rows_of, summary_json
 
 from toolaudit.engines import make_engine
 from toolaudit.replay.inputs import load_calls

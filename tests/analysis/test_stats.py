@@ -23,7 +23,8 @@ def test_compounding_matches_the_seed_numbers():
     table = dict(expected_session_drift(0.012))
     assert table[5] == pytest.approx(0.0586, abs=5e-4)
     assert table[1] == pytest.approx(0.012) and len(table) == 10
-    # per-session compounding over per-tool rates is computed in SQL (sessions.compounded_p): test_compare.py
+    # per-session compounding over per-tool rates is computed in SQL (sessions.compounded_p):
+    # tests/compare/test_compare.py
 
 
 def test_wilson_coverage_small_simulation():
