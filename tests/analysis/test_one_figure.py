@@ -8,6 +8,7 @@ lengths must be there, named apart, with the same values in every view."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -115,3 +116,25 @@ def test_check_gates_the_excess_over_the_floor(replayed):
         assert tight.exit_code == 1 and "excess over the noise floor upper bound" in tight.output
     alone = CliRunner().invoke(cli, ["check", "--run", "2", "--max-excess", "1pp", "--rule", "point", "--db", db])
     assert ("rule (--max-excess)" in alone.output) and alone.exit_code in (0, 1)
+
+
+def test_a_statistic_added_once_reads_the_same_in_every_view(replayed):
+    """The floor's interval width (issue 43's worked example of adding a statistic: `Rate.width`, one field in
+    the floor's figures, one line per renderer): the same value in `summary --json`, the report's JSON, and the
+    terminal, Markdown and HTML views."""
+    db, tmp = replayed
+    summary = _json("summary", "--run", "2", "--json", "--db", db)
+    floor = summary["noise_floor"]["floor"]
+    assert floor["ci_width"] == pytest.approx(floor["ci_high"] - floor["ci_low"]) and floor["ci_width"] > 0
+    width = f"{100 * floor['ci_width']:.2f}"
+    screen = CliRunner().invoke(cli, ["summary", "--run", "2", "--db", db])
+    assert f"{width}pp wide" in screen.output, screen.output
+    name = summary["customers"][0]["customer"]
+    out = tmp / "width"
+    report = _json("report", "--run", "2", "--customer", name, "--write", "json,md,html", "-o", str(out), "--json",
+                   "--db", db)
+    texts = {Path(f).suffix: Path(f).read_text() for f in report["files"]}
+    nf = json.loads(texts[".json"])["noise_floor"]
+    assert nf["ci_width"] == pytest.approx(nf["ci_high"] - nf["ci_low"])
+    customer_width = f"{100 * nf['ci_width']:.2f}"
+    assert f"{customer_width} points wide" in texts[".md"] and f"{customer_width} pts wide" in texts[".html"]

@@ -122,7 +122,7 @@ def test_a_shifted_budget_on_a_greedy_run_is_a_usage_error(matrix_db):
 
 def test_remedy_reports_of_a_sampled_matrix(matrix_db, tmp_path):
     db, matrix = matrix_db["db"], str(matrix_db["matrix"])
-    out = invoke("report", "--db", db, "--run", matrix, "--all-customers", "--as", "md,json", "-o", str(tmp_path),
+    out = invoke("report", "--db", db, "--run", matrix, "--all-customers", "--write", "md,json", "-o", str(tmp_path),
                  "--max-shifted-calls", "40%", "--json")
     assert out.exit_code == 0, out.output
     printed = json.loads(out.output)
@@ -140,7 +140,8 @@ def test_remedy_reports_of_a_sampled_matrix(matrix_db, tmp_path):
         assert "quokka" not in text.lower()  # each candidate's figures on this customer's calls only
     member = json.loads((tmp_path / f"run-{zephyr['candidates'][0]['run_id']}" / "zephyr-logistics.json").read_text())
     assert member["sampled"]["customer"] == ZEPHYR  # each candidate's own report has its distribution tests
-    bare = invoke("report", "--db", db, "--run", matrix, "--customer", QUOKKA, "--as", "md", "-o", str(tmp_path / "b"))
+    bare = invoke("report", "--db", db, "--run", matrix, "--customer", QUOKKA, "--write", "md", "-o",
+                  str(tmp_path / "b"))
     assert bare.exit_code == 0, bare.output
     assert "**No recommendation: a sampled matrix is judged on the share of calls" in \
         (tmp_path / "b" / f"run-{matrix}" / "quokka-mutual.md").read_text()

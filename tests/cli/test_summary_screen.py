@@ -247,7 +247,7 @@ def test_progress_bars_stay_off_the_terminal_unless_verbose(tmp_path, imported):
     (0.0, 0.0, 0, "no call drifted (the 95% CI reaches 9.64%"),
 ])
 def test_the_verdict_says_what_the_excess_means(low, high, drifted, says):
-    from toolaudit.cli.show import verdict
+    from toolaudit.report.terminal import verdict
 
     s = {"candidate": "spec", "speedup": 2.5, "drifted_calls": drifted, "ci_high": 0.0964,
          "noise_floor": {"excess": {"estimate": (low + high) / 2, "low": low, "high": high}}}

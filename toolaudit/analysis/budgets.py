@@ -18,7 +18,7 @@ from toolaudit import ToolauditError
 from toolaudit.analysis.figures import RunFigures, run_figures, run_options
 from toolaudit.analysis.floor import is_noise_floor
 from toolaudit.analysis.regression import RULE_TEXT as INCREASE_RULE
-from toolaudit.analysis.regression import Regression, points, regression, signed_points
+from toolaudit.analysis.regression import Regression, regression
 from toolaudit.analysis.rules import (
     DEFAULT_RULE,
     EPS,
@@ -33,7 +33,7 @@ from toolaudit.analysis.rules import (
     rule_line,
 )
 from toolaudit.analysis.rules import session_drift_at as session_upper  # the older name (tests, reports)
-from toolaudit.analysis.stats import pct
+from toolaudit.report.numbers import pct, points, signed_points
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 

@@ -38,7 +38,7 @@ class FloorFigures:
         for key in ("candidate", "floor"):
             rate = getattr(self, key)
             out[key] = {"drifted_calls": rate.k, "calls": rate.n, "drift_rate": rate.p, "ci_low": rate.low,
-                        "ci_high": rate.high}
+                        "ci_high": rate.high, "ci_width": rate.width}
         return out
 
 

@@ -17,20 +17,13 @@ from typing import Any
 
 from toolaudit.analysis.figures import RunFigures
 from toolaudit.analysis.rules import EPS
-from toolaudit.analysis.stats import Difference, Rate, newcombe, pct
+from toolaudit.analysis.stats import Difference, Rate, newcombe
+from toolaudit.report.numbers import pct, points, signed_points
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 
 RULE_TEXT = ("the rise fails when its 95% interval (Newcombe) lies above 0 and the point rise is over "
              "--max-increase")
-
-
-def points(value: float) -> str:
-    return f"{100 * value:.2f}pp"
-
-
-def signed_points(value: float) -> str:
-    return f"{100 * value + 0.0:+.2f}pp"  # + 0.0: no "-0.00pp"
 
 
 @dataclass(frozen=True)

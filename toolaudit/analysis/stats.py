@@ -25,6 +25,11 @@ class Rate:
     def p(self) -> float:
         return self.k / self.n if self.n else 0.0
 
+    @property
+    def width(self) -> float:
+        """How far apart the interval's ends are: what more calls would narrow (the floor's resolution)."""
+        return self.high - self.low
+
 
 def wilson(k: int, n: int, z: float = Z95) -> Rate:
     """Wilson score interval for k successes out of n."""
@@ -42,11 +47,6 @@ def wilson(k: int, n: int, z: float = Z95) -> Rate:
 def expected_session_drift(p_call: float, max_calls: int = 10) -> list[tuple[int, float]]:
     """Expected share of sessions with any drift for sessions of 1..max_calls calls at a per-call rate."""
     return [(n, 1.0 - (1.0 - p_call) ** n) for n in range(1, max_calls + 1)]
-
-
-def pct(p: float | None) -> str:
-    """A rate as people read it (`4.55%`), `-` when unknown: the gate's messages and every report use it."""
-    return "-" if p is None else f"{100 * p:.2f}%"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from toolaudit.cli.common import (
     shard_option,
 )
 from toolaudit.cli.interrupts import interruptible, watch_store
-from toolaudit.cli.remedies import show_run
+from toolaudit.cli.show import show_run
 
 if TYPE_CHECKING:
     from toolaudit.compare.job import CompareJob

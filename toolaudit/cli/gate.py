@@ -133,7 +133,7 @@ def _write_reports(db: str, run_ref: str | None, customers: tuple[str, ...] | No
             click.echo(to_json(written_json(run, written, matrix)))
             return
         if run["kind"] == "matrix":  # the remedies per customer on the terminal too
-            from toolaudit.cli.remedies import show_matrix
+            from toolaudit.cli.show import show_matrix
 
             show_matrix(store, run["run_id"], "table", budget, options.session_calls)
     for w in written:

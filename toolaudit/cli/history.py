@@ -18,7 +18,8 @@ from toolaudit.cli.common import (
     reading,
     rule_option,
 )
-from toolaudit.report.output import csv_cell, format_table, pct, to_json
+from toolaudit.report.numbers import pct
+from toolaudit.report.output import csv_cell, format_table, to_json
 
 
 def path_pair_option(func):

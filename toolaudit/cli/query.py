@@ -18,7 +18,7 @@ from toolaudit.cli.common import (
     resolve_run,
     run_option,
 )
-from toolaudit.cli.remedies import show_run
+from toolaudit.cli.show import show_run
 
 
 @click.command(epilog=example("toolaudit runs --db audit.duckdb --json"))

@@ -24,7 +24,7 @@ from toolaudit.cli.common import (
     verbose_option,
 )
 from toolaudit.cli.interrupts import interruptible, watch_store
-from toolaudit.cli.remedies import show_run
+from toolaudit.cli.show import show_run
 from toolaudit.replay.demo import (
     DEMO_CALLS,
     DEMO_MAX_TOKENS,

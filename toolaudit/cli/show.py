@@ -1,272 +1,14 @@
-"""How a run summary is shown: the text block, the path table and the worst example (or JSON / CSV)."""
+"""Printing what the rendering home (toolaudit/report/terminal*.py) writes: a run's summary, a matrix's
+frontiers, as a table, JSON or CSV. The figures come from the analysis package; nothing here computes one."""
 
 from __future__ import annotations
 
 import click
 
 from toolaudit.cli.common import print_rows
-from toolaudit.cli.show_sampled import sampled_lines
-from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
-from toolaudit.report.output import format_table, json_value, pct, to_json
-from toolaudit.store.vocabulary import ArgDiffKind
-
-
-def problem_lines(s: dict, db: str | None = None) -> list[str]:
-    """The first error rows as `FILE:LINE: field: message`, the total and how to see them all; the schema issues
-    that left calls unjudged; then the records skipped as not model calls, with their reasons."""
-    lines = []
-    shown = s.get("first_errors") or []
-    for e in shown:
-        lines.append(f"    {e['source']}:{e['line']}: {e['field'] + ': ' if e['field'] else ''}{e['message']}")
-    if s["error_rows"] > len(shown):
-        lines.append(f"    ... {s['error_rows'] - len(shown)} more")
-    if shown:
-        where = f" --db {db}" if db else ""
-        lines.append(f"    all {s['error_rows']}: toolaudit sql \"{s['errors_sql']}\"{where}")
-    schema = s.get("schema_problems") or {}
-    if schema.get("count"):
-        lines.append(f"  schema issues         {schema['count']} (validity unknown for the calls they cover)")
-        for issue in schema["first"]:
-            lines.append(f"    {issue['tool_name']} ({issue['schema_source']}): {issue['severity']}: "
-                         f"{issue['message']}")
-        if schema["count"] > len(schema["first"]):
-            more = schema["count"] - len(schema["first"])
-            where = f" --db {db}" if db else ""
-            lines.append(f"    ... {more} more: toolaudit sql \"{s['schema_issues_sql']}\"{where}")
-    for side, info in (s.get("skipped") or {}).items():
-        reasons = ", ".join(f"{n} {reason}" for reason, n in list(info["reasons"].items())[:4])
-        label = f"skipped ({side})"
-        lines.append(f"  {label:<21} {info['count']} records, not model calls" + (f": {reasons}" if reasons else ""))
-    return lines
-
-
-def not_compared_lines(nc: dict) -> list[str]:
-    """The paired calls left out of the figures (truncated, mismatched), each with what to do about it."""
-    lines = []
-    if nc.get("truncated"):
-        lines.append(f"  truncated calls       {nc['truncated']} (stopped at max_tokens, not compared): "
-                     f"{TRUNCATION_HINT}")  # one line: the demo's summary fits one screen
-    if nc.get("mismatched"):
-        lines.append(f"  mismatched calls      {nc['mismatched']} (different requests, not compared)")
-        lines.append(f"    {MISMATCH_HINT}")
-    return lines
-
-
-def signed(p: float) -> str:
-    return f"{p * 100:+.2f}pp"
-
-
-# One screen: a plain run's summary is at most about 32 lines. Each table shows a few rows, then `and N more:` with
-# the command that shows them all (`summary --all`); `--json` has every row.
-TOOL_ROWS = 3  # rows of the per-tool table, a folded row counted
-SMALL_TOOL_CALLS = 5  # a tool with fewer compared calls says nothing alone: folded with the other small ones
-CUSTOMER_ROWS = 4
-ARG_DIFF_ROWS = 2
-
-
-def more_command(s: dict, db: str | None) -> str:
-    """The command that shows every row of this run's tables."""
-    import shlex
-
-    return f"toolaudit summary --run {s['run_id']} --all" + (f" --db {shlex.quote(db)}" if db else "")
-
-
-def more_line(n: int, what: str, s: dict, db: str | None) -> list[str]:
-    return [f"  and {n} more {what}: {more_command(s, db)}"] if n else []
-
-
-def _lengths(s: dict) -> str:
-    """Both session lengths, named: as replayed here, and as recorded in the traces (when a replay sampled)."""
-    replayed = f"{s['calls_per_session_replayed']:.1f} calls per session replayed"
-    recorded = s.get("calls_per_session_recorded")
-    return replayed if recorded is None else f"{replayed}, {recorded:.1f} recorded"
-
-
-def floor_lines(f: dict | None, sampled: bool = False) -> list[str]:
-    """The candidate beside its noise floor (the baseline decoded again with other batch neighbours; at
-    temperature > 0 with other seeds too)."""
-    if not f:
-        return []
-    floor, ex = f["floor"], f["excess"]
-    how = "other batch neighbours and other seeds" if sampled else "other batch neighbours"
-    return [
-        f"  noise floor           {floor['drifted_calls']} ({pct(floor['drift_rate'])}, 95% CI "
-        f"{pct(floor['ci_low'])}-{pct(floor['ci_high'])}): {f['floor_path']}, the baseline path with {how} "
-        f"(run {f['floor_run_id']})",
-        f"  beyond the floor      {signed(ex['estimate'])} (95% CI {signed(ex['low'])} to {signed(ex['high'])}), "
-        f"paired on {f['calls']} calls: {f['only_candidate']} drifted on the candidate only, "
-        f"{f['only_floor']} on the floor only, {f['both']} on both",
-    ]
-
-
-def verdict(s: dict) -> str:
-    """What the headline figures mean, in one sentence: the speedup, and the drift against the noise floor."""
-    speed = f"{s['speedup']:.2f}x the baseline's tokens/s; " if s.get("speedup") else ""
-    head = f"{s['candidate']}: {speed}"
-    if s.get("noise_floor_run"):
-        return (f"{head}a noise-floor run: both sides decode the baseline path, so what differs is run-to-run "
-                "nondeterminism, not the candidate's doing")
-    if s.get("sampling"):
-        return (f"{head}one sample against one sample measures sampling noise, not drift"
-                + (" (the sampled figures below test the distributions)" if s.get("sampled") else ""))
-    if not s["drifted_calls"]:
-        return f"{head}no call drifted (the 95% CI reaches {pct(s['ci_high'])}; more calls narrow it)"
-    f = s.get("noise_floor")
-    if f:
-        ex = f["excess"]
-        if ex["low"] > 0:
-            return f"{head}its drift is beyond batching noise (the excess's 95% CI is above 0)"
-        if ex["high"] < 0:
-            return (f"{head}its drift is below the noise floor (the excess's 95% CI is below 0): none of it is "
-                    "beyond batching noise")
-        return f"{head}its drift is within batching noise (the excess's 95% CI contains 0; more calls narrow it)"
-    return (f"{head}{s['drifted_calls']} calls drifted; without a noise floor, how many are run-to-run noise is "
-            "unknown (replay --noise-floor measures it)")
-
-
-def sampling_noise_lines(sampling: dict | None) -> list[str]:
-    """The warning a run at temperature > 0 with one sample per call carries above its figures."""
-    if not sampling or not sampling.get("sampling_noise"):
-        return []
-    return [f"  note: temperature {sampling['temperature']:g} with one sample per call: a call that differs "
-            "measures sampling noise, not drift;",
-            "        replay with --samples N (e.g. 16) to test whether the tool-call distribution moved "
-            "(docs/statistics.md)"]
-
-
-def head_lines(s: dict, db: str | None) -> list[str]:
-    """The verdict first (drifted of compared, the floor, the excess over it, what it means), then the details
-    that stay one line each; what was not compared only when something was not."""
-    un = s["unmatched_calls"]
-    # at temperature > 0 a call's two answers differ by sampling alone: the per-call figures are noise (a sampled
-    # run tests its distributions below)
-    drifted = "differing (noise)" if s.get("sampling") else "drifted calls"
-    kinds = ", ".join(f"{k}={v}" for k, v in s["drift_kinds"].items())
-    lines = [
-        f"run {s['run_id']} ({s['run_name']}, {s['status']}): {s['baseline']} vs {s['candidate']}",
-        *sampling_noise_lines(s.get("sampling")),
-        f"  {drifted:<21} {s['drifted_calls']} of {s['calls']} compared ({pct(s['drift_rate'])}, 95% CI "
-        f"{pct(s['ci_low'])}-{pct(s['ci_high'])})",
-        *floor_lines(s.get("noise_floor"), sampled=bool(s.get("sampling"))),
-        f"  verdict               {verdict(s)}",
-        f"  drift kinds           {kinds or '-'}; {s['exact_text_matches']} exact text matches",
-        f"  sessions              {s['sessions']} ({_lengths(s)}): session drift "
-        f"observed {pct(s['observed_session_drift'])}, compounded from run-wide tool rates "
-        f"{pct(s['compounded_session_drift_run_rates'])}",
-    ]
-    if un["baseline_only"] or un["candidate_only"]:
-        lines.append(f"  unmatched calls       baseline only {un['baseline_only']}, candidate only "
-                     f"{un['candidate_only']}")
-    lines += not_compared_lines(s.get("not_compared") or {})
-    if s["error_rows"]:
-        lines.append(f"  error rows            {s['error_rows']}")
-    return lines + problem_lines(s, db)
-
-
-def path_lines(s: dict) -> list[str]:
-    if not s.get("paths"):
-        return []
-    lines = [format_table(
-        ["side", "path", "calls", "tokens/s", "acceptance", "tokens/pass", "errors"],
-        [[p["side"], p["path_name"], p["calls"], f"{p['tokens_per_s']:.1f}" if p["tokens_per_s"] else "-",
-          pct(p["acceptance_rate"]) if p["acceptance_rate"] is not None else "-",
-          f"{p['tokens_per_forward_pass']:.2f}" if p["tokens_per_forward_pass"] else "-", p["errors"]]
-         for p in s["paths"]])]
-    return lines
-
-
-def tool_rows_on_screen(rows: list[dict], all_rows: bool) -> tuple[list[dict], int]:
-    """(the rows shown, how many tools are not shown as a row of their own). On one screen: the busiest tools
-    with at least SMALL_TOOL_CALLS calls, the rest folded into one row with their calls' figures together."""
-    from toolaudit.analysis.figures import fold_tool_rows
-
-    if all_rows:
-        return rows, 0
-    big = [r for r in rows if r["calls"] >= SMALL_TOOL_CALLS]
-    small = [r for r in rows if r["calls"] < SMALL_TOOL_CALLS]
-    if len(rows) <= TOOL_ROWS and len(small) <= 1:
-        return rows, 0
-    shown = big[:TOOL_ROWS - 1]
-    rest = big[TOOL_ROWS - 1:] + small
-    if len(rest) == 1:
-        return shown + rest, 0
-    name = (f"({len(rest)} tools with < {SMALL_TOOL_CALLS} calls)" if len(rest) == len(small)
-            else f"({len(rest)} more tools)")
-    return [*shown, fold_tool_rows(rest, name)], len(rest)
-
-
-def tool_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
-    """Per tool, keyed by the recorded call's tool (`tool_key`), beside the floor when the run has one."""
-    floor = s.get("noise_floor")
-    rows = (floor.get("tools_keyed") if floor else s.get("tools")) or []
-    if not rows:
-        return []
-    rows, hidden = tool_rows_on_screen(rows, all_rows)
-    # a decoded baseline's names: those no schema knows are one `(other)` row, under a header that says so
-    tool = "declared tool" if s.get("tool_key") == "declared" else "tool"
-    if floor:
-        table = format_table(
-            [tool, "calls", "drift", "floor (95% CI)", "excess (95% CI)"],
-            [[t["tool_name"] or "(no tool call)", t["calls"], pct(t["drift_rate"]),
-              f"{pct(t['floor_drift_rate'])} ({pct(t['floor_ci_low'])}-{pct(t['floor_ci_high'])})",
-              f"{signed(t['excess'])} ({signed(t['excess_ci_low'])} to {signed(t['excess_ci_high'])})"]
-             for t in rows])
-    else:
-        table = format_table(
-            [tool, "calls", "drifted", "drift", "95% CI"],
-            [[t["tool_name"] or "(no tool call)", t["calls"], t["drifted_calls"], pct(t["drift_rate"]),
-              f"{pct(t['ci_low'])}-{pct(t['ci_high'])}"] for t in rows])
-    return [table, *more_line(hidden, "tools", s, db)]
-
-
-def customer_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
-    """Per customer; on one screen the busiest few."""
-    customers = s["customers"]
-    hidden = 0
-    if not all_rows and len(customers) > CUSTOMER_ROWS:
-        busiest = sorted(customers, key=lambda c: -c["calls"])[:CUSTOMER_ROWS - 1]
-        customers = [c for c in customers if c in busiest]
-        hidden = len(s["customers"]) - len(customers)
-    cols = ["customer", "calls", "drifted", "drift", "95% CI", "sessions", "observed", "compounded (run rates)"]
-    rows = [[c["customer"], c["calls"], c["drifted_calls"], pct(c["drift_rate"]),
-             f"{pct(c['ci_low'])}-{pct(c['ci_high'])}", c["sessions"], pct(c["observed_session_drift"]),
-             pct(c["compounded_session_drift_run_rates"])] for c in customers]
-    if s.get("noise_floor"):
-        cols += ["floor", "excess (95% CI)"]
-        for row, c in zip(rows, customers):
-            row += ["-", "-"] if c.get("floor_drift_rate") is None else [
-                pct(c["floor_drift_rate"]), f"{signed(c['excess'])} ({signed(c['excess_ci_low'])} to "
-                f"{signed(c['excess_ci_high'])})"]
-    return [format_table(cols, rows), *more_line(hidden, "customers", s, db)]
-
-
-def worst_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
-    worst = s.get("worst_example")
-    if not worst:
-        return []
-    lines = [f"worst example: session {worst['session_id']} call {worst['call_index']} "
-             f"({worst['customer']}, {worst['tool_name']}): {worst['drift_kind']}: {worst['detail']}"]
-    evidence = s.get("drifted_with_token_evidence")
-    median = (f"median {s['median_drift_margin']:.3f} logits over the {evidence} drifted calls with token evidence"
-              if evidence else "")
-    if worst.get("first_divergence") is not None:
-        margin = worst["baseline_margin"]
-        lines.append(f"  first divergent token #{worst['first_divergence']}: {json_value(worst['baseline_token'])} "
-                     f"-> {json_value(worst['candidate_token'])} (baseline top-2 margin "
-                     f"{'n/a' if margin is None else f'{margin:.3f}'}{'; ' + median if median else ''})")
-    elif evidence:
-        lines.append(f"  first divergence: {median}")
-    diffs = worst["arg_diffs"]
-    if not all_rows and len(diffs) > ARG_DIFF_ROWS:  # the last row is `and N more`
-        diffs = diffs[:ARG_DIFF_ROWS - 1]
-    for d in diffs:
-        lines.append(f"  {d['arg_path']}: {arg_value(d, 'baseline')} -> {arg_value(d, 'candidate')} "
-                     f"({d['diff_kind']})")
-    lines += more_line(len(worst["arg_diffs"]) - len(diffs), "argument diffs", s, db)
-    if not worst["arg_diffs"]:
-        lines.append(f"  baseline:  {json_value((worst['baseline_text'] or '')[:160])}")
-        lines.append(f"  candidate: {json_value((worst['candidate_text'] or '')[:160])}")
-    return lines
+from toolaudit.report.output import to_json
+from toolaudit.report.terminal import summary_lines
+from toolaudit.report.terminal_remedies import frontier_lines, matrix_head
 
 
 def show_summary(s: dict, fmt: str, db: str | None = None, all_rows: bool = False) -> None:
@@ -279,25 +21,44 @@ def show_summary(s: dict, fmt: str, db: str | None = None, all_rows: bool = Fals
         cols = list(s["customers"][0].keys()) if s["customers"] else ["customer"]
         print_rows(cols, [list(c.values()) for c in s["customers"]], "csv")
         return
-    if s.get("sampled"):  # judged on its distributions: no drift-style figures, tables or worst example
-        lines = [head_lines(s, db)[0], *sampled_lines(s["sampled"], db), *path_lines(s)]
-        click.echo("\n".join(lines).rstrip("\n"))
-        return
-    lines = [*head_lines(s, db), ""]
-    for block in (path_lines(s), tool_lines(s, db, all_rows), customer_lines(s, db, all_rows)):
-        if block:
-            lines += [*block, ""]
-    lines += worst_lines(s, db, all_rows)
+    lines = summary_lines(s, db, all_rows)
     while lines and lines[-1] == "":
         lines.pop()
     click.echo("\n".join(lines))
 
 
-def arg_value(diff: dict, side: str) -> str:
-    """One side's value of an argument diff as JSON (`10`, `"BRONZE"`, `null`), or `(absent)` where that side has
-    no such argument (an `added` argument's baseline, a `missing` one's candidate), as the HTML report writes it."""
-    value = diff[f"{side}_value"]
-    if value is not None:
-        return value  # stored as JSON text
-    absent = ArgDiffKind.ADDED if side == "baseline" else ArgDiffKind.MISSING
-    return "(absent)" if diff["diff_kind"] == absent.value else "null"
+def show_frontiers(overall, per_customer: list, fmt: str, head: str) -> None:
+    if fmt == "json":
+        click.echo(to_json({"overall": overall.as_dict(), "customers": [f.as_dict() for f in per_customer]}))
+        return
+    if fmt == "csv":
+        rows = [{"customer": f.customer or "(all)", **r.as_dict()} for f in [overall, *per_customer]
+                for r in f.remedies]  # the candidates only: the floor's figures are in every row's excess
+        header = list(rows[0]) if rows else ["customer", "run_id", "candidate"]  # a run whose candidate is a floor
+        print_rows(header, [list(r.values()) for r in rows], "csv")
+        return
+    click.echo("\n".join(frontier_lines(overall, per_customer, head)))
+
+
+def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls: float | None = None) -> None:
+    from toolaudit.analysis.frontier import customer_frontiers, frontier, matrix_of
+
+    run = matrix_of(store, run_id)
+    show_frontiers(frontier(store, run["run_id"], None, budget, session_calls),
+                   customer_frontiers(store, run["run_id"], budget, session_calls), fmt, matrix_head(store, run))
+
+
+def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None, all_rows: bool = False) -> None:
+    """A run as `summary` shows it: a matrix as its frontier, any other run as its summary (on one screen; every
+    row with `all_rows`)."""
+    from toolaudit.analysis.figures import run_summary
+    from toolaudit.analysis.floor import is_noise_floor
+
+    run = store.run_row(run_id)
+    if run["kind"] == "matrix":
+        members = [m for m in store.matrix_members(run["run_id"]) if not is_noise_floor(m)]
+        if len(members) != 1:  # candidates side by side (the floor among them)
+            show_matrix(store, run["run_id"], fmt, budget)
+            return
+        run_id = members[0]["run_id"]  # one candidate and its noise floor: the candidate's summary, floor beside
+    show_summary(run_summary(store, run_id), fmt, db, all_rows)

@@ -23,6 +23,7 @@ from toolaudit import ConfigError
 
 from .base import Capabilities, Engine
 from .logs import LogNote
+from .options import keys_of, parse, read, stored
 
 GROUP = "toolaudit.engines"
 # The built-ins' entry points as pyproject.toml declares them (a test keeps the two equal): used only when
@@ -39,21 +40,52 @@ class EngineSpec:
     arguments below are `paths.PathConfig`s (not imported here: `paths` imports this module).
 
     `factory` is "module:attribute" of a callable `factory(path) -> Engine`, usually the `Engine` subclass
-    itself, imported on first use. `keys` are the engine's own `[paths.NAME]` keys besides the common ones
-    (`paths.COMMON_KEYS`), and `parse_options(table, fail)` validates them (and any common key whose allowed
-    values differ for this engine) into `PathConfig.options`, raising `fail(key, message)`.
+    itself, imported on first use. `options` is a frozen dataclass of the engine's own `[paths.NAME]` keys
+    besides the common ones (`paths.COMMON_KEYS`), each declared with `options.key(...)`: its type, default and
+    allowed values. The registry validates a table against it (one message format for every engine) and
+    `check(options, table, fail)` adds the rules across keys (and any common key whose allowed values differ for
+    this engine), raising `fail(key, message)`. `PathConfig.options` holds the keys as a dict (every key with
+    `store_defaults`, else those the table set); engines read them typed with `read(path.options)`.
     `stored_options(options)` is those options as a run may store them (`PathConfig.config_dict`): an engine
     whose keys can hold secrets (auth headers) replaces them there; None stores them as they are.
+
+    An engine without a dataclass may still give `keys` and a hand-written `parse_options(table, fail)`.
     """
 
     name: str
     factory: str
-    keys: frozenset[str]
-    parse_options: Callable[[dict[str, Any], Fail], dict[str, Any]]
+    keys: frozenset[str] = frozenset()  # derived from `options` when that is given
+    parse_options: Callable[[dict[str, Any], Fail], dict[str, Any]] | None = None  # derived from `options`
     capabilities: Capabilities = Capabilities()
     stored_options: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     notes: tuple[LogNote, ...] = ()  # lines of the engine's own log to repeat to the user (see `logs`)
     source: str = ""  # set by the registry: "the distribution D (entry point N = V in group toolaudit.engines)"
+    options: type | None = None  # a frozen dataclass of the engine's keys (`engines.options`)
+    check: Callable[[Any, Mapping[str, Any], Fail], None] | None = None  # rules across keys
+    store_defaults: bool = True
+
+    def __post_init__(self) -> None:
+        if self.options is None:
+            if self.parse_options is None:
+                raise TypeError(f"EngineSpec {self.name!r}: give options (a dataclass of its keys) or parse_options")
+            return
+        if not self.keys:
+            object.__setattr__(self, "keys", keys_of(self.options))
+        if self.parse_options is None:
+            object.__setattr__(self, "parse_options", self._parse_typed)
+
+    def _parse_typed(self, table: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
+        """The table's keys checked against `options` (types, allowed values), then `check`'s rules."""
+        typed = parse(self.options, table, fail)
+        if self.check is not None:
+            self.check(typed, table, fail)
+        return stored(typed, table, self.store_defaults)
+
+    def read(self, path_options: Mapping[str, Any]) -> Any:
+        """A path's options as the engine's dataclass (defaults where the dict leaves keys out)."""
+        if self.options is None:
+            raise TypeError(f"engine {self.name!r} declares no options dataclass")
+        return read(self.options, path_options)
 
     def load_factory(self) -> Callable[..., Engine]:
         """The factory, imported now (an `ImportError` names what the engine needs)."""

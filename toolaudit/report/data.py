@@ -231,7 +231,8 @@ def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None
                 "created_at": run["created_at"].isoformat(sep=" ", timespec="seconds"),
                 "path_name": own.floor_path, "calls": own.calls, "drifted_calls": own.floor.k,
                 "drift_rate": own.floor.p, "ci_low": own.floor.low, "ci_high": own.floor.high,
-                "exact_match_rate": exact / calls if calls else None, "max_drift_margin": top_margin,
+                "ci_width": own.floor.width, "exact_match_rate": exact / calls if calls else None,
+                "max_drift_margin": top_margin,
                 "excess": own.excess.estimate, "excess_ci_low": own.excess.low, "excess_ci_high": own.excess.high,
                 "only_candidate": own.only_candidate, "only_floor": own.only_floor, "both": own.both}
     candidates = [r for r in rq.other_runs(store, rid) if is_noise_floor(r)]
@@ -242,7 +243,7 @@ def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None
             return {"run_id": run["run_id"], "run_name": run["name"],
                     "created_at": run["created_at"].isoformat(sep=" ", timespec="seconds"),
                     "path_name": run["baseline_name"], "calls": calls, "drifted_calls": drifted,
-                    "drift_rate": rate.p, "ci_low": rate.low, "ci_high": rate.high,
+                    "drift_rate": rate.p, "ci_low": rate.low, "ci_high": rate.high, "ci_width": rate.width,
                     "exact_match_rate": exact / calls, "max_drift_margin": top_margin}
     return None
 

@@ -16,7 +16,8 @@ from toolaudit.analysis.rules import Rule
 from toolaudit.report.charts import CHANGE_LANES, HistoryPoint, history_chart
 from toolaudit.report.data import ReportError, slugs
 from toolaudit.report.html import CSS, e, note
-from toolaudit.report.output import pct, to_json
+from toolaudit.report.numbers import pct
+from toolaudit.report.output import to_json
 from toolaudit.store import Store
 from toolaudit.store.history import history_customers, history_runs
 

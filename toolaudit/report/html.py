@@ -8,13 +8,12 @@ from html import escape
 from typing import Any
 
 from toolaudit.report.charts import histogram, interval_chart, outcome_histograms, session_drift_chart
-from toolaudit.report.output import pct
+from toolaudit.report.numbers import interval, num, pct, points, signed_points
 from toolaudit.report.text import (
     budget_text,
     headline_sentences,
     kinds_text,
     margin_summary,
-    num,
     outcome_rows,
     paired_rows,
     routing_rest,
@@ -152,14 +151,14 @@ def _cards(r: dict) -> str:
         _card("Sessions with drift", pct(h["observed_session_drift"]) if h["sessions"] else "n/a", sessions),
         _card("5-call session", pct(n5["p"]), f"expected · 95% CI {pct(n5['low'])}–{pct(n5['high'])}"),
         _card("Noise floor", pct(nf["drift_rate"]),
-              f"run {nf['run_id']} · {nf['calls']:,} calls · same path twice")
+              f"run {nf['run_id']} · {nf['calls']:,} calls · same path twice · 95% CI "
+              f"{pct(nf['ci_low'])}–{pct(nf['ci_high'])} ({points(nf['ci_width'], unit=' pts')} wide)")
         if nf else _card("Noise floor", "n/a", "no noise-floor run for this customer"),
     ]
     if nf and nf.get("excess") is not None:
-        cards.append(_card("Beyond the floor", f"{nf['excess'] * 100:+.2f} pts",
-                           f"paired by call · 95% CI {nf['excess_ci_low'] * 100:+.2f} to "
-                           f"{nf['excess_ci_high'] * 100:+.2f} · {nf['only_candidate']:,} calls on the candidate "
-                           "only"))
+        cards.append(_card("Beyond the floor", signed_points(nf["excess"], unit=" pts"),
+                           f"paired by call · {interval(nf['excess_ci_low'], nf['excess_ci_high'], signed_points)} · "
+                           f"{nf['only_candidate']:,} calls on the candidate only"))
     return '<section class="cards">' + "".join(cards) + "</section>"
 
 

@@ -7,13 +7,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from toolaudit.report.output import pct
+from toolaudit.report.numbers import interval, num, pct, points, signed_points
 from toolaudit.report.text import (
     budget_text,
     headline_sentences,
     kinds_text,
     margin_summary,
-    num,
     outcome_rows,
     paired_rows,
     routing_rest,
@@ -122,10 +121,13 @@ def _md_paths(r: dict) -> list[str]:
         out += [("No noise-floor run covers this customer: replay with --noise-floor (the baseline decoded again "
                  "with other batch neighbours) to separate batching noise from the candidate's drift."), ""]
     elif nf.get("excess") is not None:
-        out += [(f"Drift beyond the noise floor, paired by call: {nf['excess'] * 100:+.2f} points (95% CI "
-                 f"{nf['excess_ci_low'] * 100:+.2f} to {nf['excess_ci_high'] * 100:+.2f}); {nf['only_candidate']} "
+        out += [(f"Drift beyond the noise floor, paired by call: {signed_points(nf['excess'], unit=' points')} "
+                 f"({interval(nf['excess_ci_low'], nf['excess_ci_high'], signed_points)}); {nf['only_candidate']} "
                  f"calls drifted on the candidate only, {nf['only_floor']} on the floor only, {nf['both']} on "
                  "both (not the candidate's doing)."), ""]
+    if nf:
+        out += [f"Noise floor: {pct(nf['drift_rate'])}, 95% CI {pct(nf['ci_low'])} to {pct(nf['ci_high'])} "
+                f"({points(nf['ci_width'], unit=' points')} wide).", ""]
     return out
 
 

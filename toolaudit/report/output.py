@@ -9,9 +9,7 @@ from typing import Any
 
 import orjson
 
-from toolaudit.analysis.stats import pct
-
-__all__ = ["csv_cell", "fmt_cell", "format_table", "json_value", "pct", "plain", "to_json"]
+__all__ = ["csv_cell", "fmt_cell", "format_table", "json_value", "plain", "to_json"]
 
 
 def plain(value: Any) -> Any:

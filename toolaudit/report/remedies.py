@@ -15,7 +15,7 @@ from toolaudit.report.charts import FrontierPoint, frontier_chart
 from toolaudit.report.data import ReportOptions
 from toolaudit.report.html import CSS, code, e, note, table
 from toolaudit.report.markdown import md_cell, md_table
-from toolaudit.report.output import pct
+from toolaudit.report.numbers import pct
 from toolaudit.store import Store
 from toolaudit.store.queries import drift_kind_counts
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
 from toolaudit.report.data import KIND_COLUMNS
-from toolaudit.report.output import pct
+from toolaudit.report.numbers import p_value, pct, signed_points, tv
 
-
-def num(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
+NA, PTS = "n/a", " pts"  # the reports' absent figure and unit of points
 
 
 def headline_sentences(r: dict) -> list[str]:
@@ -127,21 +125,6 @@ def sampling_note(r: dict) -> str | None:
             "replay with --samples N (e.g. 16) to test whether the tool-call distribution moved.")
 
 
-def p_text(p: float | None, absent: str = "n/a") -> str:
-    """A p-value as reports and `summary` print it (`absent` for none)."""
-    if p is None:
-        return absent
-    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
-
-
-def tv_text(x: float | None, absent: str = "n/a") -> str:
-    return absent if x is None else f"{x:.2f}"
-
-
-def pp_text(x: float | None, absent: str = "n/a", unit: str = " pts") -> str:
-    return absent if x is None else f"{x * 100 + 0.0:+.2f}{unit}"  # + 0.0: no "-0.00"
-
-
 def sampled_sentences(s: dict) -> list[str]:
     """The customer's sampled-decoding figures in words (`analysis.sampled.customer_sampled`)."""
     tested = s["calls_tested"]
@@ -149,8 +132,9 @@ def sampled_sentences(s: dict) -> list[str]:
              f"{pct(s['shifted_ci_high'])})")
     lines = [f"{s['samples_per_call']} samples per call and path: {s['shifted_calls']:,} of {tested:,} calls tested "
              f"shifted (distribution_shift, Benjamini-Hochberg q = {s['q']:g} over the run's calls){share}.",
-             f"Global test over this customer's {s['global_calls']:,} calls: p = {p_text(s['global_p'])} (summed G "
-             f"against labels permuted within each call); median TV distance {tv_text(s['median_tv'])}."]
+             f"Global test over this customer's {s['global_calls']:,} calls: p = {p_value(s['global_p'], NA)} "
+             "(summed G "
+             f"against labels permuted within each call); median TV distance {tv(s['median_tv'], NA)}."]
     if s["calls_untested"]:
         lines.append(f"{s['calls_untested']:,} call(s) untested: fewer than 2 usable samples on a side.")
     left = [f"{n} {kind} ({side})" for side, kinds in sorted(s["samples_left_out"].items())
@@ -159,7 +143,7 @@ def sampled_sentences(s: dict) -> list[str]:
         lines.append("Samples left out of every test and rate: " + ", ".join(left) + ".")
     pw = s["power"]
     per_call = ("no TV distance reaches 80% power" if pw["per_call_tv"] is None
-                else f"a shift of TV >= {tv_text(pw['per_call_tv'])}")
+                else f"a shift of TV >= {tv(pw['per_call_tv'], NA)}")
     lines.append(f"Power (80%, alpha {pw['alpha']:g}): one call's test detects {per_call}; TV {pw['tv']:g} needs "
                  f"{pw['samples_needed_per_call']} samples per call. Few shifted calls with a small N is a lower "
                  "bound, not a clean bill.")
@@ -178,8 +162,8 @@ def paired_rows(s: dict) -> list[list[str]]:
         if not f["calls"]:
             rows.append([label, "n/a", "n/a", "n/a", "n/a", "0"])
             continue
-        rows.append([label, pct(f["baseline"]), pct(f["candidate"]), pp_text(f["difference"]),
-                     f"{pp_text(f['low'])} to {pp_text(f['high'])}", f"{f['calls']:,}"])
+        rows.append([label, pct(f["baseline"]), pct(f["candidate"]), signed_points(f["difference"], NA, PTS),
+                     f"{signed_points(f['low'], NA, PTS)} to {signed_points(f['high'], NA, PTS)}", f"{f['calls']:,}"])
     return rows
 
 
@@ -193,6 +177,6 @@ def outcome_rows(call: dict) -> list[tuple[str, int, int]]:
 
 def shifted_call_head(call: dict) -> str:
     verdict = "distribution_shift" if call["shifted"] else "not shifted under BH"
-    return (f"p {p_text(call['p_value'])}, q {p_text(call['q_value'])} ({verdict}), TV {tv_text(call['tv'])} "
-            f"(95% CI {tv_text(call['tv_low'])} to {tv_text(call['tv_high'])}), {call['n_baseline']} baseline and "
+    return (f"p {p_value(call['p_value'], NA)}, q {p_value(call['q_value'], NA)} ({verdict}), TV {tv(call['tv'], NA)} "
+            f"(95% CI {tv(call['tv_low'], NA)} to {tv(call['tv_high'], NA)}), {call['n_baseline']} baseline and "
             f"{call['n_candidate']} candidate samples")

@@ -21,12 +21,12 @@ from click.testing import CliRunner
 from helpers import DEMO, AppThread, openai_path_toml
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from toolaudit.analysis.stats import pct
 from toolaudit.cli import cli
 from toolaudit.engines import EngineRequest, EngineResult, make_engine
 from toolaudit.engines.openai.metrics import ACCEPTED, DRAFTED, REQUESTS, ServerCounters, cap, parse, spread
 from toolaudit.engines.paths import load_paths
 from toolaudit.replay.replayer import ReplayOptions, load_calls
+from toolaudit.report.numbers import pct
 from toolaudit.store import Store
 
 MODEL = "stand-in-model"

@@ -3,19 +3,15 @@ outcome distribution moved is a `distribution_shift`; "drift" keeps its greedy m
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from toolaudit.report.output import format_table, pct
-from toolaudit.report.text import p_text, pp_text, tv_text
+from toolaudit.report.numbers import p_value, pct, signed_points, tv
+from toolaudit.report.output import format_table
 
 TOOLS_SHOWN = 10  # tool-choice rows in the terminal
 
 
-# the reports' formats, with the terminal's "-" for a figure there is none of
-_p = partial(p_text, absent="-")
-_tv = partial(tv_text, absent="-")
-_pp = partial(pp_text, absent="-", unit="pp")
+_p, _tv, _pp = p_value, tv, signed_points  # the terminal's "-" for a figure there is none of
 
 
 def _paired(f: dict[str, Any]) -> str:
