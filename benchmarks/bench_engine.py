@@ -272,12 +272,11 @@ class Bench:
 
     def _vllm(self, name: str) -> dict:
         """One vLLM configuration: load (untimed), warm up on two prompts, clear the prefix cache, time all."""
-        from toolaudit.engines.vllm import config as vconfig
         from toolaudit.engines.vllm.engine import VLLMEngine
 
         path, batch = name.removeprefix("vllm-").rsplit("-b", 1)
         engine = VLLMEngine(replace(self.paths[path], name=name, engine="vllm", batch_size=int(batch),
-                                    options=vconfig.options_of({})))
+                                    options={}))
         try:
             engine.load()
             warm = engine.generate(self.requests[:2])

@@ -108,10 +108,9 @@ def test_vllm_processes_are_spawned_without_our_policy(monkeypatch):
         assert "OMP_WAIT_POLICY" not in os.environ and os.environ["KEEP"] == "2"
     assert os.environ["OMP_WAIT_POLICY"] == "passive" and os.environ["KEEP"] == "1"
     from toolaudit.engines.paths import PathConfig
-    from toolaudit.engines.vllm import config
     from toolaudit.engines.vllm.engine import VLLMEngine
 
-    path = PathConfig(name="v", engine="vllm", options=config.options_of({}))
+    path = PathConfig(name="v", engine="vllm", options={})  # defaults: the engine reads them typed
     monkeypatch.setattr(threads, "_set_by_us", {"OMP_WAIT_POLICY": "passive"})
     assert VLLMEngine(path)._env()["OMP_WAIT_POLICY"] is None
     monkeypatch.setattr(threads, "_set_by_us", {})  # the user's own policy reaches vLLM

@@ -140,9 +140,10 @@ def test_bf16_dynamic_layout_drifts_on_near_ties(model_available):
 
 def test_hf_engine_on_cuda(model_available):
     from toolaudit.engines.hf import config as hconfig
+    from toolaudit.engines.options import defaults_of
 
     reqs = demo_requests(8)
-    hf = engine("target", engine="hf", dtype="float32", options=hconfig.options_of({}))
+    hf = engine("target", engine="hf", dtype="float32", options=defaults_of(hconfig.HFOptions))
     ours = engine("target", dtype="float32")
     a, b = generated(hf, reqs), generated(ours, reqs)
     same = sum(x.token_ids == y.token_ids for x, y in zip(a, b))
@@ -166,8 +167,10 @@ def test_vllm_engine_on_cuda(model_available):
         import vllm  # noqa: F401
     except Exception as exc:  # noqa: BLE001 (a CPU build or a broken install: say which)
         pytest.skip(f"vllm is not importable here ({type(exc).__name__}: {exc})")
+    from toolaudit.engines.options import defaults_of
     from toolaudit.engines.vllm import config as vconfig
 
     reqs = demo_requests(8)
-    results = generated(engine("target", engine="vllm", dtype="float32", options=vconfig.options_of({})), reqs)
+    path = engine("target", engine="vllm", dtype="float32", options=defaults_of(vconfig.VLLMOptions))
+    results = generated(path, reqs)
     assert all(r.token_ids for r in results)

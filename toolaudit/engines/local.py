@@ -48,7 +48,7 @@ class LocalEngine(Engine):
     def threads(self) -> int:
         """Threads this path computes with: its `threads` key, else $OMP_NUM_THREADS, else the cores the process
         may use that other processes leave free (`threads.choose`, measured again after 10 s)."""
-        return choose(self.path.options.get("threads")).threads
+        return choose(self.options.threads).threads
 
     @property
     def threads_identity(self) -> int:
@@ -56,7 +56,7 @@ class LocalEngine(Engine):
         fingerprints named before the count followed the load). Not the count in use: that follows momentary
         load, and the same calls decode to the same tokens on 1 and 2 threads (tests/engines/test_threads.py), so a
         resumed or sharded run on a busier machine stays the same path."""
-        return self.path.options.get("threads") or available_cores()
+        return self.options.threads or available_cores()
 
     def _enter(self) -> None:
         """Process-wide state this path needs before it loads or decodes: torch's thread count is global and

@@ -76,9 +76,11 @@ def parse(cls: type, table: Mapping[str, Any], fail: Fail) -> Any:
 
 def stored(options: Any, table: Mapping[str, Any], fill_defaults: bool) -> dict[str, Any]:
     """The options as `PathConfig.options` holds them (and a run stores and fingerprints them): every key with
-    its default filled in, or only the keys the table set (the engine then applies the defaults)."""
-    values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-    return values if fill_defaults else {k: v for k, v in values.items() if k in table}
+    its default filled in, or only the keys the table set, as it set them (the engine reads them typed)."""
+    names = [f.name for f in dataclasses.fields(options)]
+    if fill_defaults:
+        return {name: getattr(options, name) for name in names}
+    return {name: table[name] for name in names if name in table}
 
 
 def read(cls: type, options: Mapping[str, Any]) -> Any:

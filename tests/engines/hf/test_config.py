@@ -11,6 +11,7 @@ import pytest
 
 from toolaudit import ConfigError
 from toolaudit.engines.hf import config as hconfig
+from toolaudit.engines.options import defaults_of
 from toolaudit.engines.paths import PathConfig, SpeculativeConfig, load_paths
 
 NGRAM = '{ method = "ngram", num_speculative_tokens = 3 }'
@@ -69,13 +70,15 @@ num_assistant_tokens_schedule = "heuristic"
 assistant_confidence_threshold = 0.4
 """)
     paths = load_paths(file)
-    assert paths["plain"].options == hconfig.DEFAULTS
+    defaults = defaults_of(hconfig.HFOptions)
+    assert paths["plain"].options == defaults  # every key stored, with its default
     harness = paths["harness"].options
     assert harness["batch"] == "padded" and harness["attention"] == "eager" and harness["threads"] == 1
     assert harness["generate_args"] == {"top_k": 50, "repetition_penalty": 1.1}
     draft = paths["draft"].options
     assert draft["num_assistant_tokens_schedule"] == "heuristic" and draft["assistant_confidence_threshold"] == 0.4
-    assert hconfig.KEYS == frozenset(hconfig.DEFAULTS)
+    assert hconfig.KEYS == frozenset(defaults)
+    assert hconfig.ENGINE.read(paths["draft"].options).assistant_confidence_threshold == 0.4  # read typed
 
 
 def test_a_path_built_in_code_is_checked_when_the_engine_is_made():

@@ -80,10 +80,10 @@ def test_power_table_of_the_broken_samplers(peaked):  # noqa: F811
 
 def test_the_plugin_engine_proposes_with_the_greedy_draft_only_for_its_bug():
     """The engine route of the greedy-draft row: `TorchEngine.draft_proposer` is the seam the plug-in names."""
-    from types import SimpleNamespace
+    from toolaudit_broken_samplers import ENGINE
 
     engine = broken.BrokenSamplerEngine.__new__(broken.BrokenSamplerEngine)
     for bug, kind in (("draft_temperature", broken.GreedyDraftProposer), ("none", DraftModelProposer),
                       ("equality", DraftModelProposer)):
-        engine.path = SimpleNamespace(options={"bug": bug})
+        engine.options = ENGINE.read({"bug": bug})  # the plug-in's typed options, as its engine reads them
         assert engine.draft_proposer is kind, bug

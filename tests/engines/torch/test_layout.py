@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 from toolaudit import ConfigError
-from toolaudit.engines.torch.layout import MAX_AUTO_BATCH, SIZING_COLUMNS, resolve_layout
+from toolaudit.engines.torch.config import TorchOptions
+from toolaudit.engines.torch.layout import MAX_AUTO_BATCH, SIZING_COLUMNS
+from toolaudit.engines.torch.layout import resolve_layout as resolve_typed
+
+
+def resolve_layout(options: dict, *args, **kwargs):
+    """A path's keys as paths.toml gives them, typed as the engine reads them."""
+    return resolve_typed(TorchOptions(**options), *args, **kwargs)
 
 
 def test_cpu_defaults_keep_the_growing_cache_and_earlier_fingerprints():

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from toolaudit import ConfigError
+from toolaudit.engines.options import defaults_of
 from toolaudit.engines.vllm import config as vconfig
 
 
@@ -37,19 +38,23 @@ def fail(key: str, message: str) -> ConfigError:
 ])
 def test_option_errors_name_the_key(table, key):
     with pytest.raises(ConfigError) as err:
-        vconfig.parse_options(table, fail)
+        vconfig.ENGINE.parse_options(table, fail)
     assert f"paths.test: {key} " in str(err.value)
 
 
 def test_options_defaults_and_values():
-    assert vconfig.parse_options({}, fail) == vconfig.DEFAULTS
-    opts = vconfig.parse_options({"max_num_seqs": 8, "max_model_len": 2048, "enforce_eager": False,
+    defaults = defaults_of(vconfig.VLLMOptions)
+    assert vconfig.ENGINE.parse_options({}, fail) == defaults
+    assert defaults["gpu_memory_utilization"] is None  # vLLM's 0.9, or what is free on the GPU if less is
+    opts = vconfig.ENGINE.parse_options({"max_num_seqs": 8, "max_model_len": 2048, "enforce_eager": False,
                                   "batch_invariant": True, "device": "cuda", "gpu_memory_utilization": 0.5,
                                   "engine_args": {"kv_cache_dtype": "fp8"}, "prompt_format": "chat_template"}, fail)
     assert opts["max_num_seqs"] == 8 and opts["batch_invariant"] is True and opts["prompt_format"] == "chat_template"
     assert opts["engine_args"] == {"kv_cache_dtype": "fp8"}
-    assert vconfig.parse_options({"in_process": True}, fail)["in_process"] is True
-    assert vconfig.KEYS == frozenset(vconfig.DEFAULTS)
+    assert vconfig.ENGINE.parse_options({"in_process": True}, fail)["in_process"] is True
+    assert vconfig.KEYS == frozenset(defaults)
+    typed = vconfig.ENGINE.read(opts)
+    assert (typed.max_num_seqs, typed.gpu_memory_utilization, typed.enforce_eager) == (8, 0.5, False)
 
 
 def test_package_import_does_not_import_vllm():

@@ -41,7 +41,7 @@ def fail(key: str, message: str) -> ConfigError:
 def vllm_path(name: str, table: dict | None = None, **changes) -> PathConfig:
     """A built-in path moved to the vLLM engine, with vLLM options validated as paths.toml would."""
     return replace(builtin_paths()[name], name=f"vllm-{name}", engine="vllm",
-                   options=vconfig.parse_options(table or {}, fail), **changes)
+                   options=vconfig.ENGINE.parse_options(table or {}, fail), **changes)
 
 
 def demo_requests(n: int) -> list[EngineRequest]:

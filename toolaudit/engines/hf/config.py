@@ -33,11 +33,13 @@ Speculative methods: "ngram" -> `prompt_lookup_num_tokens = num_speculative_toke
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from toolaudit import ConfigError
 
 from ..base import Capabilities
+from ..options import Fail, key
 from ..registry import EngineSpec
 
 SPEC_METHODS = ("ngram", "draft_model")
@@ -45,10 +47,19 @@ BATCH_MODES = ("per_prompt", "padded")
 ATTENTIONS = ("sdpa", "eager", "toolaudit")
 SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
-KEYS: frozenset[str] = frozenset({
-    "batch", "attention", "threads", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
-    "generate_args",
-})
+
+@dataclass(frozen=True)
+class HFOptions:
+    """The hf engine's own keys (every one stored with its default: `PathConfig.options` holds them all)."""
+
+    batch: str = key("per_prompt", allowed=BATCH_MODES, doc="one generate() per prompt, or padded batches")
+    attention: str = key("sdpa", allowed=ATTENTIONS, doc="the attention the model runs")
+    threads: int | None = key(None, low=1, doc="torch threads (None: the free cores, `engines.threads.choose`)")
+    num_assistant_tokens_schedule: str = key("constant", allowed=SCHEDULES, doc="draft_model: proposals per pass")
+    assistant_confidence_threshold: float = key(0.0, low=0, high=1, high_open=True,
+                                                doc="draft_model: stop proposing below this top probability")
+    generate_args: dict = key({}, what="a table of generate() keyword arguments", doc="passed to generate()")
+
 
 # generate() arguments the path itself decides: `generate_args` may not set them.
 RESERVED_GENERATE_ARGS = frozenset({
@@ -63,97 +74,67 @@ RESERVED_GENERATE_ARGS = frozenset({
 # sampling warpers other than temperature, top-k and top-p (a sampled padded path draws rows itself: engine.py)
 OTHER_WARPERS = frozenset({"min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"})
 
-DEFAULTS: dict[str, Any] = {
-    "batch": "per_prompt",
-    "attention": "sdpa",
-    "threads": None,  # None: the free cores (`engines.threads.choose`)
-    "num_assistant_tokens_schedule": "constant",
-    "assistant_confidence_threshold": 0.0,
-    "generate_args": {},
-}
-
-
-def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]) -> dict[str, Any]:
-    """Validated hf options (every key of `DEFAULTS`, defaults filled in) from a `[paths.NAME]` table."""
-    opts = dict(DEFAULTS)
-    for key, allowed in (("batch", BATCH_MODES), ("attention", ATTENTIONS),
-                         ("num_assistant_tokens_schedule", SCHEDULES)):
-        if key in table:
-            if table[key] not in allowed:
-                raise fail(key, f"must be one of {', '.join(allowed)} (got {table[key]!r})")
-            opts[key] = table[key]
-    if "threads" in table:
-        threads = table["threads"]
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise fail("threads", f"must be a positive integer (got {threads!r})")
-        opts["threads"] = threads
-    if "assistant_confidence_threshold" in table:
-        value = table["assistant_confidence_threshold"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise fail("assistant_confidence_threshold", f"must be a number in [0, 1) (got {value!r})")
-        opts["assistant_confidence_threshold"] = float(value)
-    if "generate_args" in table:
-        args = table["generate_args"]
-        if not isinstance(args, dict):
-            raise fail("generate_args", "must be a table of generate() keyword arguments")
-        clash = sorted(set(args) & RESERVED_GENERATE_ARGS)
-        if clash:
-            raise fail(f"generate_args.{clash[0]}", "is decided by the path itself; use the path's keys instead")
-        opts["generate_args"] = dict(args)
-        for key in ("top_k", "top_p"):
-            if key in args and key in table:
-                raise fail(f"generate_args.{key}", f"is given twice: the path's {key} is passed to generate() already")
-        warpers = sorted(set(args) & OTHER_WARPERS)
-        if warpers and opts["batch"] == "padded" and table.get("temperature", 0) > 0:
-            raise fail(f"generate_args.{warpers[0]}", "cannot be used by a sampled padded path: its rows are drawn "
-                                                       "by toolaudit's per-row seeded draw, which applies temperature, "
-                                                       "top_k and top_p only (use batch = \"per_prompt\")")
-
+def check(opts: HFOptions, table: dict[str, Any], fail: Fail) -> None:
+    """What one key cannot say alone: generate_args against what the path decides, the speculative method, and
+    keys that need draft_model or per-prompt batches."""
+    args = opts.generate_args
+    clash = sorted(set(args) & RESERVED_GENERATE_ARGS)
+    if clash:
+        raise fail(f"generate_args.{clash[0]}", "is decided by the path itself; use the path's keys instead")
+    for k in ("top_k", "top_p"):
+        if k in args and k in table:
+            raise fail(f"generate_args.{k}", f"is given twice: the path's {k} is passed to generate() already")
+    warpers = sorted(set(args) & OTHER_WARPERS)
+    if warpers and opts.batch == "padded" and table.get("temperature", 0) > 0:
+        raise fail(f"generate_args.{warpers[0]}", "cannot be used by a sampled padded path: its rows are drawn "
+                                                   "by toolaudit's per-row seeded draw, which applies temperature, "
+                                                   "top_k and top_p only (use batch = \"per_prompt\")")
     spec = table.get("speculative")
     method = spec.get("method") if isinstance(spec, dict) else None
     if isinstance(spec, dict):
-        if method not in SPEC_METHODS:
-            raise fail("speculative.method", f"must be one of {', '.join(SPEC_METHODS)} for the hf engine "
-                                              f"(got {method!r})")
-        model = spec.get("model")
-        if method == "draft_model" and (not isinstance(model, str) or not model):
-            raise fail("speculative.model", "is required for method draft_model (a model sharing the tokenizer)")
-        if method == "ngram":
-            if model is not None:
-                raise fail("speculative.model", "is only used with method draft_model")
-            if spec.get("prompt_lookup_min", 1) != 1:
-                raise fail("speculative.prompt_lookup_min", "must be 1 for the hf engine (transformers' prompt "
-                                                            "lookup always falls back down to 1-gram matches)")
-        if opts["batch"] == "padded":
+        _check_speculative(spec, method, fail)
+        if opts.batch == "padded":
             raise fail("batch", "'padded' cannot be used with speculative: transformers' assisted generation "
                                 "runs one prompt at a time (use batch = \"per_prompt\")")
-    for key in ("num_assistant_tokens_schedule", "assistant_confidence_threshold"):
-        if key in table and method != "draft_model":
-            raise fail(key, "is only used with speculative method draft_model")
-    return opts
+    for k in ("num_assistant_tokens_schedule", "assistant_confidence_threshold"):
+        if k in table and method != "draft_model":
+            raise fail(k, "is only used with speculative method draft_model")
 
 
-def options_of(path_options: dict[str, Any]) -> dict[str, Any]:
-    """The options of a `PathConfig` built in code (possibly empty or partial), defaults filled in."""
-    return {**DEFAULTS, **{k: v for k, v in path_options.items() if k in DEFAULTS}}
+def _check_speculative(spec: dict[str, Any], method: str | None, fail: Fail) -> None:
+    if method not in SPEC_METHODS:
+        raise fail("speculative.method", f"must be one of {', '.join(SPEC_METHODS)} for the hf engine "
+                                          f"(got {method!r})")
+    model = spec.get("model")
+    if method == "draft_model" and (not isinstance(model, str) or not model):
+        raise fail("speculative.model", "is required for method draft_model (a model sharing the tokenizer)")
+    if method == "ngram":
+        if model is not None:
+            raise fail("speculative.model", "is only used with method draft_model")
+        if spec.get("prompt_lookup_min", 1) != 1:
+            raise fail("speculative.prompt_lookup_min", "must be 1 for the hf engine (transformers' prompt "
+                                                        "lookup always falls back down to 1-gram matches)")
 
 
 def check_path(path) -> None:
-    """What `parse_options` checks across keys, for a `PathConfig` built in code (`dataclasses.replace`)."""
-    opts, spec = options_of(path.options), path.speculative
+    """What `check` checks across keys, for a `PathConfig` built in code (`dataclasses.replace`)."""
+    opts, spec = ENGINE.read(path.options), path.speculative
 
-    def fail(key: str, message: str) -> ConfigError:
-        return ConfigError(f"paths.{path.name}: {key} {message}")
+    def fail(k: str, message: str) -> ConfigError:
+        return ConfigError(f"paths.{path.name}: {k} {message}")
 
-    table: dict[str, Any] = {k: v for k, v in opts.items() if v != DEFAULTS[k]}  # what the path sets
+    defaults = HFOptions()
+    table: dict[str, Any] = {k: v for k, v in path.options.items() if k in ENGINE.keys
+                             and v != getattr(defaults, k)}  # what the path sets
     table.update({k: v for k, v, default in (("temperature", path.temperature, 0.0), ("top_k", path.top_k, 0),
                                              ("top_p", path.top_p, 1.0)) if v != default})
     if spec is not None:
         table["speculative"] = {"method": spec.method, "model": spec.model,
                                 "prompt_lookup_min": spec.prompt_lookup_min}
-    parse_options(table, fail)
+    check(opts, table, fail)
 
 
 CAPABILITIES = Capabilities(sees_logits=True, decodes_tokens=True, holds_together=True, in_process=True)
-ENGINE = EngineSpec(name="hf", factory="toolaudit.engines.hf.engine:HFEngine", keys=KEYS,
-                    parse_options=parse_options, capabilities=CAPABILITIES)
+ENGINE = EngineSpec(name="hf", factory="toolaudit.engines.hf.engine:HFEngine", options=HFOptions, check=check,
+                    capabilities=CAPABILITIES)
+KEYS = ENGINE.keys

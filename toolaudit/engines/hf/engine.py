@@ -70,7 +70,7 @@ from ..devices import device_name
 from ..local import LocalEngine, Prompt
 from ..models import check_draft_compatible, converted_dir, eos_ids, max_positions, resolve
 from ..paths import PathConfig
-from .config import CAPABILITIES, check_path, options_of
+from .config import CAPABILITIES, ENGINE, check_path
 from .observe import SAMPLING_ARGS, DraftCounter, Recorder, SeededDraw
 
 # Models loaded for hf paths (stock attention), shared by hf paths on the same (spec, dtype, device, attention)
@@ -127,7 +127,7 @@ class HFEngine(LocalEngine):
     def __init__(self, path):
         super().__init__(path)
         check_path(path)
-        self.options = options_of(path.options)
+        self.options = ENGINE.read(path.options)  # HFOptions: the path's keys, typed
         self._draft = None
         self._stop: StopStringCriteria | None = None
         self._eos: list[int] = []
@@ -142,7 +142,7 @@ class HFEngine(LocalEngine):
         p = self.path
         if p.device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"paths.{p.name}: device {p.device!r} but CUDA is not available")
-        attention = self.options["attention"]
+        attention = self.options.attention
         try:
             model, tokenizer = self._acquire(p.model, attention)
             if p.speculative is not None and p.speculative.method == "draft_model":
@@ -205,7 +205,7 @@ class HFEngine(LocalEngine):
         if spec is not None and spec.method == "ngram":
             kwargs.update(prompt_lookup_num_tokens=spec.num_speculative_tokens,
                           max_matching_ngram_size=spec.prompt_lookup_max)
-        kwargs.update(self.options["generate_args"])
+        kwargs.update(self.options.generate_args)
         return kwargs
 
     def assistant_settings(self) -> dict[str, Any] | None:
@@ -214,15 +214,15 @@ class HFEngine(LocalEngine):
         if spec is None or spec.method != "draft_model":
             return None
         return {"num_assistant_tokens": spec.num_speculative_tokens,
-                "num_assistant_tokens_schedule": self.options["num_assistant_tokens_schedule"],
-                "assistant_confidence_threshold": self.options["assistant_confidence_threshold"]}
+                "num_assistant_tokens_schedule": self.options.num_assistant_tokens_schedule,
+                "assistant_confidence_threshold": self.options.assistant_confidence_threshold}
 
     def _context_limit(self) -> tuple[int, str] | None:
         return (self._positions, f"the model's {self._positions} positions") if self._positions else None
 
     def _groups(self, ready: list[tuple[int, Prompt]]) -> list[list[tuple[int, Prompt]]]:
         """One generate() per prompt, or per left-padded batch of `batch_size` (`batch = "padded"`)."""
-        size = self.path.batch_size if self.options["batch"] == "padded" else 1
+        size = self.path.batch_size if self.options.batch == "padded" else 1
         return [ready[start:start + size] for start in range(0, len(ready), size)]
 
     def _decode(self, requests: list[EngineRequest], prompts: list[Prompt]) -> list[EngineResult]:
@@ -244,7 +244,7 @@ class HFEngine(LocalEngine):
                 setattr(self._draft.generation_config, name, value)
             kwargs["assistant_model"] = self._draft
         draw = None
-        if p.temperature > 0 and self.options["batch"] == "padded":
+        if p.temperature > 0 and self.options.batch == "padded":
             draw = SeededDraw([row_seed(p.seed, r.key, r.sample) for r in requests], kwargs, device)
             kwargs = {k: v for k, v in kwargs.items() if k not in SAMPLING_ARGS}
             kwargs.update(do_sample=False, output_scores=False,
@@ -304,9 +304,9 @@ class HFEngine(LocalEngine):
             "torch": torch.__version__,
             **self._weights(),
             "device": device_name(p.device),
-            "attention": o["attention"],
-            "batch": o["batch"],
-            "batch_size": p.batch_size if o["batch"] == "padded" else 1,
+            "attention": o.attention,
+            "batch": o.batch,
+            "batch_size": p.batch_size if o.batch == "padded" else 1,
             "generate_kwargs": self.generate_kwargs(),
             "assistant": self.assistant_settings(),
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_max", "model"),

@@ -21,23 +21,34 @@ is the key a run-wide `--numerics` overrides).
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-from toolaudit import ConfigError
+from dataclasses import dataclass
+from typing import Any
 
 from ..base import Capabilities
+from ..options import Fail, key
 from ..registry import EngineSpec
 
-KEYS: frozenset[str] = frozenset({"numerics", "threads", "kv_cache", "cuda_graphs", "max_batch", "compile",
-                                   "batch_invariant"})
 KV_CACHES = ("static", "dynamic")
 SPEC_METHODS = ("ngram", "draft_model")
 NUMERICS = ("auto", "native", "emulated")
 LOW_PRECISION_DTYPES = ("bfloat16", "float16")
 
 
-def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]) -> dict[str, Any]:
-    """Check the speculative method, `numerics` and `threads` (common parsing checked the rest of the table)."""
+@dataclass(frozen=True)
+class TorchOptions:
+    """The torch engine's own keys. None: decided by the device (`layout.py`) or the machine (`threads`)."""
+
+    numerics: str = key("auto", allowed=NUMERICS, doc="bf16/fp16 numerics: native kernels or emulated on float32")
+    threads: int | None = key(None, low=1, doc="torch threads while the path runs (default: the free cores)")
+    kv_cache: str | None = key(None, allowed=KV_CACHES, doc="static or dynamic KV cache (default by device)")
+    cuda_graphs: bool | None = key(None, doc="capture the fixed-shape step as CUDA graphs (default on CUDA)")
+    max_batch: int | None = key(None, low=1, doc="rows decoding together (default by device and memory)")
+    compile: bool | None = key(None, doc="the fixed-shape step through torch.compile")
+    batch_invariant: bool | None = key(None, doc="a row's numbers independent of the rest of its batch")
+
+
+def check(options: TorchOptions, table: dict[str, Any], fail: Fail) -> None:
+    """The speculative method, and emulated numerics only for a low-precision dtype."""
     spec = table.get("speculative")
     if spec is not None:
         method, model = spec.get("method"), spec.get("model")
@@ -48,34 +59,15 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
                 raise fail("speculative.model", "is required for method draft_model (a model sharing the tokenizer)")
         elif model is not None:
             raise fail("speculative.model", "is only used with method draft_model")
-    options: dict[str, Any] = {}
-    if "numerics" in table:
-        numerics = table["numerics"]
-        if numerics not in NUMERICS:
-            raise fail("numerics", f"must be one of {', '.join(NUMERICS)} (got {numerics!r})")
-        dtype = table.get("dtype", "bfloat16")
-        if numerics == "emulated" and dtype not in LOW_PRECISION_DTYPES:
-            raise fail("numerics", f"'emulated' applies to bfloat16 and float16 only (dtype is {dtype})")
-        options["numerics"] = numerics
-    for key in ("threads", "max_batch"):
-        if key in table:
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise fail(key, f"must be a positive integer (got {value!r})")
-            options[key] = value
-    if "kv_cache" in table:
-        if table["kv_cache"] not in KV_CACHES:
-            raise fail("kv_cache", f"must be one of {', '.join(KV_CACHES)} (got {table['kv_cache']!r})")
-        options["kv_cache"] = table["kv_cache"]
-    for key in ("cuda_graphs", "compile", "batch_invariant"):
-        if key in table:
-            if not isinstance(table[key], bool):
-                raise fail(key, f"must be true or false (got {table[key]!r})")
-            options[key] = table[key]
-    return options
+    dtype = table.get("dtype", "bfloat16")
+    if options.numerics == "emulated" and dtype not in LOW_PRECISION_DTYPES:
+        raise fail("numerics", f"'emulated' applies to bfloat16 and float16 only (dtype is {dtype})")
 
 
 CAPABILITIES = Capabilities(sees_logits=True, decodes_tokens=True, holds_together=True, in_process=True,
                             overrides=frozenset({"numerics"}))
-ENGINE = EngineSpec(name="torch", factory="toolaudit.engines.torch.engine:TorchEngine", keys=KEYS,
-                    parse_options=parse_options, capabilities=CAPABILITIES)
+# Only the keys a table sets land in PathConfig.options (store_defaults=False): a path's stored config and its
+# fingerprint name what the user chose, and the device decides the rest when the engine loads.
+ENGINE = EngineSpec(name="torch", factory="toolaudit.engines.torch.engine:TorchEngine", options=TorchOptions,
+                    check=check, store_defaults=False, capabilities=CAPABILITIES)
+KEYS = ENGINE.keys

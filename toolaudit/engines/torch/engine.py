@@ -27,7 +27,7 @@ from ..completion import row_seed
 from ..devices import device_name
 from ..local import LocalEngine, Prompt
 from ..models import check_draft_compatible, eos_ids, max_positions
-from .config import CAPABILITIES
+from .config import CAPABILITIES, ENGINE
 from .gemm import DEFAULT as DEFAULT_GEMM
 from .gemm import kernel as gemm_kernel
 from .graphs import StepGraphs
@@ -62,6 +62,7 @@ class TorchEngine(LocalEngine):
 
     def __init__(self, path):
         super().__init__(path)
+        self.options = ENGINE.read(path.options)  # TorchOptions: the path's keys, typed
         self._draft = None
         self._pieces: dict[int, str] = {}
         self._eos: frozenset[int] = frozenset()
@@ -73,13 +74,13 @@ class TorchEngine(LocalEngine):
         """KV cache, shapes, CUDA graphs and rows in flight for this path on its device (`layout.py`)."""
         p = self.path
         per_token = device_bytes = None
-        if p.device.startswith("cuda") and "max_batch" not in p.options:
+        if p.device.startswith("cuda") and self.options.max_batch is None:
             import torch
 
             if torch.cuda.is_available():
                 per_token = kv_bytes_per_token(p.model, p.dtype)
                 device_bytes = torch.cuda.get_device_properties(p.device).total_memory
-        return resolve_layout(p.options, p.device, p.batch_size, per_token, device_bytes, p.name)
+        return resolve_layout(self.options, p.device, p.batch_size, per_token, device_bytes, p.name)
 
     @property
     def rows_in_flight(self) -> int:
@@ -90,7 +91,7 @@ class TorchEngine(LocalEngine):
         """"native" or "emulated": the path's `numerics` key resolved for its dtype, device and this CPU."""
         p = self.path
         try:
-            return resolve(p.dtype, p.device, p.options.get("numerics", "auto"))
+            return resolve(p.dtype, p.device, self.options.numerics)
         except ConfigError as exc:
             raise ConfigError(f"paths.{p.name}: {exc}") from None
 

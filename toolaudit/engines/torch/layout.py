@@ -19,6 +19,8 @@ from typing import Any
 
 from toolaudit import ConfigError
 
+from .config import TorchOptions
+
 MAX_AUTO_BATCH = 256
 MAX_FIXED_ROWS = 512  # the largest batch-size bucket of a fixed-shape step (`static_kv.BUCKETS`)
 KV_MEMORY_SHARE = 0.25  # of the GPU's memory, for the KV buffers of the rows in flight
@@ -46,26 +48,26 @@ class Layout:
                 **({"batch_invariant": True} if self.batch_invariant else {})}
 
 
-def resolve_layout(options: dict[str, Any], device: str, batch_size: int, kv_bytes_per_token: int | None = None,
+def resolve_layout(options: TorchOptions, device: str, batch_size: int, kv_bytes_per_token: int | None = None,
                    device_bytes: int | None = None, name: str = "?") -> Layout:
-    """The layout a path's options ask for on `device`. `kv_bytes_per_token` and `device_bytes` size the
-    automatic `max_batch` on CUDA (either None: `batch_size`)."""
+    """The layout a path's options ask for on `device` (a key left None is decided here, by device).
+    `kv_bytes_per_token` and `device_bytes` size the automatic `max_batch` on CUDA (either None: `batch_size`)."""
     cuda = device.startswith("cuda")
-    invariant = bool(options.get("batch_invariant", False))
-    kv_cache = options.get("kv_cache", "static" if cuda or invariant else "dynamic")
+    invariant = bool(options.batch_invariant)
+    kv_cache = options.kv_cache or ("static" if cuda or invariant else "dynamic")
     if invariant and kv_cache != "static":
         raise ConfigError(f"paths.{name}: batch_invariant = true needs kv_cache = \"static\" (a row's columns "
                           "are its own there)")
-    graphs = options.get("cuda_graphs", cuda and kv_cache == "static")
+    graphs = options.cuda_graphs if options.cuda_graphs is not None else cuda and kv_cache == "static"
     if graphs and not cuda:
         raise ConfigError(f"paths.{name}: cuda_graphs = true needs a CUDA device (device is {device!r})")
     if graphs and kv_cache != "static":
         raise ConfigError(f"paths.{name}: cuda_graphs = true needs kv_cache = \"static\"")
-    compiled = bool(options.get("compile", False))
+    compiled = bool(options.compile)
     fixed = cuda and kv_cache == "static"
     if compiled and not fixed:
         raise ConfigError(f"paths.{name}: compile = true needs the fixed-shape step (kv_cache = \"static\" on CUDA)")
-    rows = options.get("max_batch")
+    rows = options.max_batch
     if rows is None:
         rows = batch_size
         if cuda and kv_bytes_per_token and device_bytes:

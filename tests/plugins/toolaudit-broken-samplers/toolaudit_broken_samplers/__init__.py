@@ -13,27 +13,30 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from toolaudit.engines import EngineSpec
-from toolaudit.engines.torch.config import CAPABILITIES
-from toolaudit.engines.torch.config import KEYS as TORCH_KEYS
-from toolaudit.engines.torch.config import parse_options as torch_options
+from toolaudit.engines.options import key
+from toolaudit.engines.torch.config import CAPABILITIES, TorchOptions
+from toolaudit.engines.torch.config import check as torch_check
 
 BUGS = ("none", "target_unwarped", "equality", "argmax", "draft_temperature")
 
 
-def parse_options(table: dict[str, Any], fail: Callable[[str, str], Exception]) -> dict[str, Any]:
-    options = torch_options({k: v for k, v in table.items() if k != "bug"}, fail)
-    bug = table.get("bug", "none")
-    if bug not in BUGS:
-        raise fail("bug", f"must be one of {', '.join(BUGS)} (got {bug!r})")
+@dataclass(frozen=True)
+class BrokenOptions(TorchOptions):
+    """The torch engine's keys, typed as it declares them, and the sampler defect to ship."""
+
+    bug: str = key("none", allowed=BUGS, doc="which shipped engine's sampler defect to reproduce")
+
+
+def check(options: BrokenOptions, table: dict[str, Any], fail) -> None:
+    torch_check(options, table, fail)
     spec = table.get("speculative") or {}
-    if bug == "draft_temperature" and spec.get("method") != "draft_model":
+    if options.bug == "draft_temperature" and spec.get("method") != "draft_model":
         raise fail("bug", "draft_temperature needs draft-model speculation (speculative.method = \"draft_model\")")
-    options["bug"] = bug
-    return options
 
 
 ENGINE = EngineSpec(name="torch-broken", factory="toolaudit_broken_samplers.engine:BrokenSamplerEngine",
-                    keys=TORCH_KEYS | {"bug"}, parse_options=parse_options, capabilities=CAPABILITIES)
+                    options=BrokenOptions, check=check, store_defaults=False, capabilities=CAPABILITIES)

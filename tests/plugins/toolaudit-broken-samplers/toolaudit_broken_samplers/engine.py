@@ -61,11 +61,17 @@ SAMPLERS = {"target_unwarped": target_unwarped, "equality": equality, "argmax": 
 class BrokenSamplerEngine(TorchEngine):
     name = "torch-broken"
 
+    def __init__(self, path):
+        super().__init__(path)
+        from toolaudit_broken_samplers import ENGINE
+
+        self.options = ENGINE.read(path.options)  # BrokenOptions: the torch keys and `bug`, typed
+
     def decode_settings(self, requests):
         settings = super().decode_settings(requests)
-        sampler = SAMPLERS.get(self.path.options.get("bug", "none"))
+        sampler = SAMPLERS.get(self.options.bug)
         return settings if sampler is None else replace(settings, sampler=sampler)
 
     @property
     def draft_proposer(self):
-        return GreedyDraftProposer if self.path.options.get("bug") == "draft_temperature" else DraftModelProposer
+        return GreedyDraftProposer if self.options.bug == "draft_temperature" else DraftModelProposer

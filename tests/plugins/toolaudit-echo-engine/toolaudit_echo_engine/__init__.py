@@ -7,26 +7,21 @@ Keys: `pick = "first" | "last"` (which of the request's tools it calls; default 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
 
 from toolaudit.engines import Capabilities, EngineSpec
+from toolaudit.engines.options import key
 
-KEYS = frozenset({"pick", "noisy"})
 
+@dataclass(frozen=True)
+class EchoOptions:
+    """The echo engine's keys: toolaudit checks a table against them (types, allowed values) and fills defaults."""
 
-def parse_options(table: dict[str, Any], fail: Callable[[str, str], Exception]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if "pick" in table:
-        if table["pick"] not in ("first", "last"):
-            raise fail("pick", f"must be first or last (got {table['pick']!r})")
-        options["pick"] = table["pick"]
-    if "noisy" in table:
-        if not isinstance(table["noisy"], bool):
-            raise fail("noisy", f"must be true or false (got {table['noisy']!r})")
-        options["noisy"] = table["noisy"]
-    return options
+    pick: str = key("first", allowed=("first", "last"), doc="which of the request's tools it calls")
+    noisy: bool = key(False, doc="print and log while loading and decoding, as real engines do")
 
 
 CAPABILITIES = Capabilities(in_process=True)
-ENGINE = EngineSpec(name="echo", factory="toolaudit_echo_engine.engine:EchoEngine", keys=KEYS,
-                    parse_options=parse_options, capabilities=CAPABILITIES)
+ENGINE = EngineSpec(name="echo", factory="toolaudit_echo_engine.engine:EchoEngine", options=EchoOptions,
+                    capabilities=CAPABILITIES, store_defaults=False)
+KEYS = ENGINE.keys

@@ -15,7 +15,7 @@ from typing import Any
 
 from toolaudit.engines import Engine, EngineRequest, EngineResult, error_result
 
-from . import CAPABILITIES
+from . import CAPABILITIES, ENGINE
 
 log = logging.getLogger("toolaudit_echo_engine")
 
@@ -24,8 +24,12 @@ class EchoEngine(Engine):
     name = "echo"
     capabilities = CAPABILITIES
 
+    def __init__(self, path):
+        super().__init__(path)
+        self.options = ENGINE.read(path.options)  # EchoOptions: read as fields, defaults applied
+
     def _load(self) -> None:
-        if self.path.options.get("noisy"):
+        if self.options.noisy:
             # what engines do while they load: their own logger, a progress line, a library warning, a C-level
             # write and a worker process of their own
             log.warning("echo engine: loading (a log record)")
@@ -45,7 +49,7 @@ class EchoEngine(Engine):
             except Exception as exc:  # one bad request is one error row
                 results.append(error_result(req.key, exc))
                 continue
-            if self.path.options.get("noisy"):
+            if self.options.noisy:
                 log.warning("echo engine: answered %s", req.key)
             elapsed = time.perf_counter() - start
             results.append(EngineResult(key=req.key, text=text, prompt_tokens=len(json.dumps(req.messages)) // 4,
@@ -57,7 +61,7 @@ class EchoEngine(Engine):
         functions = [t.get("function", t) for t in req.tools]
         if not functions:
             return "I have no tool for that."
-        fn = functions[0] if self.path.options.get("pick", "first") == "first" else functions[-1]
+        fn = functions[0] if self.options.pick == "first" else functions[-1]
         said = _last_user_text(req.messages)
         schema = fn.get("parameters") or {}
         arguments = {name: _value(schema.get("properties", {}).get(name, {}), said)
@@ -65,7 +69,7 @@ class EchoEngine(Engine):
         return "<tool_call>\n" + json.dumps({"name": fn["name"], "arguments": arguments}) + "\n</tool_call>"
 
     def path_components(self) -> dict[str, Any]:
-        return {"pick": self.path.options.get("pick", "first"), "max_tokens": self.path.max_tokens}
+        return {"pick": self.options.pick, "max_tokens": self.path.max_tokens}
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
