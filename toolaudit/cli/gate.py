@@ -15,6 +15,8 @@ from toolaudit.cli.common import (
     example,
     friendly_errors,
     gate_rule,
+    output_options,
+    print_rows,
     reading,
     resolve_run,
     rule_option,
@@ -191,12 +193,12 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
 @click.option("--use-upper-bound", is_flag=True, help="Older spelling of --rule upper (now the default).")
 @click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
               help="Error rows tolerated (input records the readers could not use, calls an engine failed).")
-@click.option("--json", "as_json", is_flag=True, help="Print the verdict as one JSON object (same exit codes).")
+@output_options
 def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
           max_excess: float | None, session_calls: float | None, against_ref: str | None, max_increase: float | None,
           expect_fingerprint: str | None, max_shifted_calls: float | None, max_valid_drop: float | None,
           expect_numerics: str | None, probe_path: str | None, probe_paths: str | None, rule: str | None,
-          use_upper_bound: bool, allow_errors: int, as_json: bool) -> None:
+          use_upper_bound: bool, allow_errors: int, fmt: str) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
 
     Budgets are judged by one rule, printed with the verdict (default: the 95% Wilson upper bound must be within
@@ -224,15 +226,24 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
         raise click.UsageError(str(exc)) from None
     except ToolauditError as exc:
         raise CannotCheck(str(exc)) from None
-    _say_verdict(verdict, probed, db, as_json)
+    _say_verdict(verdict, probed, db, fmt)
 
 
-def _say_verdict(verdict, probed, db: str, as_json: bool) -> None:
-    """The gate's verdict and the probe's judgement, printed; exit 1 when a bound is broken."""
+def _say_verdict(verdict, probed, db: str, fmt: str) -> None:
+    """The gate's verdict and the probe's judgement, printed (a table, JSON, or CSV: one row per bound judged);
+    exit 1 when a bound is broken."""
     for warning in verdict.warnings() if verdict else []:
         click.echo(warning, err=True)
-    if as_json:
-        click.echo(to_json((verdict.as_dict() if verdict else {}) | ({"probe": probed[2]} if probed else {})))
+    data = (verdict.as_dict() if verdict else {}) | ({"probe": probed[2]} if probed else {})
+    if fmt == "json":
+        click.echo(to_json(data))
+    elif fmt == "csv":
+        rows = [[r["candidate"], c["name"], c["ok"], c["figure"], c["threshold"], c["rule"], c["reason"]]
+                for r in data.get("runs", []) for c in r["checks"]]
+        if probed:
+            rows.append([probed[2]["path"], "expect_numerics", probed[2]["ok"], probed[2]["numerics"],
+                         probed[2]["expected"], None, None])
+        print_rows(["candidate", "bound", "ok", "figure", "threshold", "rule", "reason"], rows, "csv")
     else:
         for line in (_verdict_lines(verdict, db) if verdict else []) + (probed[1] if probed else []):
             click.echo(line)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from toolaudit.cli.common import CONTEXT, example, friendly_errors
+from toolaudit.cli.common import CONTEXT, example, friendly_errors, output_options, print_rows
 from toolaudit.report.output import to_json
 
 
@@ -22,9 +22,9 @@ def model() -> None:
               help="The target: built-in name, model directory or .gguf file.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Write the draft here instead of the model cache (the paths.toml snippet then names it).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@output_options
 @friendly_errors
-def draft(layers: int, spec: str, out: Path | None, as_json: bool) -> None:
+def draft(layers: int, spec: str, out: Path | None, fmt: str) -> None:
     """Derive a draft model from a target's first N layers; print it and the paths.toml that uses it."""
     from toolaudit.engines.models import draft_model
 
@@ -33,10 +33,13 @@ def draft(layers: int, spec: str, out: Path | None, as_json: bool) -> None:
     name = str(d.directory) if out is not None else f"{spec}:first{layers}"
     snippet = (f'[paths.spec-draft]\nmodel = "{spec}"\n'
                f'speculative = {{ method = "draft_model", model = "{name}", num_speculative_tokens = 3 }}')
-    if as_json:
-        click.echo(to_json({"directory": str(d.directory), "model": name, "layers": d.layers,
-                            "source_layers": d.source_layers, "parameters": d.parameters,
-                            "source": str(d.source), "paths_toml": snippet}))
+    data = {"directory": str(d.directory), "model": name, "layers": d.layers, "source_layers": d.source_layers,
+            "parameters": d.parameters, "source": str(d.source), "paths_toml": snippet}
+    if fmt == "json":
+        click.echo(to_json(data))
+        return
+    if fmt == "csv":
+        print_rows(list(data), [list(data.values())], "csv")
         return
     click.echo(f"draft: {d.directory}\n"
                f"layers: {d.layers} of {d.source_layers} (with the embedding, final norm and LM head of {spec})\n"

@@ -136,7 +136,7 @@ class _LazyBar:
               help="Calls per engine call and per transaction (a kill loses at most one chunk).")
 @click.option("--run-name", help="A name for this run (default run-<id>); other commands' --run takes it.")
 @click.option("--noise-floor", is_flag=True, help="Also decode the baseline again with other batch neighbours (half "
-              "its batch size) and show every candidate's drift beside that floor, with the excess paired by call.")
+              "its batch size) and show every candidate's drift beside that floor, and beyond it paired by call.")
 @click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
               "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics).")
 @click.option("--max-tokens", type=click.IntRange(1), help="Set every path's max_tokens (an answer cut there is "

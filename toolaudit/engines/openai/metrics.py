@@ -104,14 +104,14 @@ def spread(total: int, weights: Sequence[float]) -> list[int]:
 
 
 def cap(accepted: list[int], drafted: list[int]) -> list[int]:
-    """`accepted` with no share above its `drafted` one: the excess moves to shares with room (there is room
+    """`accepted` with no share above its `drafted` one: the surplus moves to shares with room (there is room
     enough when the totals are in order)."""
     out = [min(a, d) for a, d in zip(accepted, drafted)]
-    excess = sum(accepted) - sum(out)
+    surplus = sum(accepted) - sum(out)
     for i, d in enumerate(drafted):
-        room = min(d - out[i], excess)
+        room = min(d - out[i], surplus)
         out[i] += room
-        excess -= room
+        surplus -= room
     return out
 
 
