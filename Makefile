@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d
 VLLM_STAMP := $(VENV)/.vllm-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 TRACING_STAMP := $(VENV)/.tracing-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-avx2 test-gpu gpu-pack gpu-pack-check install vllm bench cli-docs clean
+.PHONY: demo test test-avx2 test-gpu gpu-pack gpu-pack-check gpu-pack-vllm install vllm bench cli-docs clean
 
 $(STAMP):
 	$(PY) -m venv $(VENV)
@@ -82,6 +82,12 @@ gpu-pack:
 
 gpu-pack-check:
 	bash scripts/device/check_pack.sh
+
+# vLLM for the device (issue 42): vLLM 0.26.0 (the last to pin the device's torch 2.11) and what the device lacks of
+# its closure, resolved with uv (installed here on demand), checked for consistency, in parts under .gpu-pack-vllm/.
+gpu-pack-vllm: $(STAMP)
+	$(BIN)/pip install -q uv
+	$(BIN)/python scripts/device/pack.py --vllm 0.26.0
 
 # docs/cli.md, the CLI reference, generated from the click commands (toolaudit/cli/reference.py);
 # tests/cli/test_cli_docs.py fails when it is stale. No install step: the venv's Python when there is one, else $(PY)

@@ -43,7 +43,7 @@ def normalize(name: str) -> str:
 
 def device_has() -> set[str]:
     lines = (HERE / "device_has.txt").read_text().splitlines()
-    return {normalize(line.strip()) for line in lines if line.strip() and not line.startswith("#")}
+    return {normalize(line.split("==")[0].strip()) for line in lines if line.strip() and not line.startswith("#")}
 
 
 def wheel_name(path: Path) -> str:
@@ -82,7 +82,34 @@ def pack(python_version: str, out: Path, part_mib: int) -> dict:
     work = out / "work"
     shutil.rmtree(out, ignore_errors=True)
     work.mkdir(parents=True)
-    wheels = download(python_version, work) + [project_wheel(work)]
+    return split(download(python_version, work) + [project_wheel(work)], python_version, out, part_mib)
+
+
+def pack_vllm(version: str, python_version: str, out: Path, part_mib: int) -> dict:
+    """vLLM `version` and what the device lacks of its closure (`vllm_pack.py`), checked for consistency, as its
+    own bundle of parts (staged and installed by run.sh's `vllm` step after the base pack)."""
+    sys.path.insert(0, str(HERE))
+    import vllm_pack
+
+    work = out / "work"
+    shutil.rmtree(out, ignore_errors=True)
+    (work / "wheels").mkdir(parents=True)
+    target = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+              *[arg for platform in PLATFORMS for arg in ("--platform", platform)]]
+    device = vllm_pack.device_packages(HERE / "device_has.txt")
+    resolved = vllm_pack.resolve(work / "wheels", device, target, version)
+    wheels = sorted(resolved.wheels.values())
+    problems, notes = vllm_pack.check(wheels, device, resolved.left_out)
+    if problems:
+        sys.exit("the vLLM pack is not consistent:\n  " + "\n  ".join(problems))
+    return split(wheels, python_version, out, part_mib, {"vllm": version, "left_out": resolved.left_out,
+                                                         "from_device": sorted(resolved.from_device),
+                                                         "check_notes": notes})
+
+
+def split(wheels: list[Path], python_version: str, out: Path, part_mib: int, extra: dict | None = None) -> dict:
+    """One tar of `wheels` in parts of at most `part_mib` MiB under out/part-N, each with the manifest."""
+    work = out / "work"
     bundle = work / "bundle.tar"
     with tarfile.open(bundle, "w") as tar:
         for wheel in wheels:
@@ -97,7 +124,7 @@ def pack(python_version: str, out: Path, part_mib: int) -> dict:
         (folder / f"bundle.tar.{index:02d}").write_bytes(chunk)
         parts.append({"file": f"part-{index}/bundle.tar.{index:02d}", "bytes": len(chunk)})
     manifest = {"python_version": python_version, "parts": parts, "bundle_sha256": hashlib.sha256(data).hexdigest(),
-                "bundle_bytes": len(data), "wheels": [w.name for w in wheels]}
+                "bundle_bytes": len(data), "wheels": [w.name for w in wheels], **(extra or {})}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     for part in range(1, len(parts) + 1):  # every part carries the manifest: the last call checks the whole
         shutil.copy(out / "manifest.json", out / f"part-{part}" / "manifest.json")
@@ -110,8 +137,15 @@ def main() -> None:
     parser.add_argument("--python-version", default="3.12", help="the device's Python (3.12 on the lent machines)")
     parser.add_argument("--out", type=Path, default=ROOT / ".gpu-pack")
     parser.add_argument("--part-mib", type=int, default=DEFAULT_PART_MIB)
+    parser.add_argument("--vllm", metavar="VERSION", help="pack vLLM VERSION for the device instead (0.26.0: the "
+                        "last to pin the device's torch 2.11), into --out (default .gpu-pack-vllm)")
     args = parser.parse_args()
-    manifest = pack(args.python_version, args.out, args.part_mib)
+    if args.vllm:
+        out = args.out if args.out != ROOT / ".gpu-pack" else ROOT / ".gpu-pack-vllm"
+        manifest = pack_vllm(args.vllm, args.python_version, out, args.part_mib)
+        args.out = out
+    else:
+        manifest = pack(args.python_version, args.out, args.part_mib)
     total = manifest["bundle_bytes"] / 2**20
     print(f"{len(manifest['wheels'])} wheels for CPython {args.python_version}, {total:.1f} MiB in "
           f"{len(manifest['parts'])} parts under {args.out}:")

@@ -4,7 +4,8 @@
 #
 #   bash scripts/device/run.sh                    # everything (the device call after the staging calls)
 #   STEPS="install tests" TESTS_K=bf16 bash scripts/device/run.sh   (steps: install versions tests replay step
-#                                                                   replay-dynamic bench samples power probe;
+#                                                                   replay-dynamic bench samples power probe
+#                                                                   vllm-install vllm-smoke vllm-replay;
 #                                                                   default: install versions tests bench replay)
 #
 # Each step has its own time limit (a hang costs that step, not the session's device time), and a failed step
@@ -36,9 +37,18 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     echo "$name rc=$rc seconds=$((SECONDS - start))" | tee -a "$OUT/steps.txt"
 }
 
-install_pack() {
-    # the part this call carries, if any
-    if [ -d "$PACK_SRC" ]; then bash scripts/device/stage.sh "$PACK_SRC" >/dev/null || return 1; fi
+install_pack() {  # the base bundle (make gpu-pack): the part this call carries, if any, then every part staged
+    install_bundle || return 1
+    "$PY" -c "import toolaudit, duckdb, jsonschema, deepdiff, openai, gguf, orjson; print('imports ok')"
+}
+
+install_vllm() {  # the vLLM bundle (make gpu-pack-vllm), staged under $PACK_VLLM by the calls before
+    PACK=$PACK_VLLM PACK_SRC=${PACK_VLLM_SRC:-.gpu-pack-vllm} install_bundle || return 1
+    "$PY" -c "import vllm; print('vllm', vllm.__version__)"
+}
+
+install_bundle() {  # reassemble $PACK's parts (checked against the manifest's sha256) and install them offline
+    if [ -d "$PACK_SRC" ]; then TOOLAUDIT_PACK=$PACK bash scripts/device/stage.sh "$PACK_SRC" >/dev/null || return 1; fi
     "$PY" - "$PACK" <<'PYEOF' || return 1
 import hashlib, json, sys, tarfile, io
 from pathlib import Path
@@ -56,7 +66,36 @@ print(f"bundle ok: {len(data) / 2**20:.1f} MiB, {len(manifest['wheels'])} wheels
 PYEOF
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$PACK"/bundle/wheels/*.whl || return 1
     "$PY" -m pip check | grep -v "^No broken" || true
-    "$PY" -c "import toolaudit, duckdb, jsonschema, deepdiff, openai, gguf, orjson; print('imports ok')"
+}
+
+vllm_smoke() {  # one LLM with ngram speculation on CUDA in bf16, two demo prompts: does 0.26 load and decode here
+    "$PY" - <<'PYEOF'
+from toolaudit.engines import make_engine
+from toolaudit.engines.paths import load_paths
+from toolaudit.replay.demo import DEMO_TRACES
+import json
+from toolaudit.engines.base import EngineRequest
+rows = [json.loads(l) for l in DEMO_TRACES.read_text().splitlines()[:2]]
+reqs = [EngineRequest(key=f"s{i}", messages=r["request"]["messages"], tools=r["request"].get("tools", []))
+        for i, r in enumerate(rows)]
+engine = make_engine(load_paths("scripts/device/paths-vllm-cuda.toml")["vllm-ngram"])
+for r in engine.generate(reqs):
+    print(r.key, r.error, r.completion_tokens, r.drafted_tokens, r.accepted_tokens, repr(r.text[:80]))
+engine.close()
+PYEOF
+}
+
+replay_vllm() {  # the 253 demo calls: each pair with its noise floor (the target at another max_num_seqs)
+    local db="$OUT/vllm.duckdb" pair
+    rm -f "$db"
+    for pair in ${VLLM_PAIRS:-"vllm-target vllm-ngram" "vllm-target vllm-selfdraft" "vllm-target-inv vllm-ngram-inv" \
+                 "vllm-target-fp32 vllm-ngram-fp32" "vllm-target vllm-target-eager"}; do
+        set -- $pair
+        /usr/bin/time -f "$1 vs $2: %e s wall" "$PY" -m toolaudit replay traces/demo.jsonl --no-probe \
+            --paths scripts/device/paths-vllm-cuda.toml --baseline "$1" --candidate "$2" --noise-floor --db "$db" \
+            || echo "$1 vs $2 failed"
+        "$PY" -m toolaudit summary --db "$db" --json > "$OUT/vllm-$1-$2.json" || true
+    done
 }
 
 print_versions() {
@@ -88,6 +127,7 @@ replay_demo() {  # the demo's 253 calls through target and spec-ngram on CUDA, b
 
 # In the order of what matters most if the call's own limit cuts the run short: the tests, the demo's drift
 # figures, then the bench (bf16: the goals' dtype; float32's drift is the replay step's).
+export -f install_bundle  # the steps' functions run in a child bash: what they call must be exported too
 step install 120 install_pack
 step versions 30 print_versions
 step tests 210 "$PY" -m pytest -m gpu tests/gpu -v -rs -p no:cacheprovider --junitxml="$OUT/tests.xml" \
@@ -110,4 +150,10 @@ power_tables() {  # one table per temperature in POWER_T, each database kept und
     done
 }
 step power "${POWER_LIMIT:-300}" power_tables
+# vLLM 0.26 on the GPU (issue 42): its bundle staged by the calls before (docs/gpu.md, "vLLM"), then one engine's
+# smoke test and the demo's pairs, each with its noise floor.
+export PACK_VLLM=${TOOLAUDIT_PACK_VLLM:-/tmp/toolaudit-pack-vllm}
+step vllm-install 240 install_vllm
+step vllm-smoke 240 vllm_smoke
+step vllm-replay "${VLLM_LIMIT:-480}" replay_vllm
 cat "$OUT/steps.txt"

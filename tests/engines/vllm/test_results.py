@@ -4,7 +4,7 @@ counters, refusing a "speculative" call that drafted nothing, and a bad request 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import pytest
@@ -108,3 +108,31 @@ def test_a_rejected_request_fails_alone():
 def test_unfinished_request_is_an_error():
     (r,) = engine(FakeLLM([output([65], finish="abort")])).generate(reqs(3))
     assert r.error and "abort" in r.error and r.finish_reason is None
+
+
+def test_vllm_0_26_outputs_without_per_request_figures_share_the_counters(monkeypatch):
+    """vLLM 0.26 (the lent GPUs') has neither `per_request_spec_decode_metrics` nor
+    `CompletionOutput.spec_decode_metrics`: the engine asks for them only where they exist (`compat`) and shares
+    the call's aggregate counters instead, on the same code path as 0.32."""
+    import vllm.config
+
+    from toolaudit.engines.vllm import compat
+
+    assert compat.per_request_spec_metrics() and compat.spec_kwargs() == {"per_request_spec_decode_metrics": "summary"}
+
+    @dataclass
+    class ObservabilityConfig026:  # the 0.26 fields around where 0.32 added the option
+        collect_detailed_traces: list | None = None
+        kv_cache_metrics: bool = False
+
+    monkeypatch.setattr(vllm.config, "ObservabilityConfig", ObservabilityConfig026)
+    compat.per_request_spec_metrics.cache_clear()
+    try:
+        assert not compat.per_request_spec_metrics() and compat.spec_kwargs() == {}
+    finally:
+        compat.per_request_spec_metrics.cache_clear()
+    old = [output([65] * 11, prompt=3), output([66] * 31, prompt=4)]
+    for o in old:
+        del o.outputs[0].spec_decode_metrics  # the 0.26 CompletionOutput
+    results = engine(FakeLLM(old, counters=(40, 8)), "spec-ngram").generate(reqs(3, 4))
+    assert [r.drafted_tokens for r in results] == [10, 30] and [r.accepted_tokens for r in results] == [2, 6]

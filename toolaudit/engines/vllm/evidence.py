@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from ..base import EngineResult
+from .compat import spec_metrics
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def attribute_spec(results: list[EngineResult], outputs, drafted: int, accepted:
     rest of the call's aggregate counters go to the other requests in proportion to their generated tokens."""
     missing: list[EngineResult] = []
     for result, out in zip(results, outputs):
-        m = out.outputs[0].spec_decode_metrics
+        m = spec_metrics(out.outputs[0])  # None on a vLLM without per-request figures (0.26: `compat`)
         if m is None:
             missing.append(result)
             continue
