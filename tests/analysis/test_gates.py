@@ -4,6 +4,8 @@ and `report` answer in JSON for CI. Real DuckDB files built by `compare` from sm
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
@@ -173,6 +175,16 @@ def test_check_json_is_one_object_with_every_budget_and_the_same_exit_codes(issu
                                   "only_other": 390}
     missing = invoke("check", "--db", issue_db, "--run", "9", "--max-call-drift", "5%", "--json")
     assert missing.exit_code == 2 and missing.stdout == ""
+
+
+def test_check_as_csv_is_one_row_per_bound_with_the_same_exit_code(issue_db):
+    result = invoke("check", "--db", issue_db, "--run", "1", "--max-call-drift", "5%", "--max-session-drift",
+                    "50%", "--as", "csv")
+    assert result.exit_code == 1
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [r["bound"] for r in rows] == ["call_drift", "session_drift", "error_rows"]
+    assert (rows[0]["ok"], rows[0]["rule"], float(rows[0]["threshold"])) == ("false", "upper", 0.05)
+    assert float(rows[0]["figure"]) == pytest.approx(0.069162, abs=1e-6)  # the same figure as --json's
 
 
 def test_check_json_of_a_matrix_names_each_candidate(tmp_path):

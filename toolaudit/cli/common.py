@@ -72,6 +72,17 @@ def first_chunk_note(store: "Store", run_id: int | None, db: str) -> None:
                "calls yet: its first figures show once its first chunk is stored", err=True)
 
 
+def option_group(*decorators: Callable) -> Callable[[Callable], Callable]:
+    """Several click options (and arguments) as one decorator, in the order given: a command's options declared
+    once beside it, so that the command function holds only what it does."""
+    def apply(func: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return apply
+
+
 def db_option(func: Callable) -> Callable:
     return click.option("--db", "db", envvar="TOOLAUDIT_DB", default="toolaudit.duckdb", show_default=True,
                         type=click.Path(dir_okay=False),

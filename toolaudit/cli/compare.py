@@ -17,6 +17,7 @@ from toolaudit.cli.common import (
     format_option,
     friendly_errors,
     key_options,
+    option_group,
     output_options,
     ray_options,
     ray_settings,
@@ -34,46 +35,50 @@ def _total_bytes(paths: list[str]) -> int:
     return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 
+COMPARE_OPTIONS = option_group(
+    click.argument("baseline", required=False, type=click.Path(dir_okay=False)),
+    click.argument("candidates", nargs=-1, type=click.Path(dir_okay=False)),
+    db_option,
+    click.option("--run-name", help="A name for this run (default run-<id>); other commands' --run takes it."),
+    format_option,
+    key_options,
+    click.option("--schemas", "schema_dir", default="schemas", show_default=True,
+                 type=click.Path(file_okay=False), help="Folder of <tool>.json schemas that override the request's."),
+    click.option("--baseline-name", default="baseline", show_default=True, help="Label of the baseline path."),
+    click.option("--candidate-name", "candidate_names", multiple=True, help="Label of the candidate path (default "
+                 "\"candidate\"); with several candidate logs, one per log in order (default: the file names)."),
+    click.option("--workers", type=click.IntRange(1, 64), help="Processes that parse the logs (default: one per core "
+                 "for logs over 64 MB, else 1)."),
+    click.option("--pair-by", type=click.Choice(["auto", "session", "request"]), default="auto", show_default=True,
+                 help="Pair calls by session and call index, or by request (digest of messages, tools and tool "
+                      "settings, and occurrence). auto: by request when a log's calls carry no session at the "
+                      "session key, or all share one and pairing by it puts different requests together."),
+    click.option("--max-mismatched", type=Proportion(), default="0", show_default=True,
+                 help="Largest allowed share of paired calls whose two requests differ (stored as mismatched, not "
+                      "compared); above it compare exits 1. 0: any mismatch fails (the pairing is then wrong)."),
+    shard_option,
+    collected_options,
+    click.option("--baseline-service", metavar="NAME", help="With --collected: the baseline is the spans of this "
+                 "service (resource attribute service.name)."),
+    click.option("--candidate-service", "candidate_services", multiple=True, metavar="NAME",
+                 help="With --collected: a candidate is the spans of this service; repeat it for a remedy matrix. "
+                      "With --sample, every side keeps the sessions drawn from the baseline."),
+    ray_options("Scan the logs (parse, digest, validate)", "scan workers, one CPU each; the logs and --schemas must "
+                "be on a path every node shares"),
+    output_options,
+)
+
+
 @click.command(epilog=example("toolaudit compare baseline.jsonl candidate.jsonl --run-name nightly --db audit.duckdb"))
-@click.argument("baseline", required=False, type=click.Path(dir_okay=False))
-@click.argument("candidates", nargs=-1, type=click.Path(dir_okay=False))
-@db_option
-@click.option("--run-name", help="A name for this run (default run-<id>); other commands' --run takes it.")
-@format_option
-@key_options
-@click.option("--schemas", "schema_dir", default="schemas", show_default=True,
-              type=click.Path(file_okay=False), help="Folder of <tool>.json schemas that override the request's.")
-@click.option("--baseline-name", default="baseline", show_default=True, help="Label of the baseline path.")
-@click.option("--candidate-name", "candidate_names", multiple=True, help="Label of the candidate path (default "
-              "\"candidate\"); with several candidate logs, one per log in order (default: the file names).")
-@click.option("--workers", type=click.IntRange(1, 64), help="Processes that parse the logs (default: one per core "
-              "for logs over 64 MB, else 1).")
-@click.option("--pair-by", type=click.Choice(["auto", "session", "request"]), default="auto", show_default=True,
-              help="Pair calls by session and call index, or by request (digest of messages, tools and tool "
-                   "settings, and occurrence). auto: by request when a log's calls carry no session at the "
-                   "session key, or all share one and pairing by it puts different requests together.")
-@click.option("--max-mismatched", type=Proportion(), default="0", show_default=True,
-              help="Largest allowed share of paired calls whose two requests differ (stored as mismatched, not "
-                   "compared); above it compare exits 1. 0: any mismatch fails (the pairing is then wrong).")
-@shard_option
-@collected_options
-@click.option("--baseline-service", metavar="NAME", help="With --collected: the baseline is the spans of this "
-              "service (resource attribute service.name).")
-@click.option("--candidate-service", "candidate_services", multiple=True, metavar="NAME",
-              help="With --collected: a candidate is the spans of this service; repeat it for a remedy matrix. "
-                   "With --sample, every side keeps the sessions drawn from the baseline.")
-@ray_options("Scan the logs (parse, digest, validate)", "scan workers, one CPU each; the logs and --schemas must "
-             "be on a path every node shares")
-@output_options
+@COMPARE_OPTIONS
 @friendly_errors
 @interruptible
 def compare(baseline: str | None, candidates: tuple[str, ...], db: str, run_name: str | None, trace_format: str,
             session_key: str, customer_key: str, schema_dir: str, baseline_name: str,
             candidate_names: tuple[str, ...], workers: int | None, pair_by: str, max_mismatched: float, shard,
-            collected: str | None,
-            since: str | None, sample: int | None, per_customer: bool, seed: str, baseline_service: str | None,
-            candidate_services: tuple[str, ...], ray_address: str | None, ray_workers: int | None,
-            fmt: str) -> None:
+            collected: str | None, since: str | None, sample: int | None, per_customer: bool, seed: str,
+            baseline_service: str | None, candidate_services: tuple[str, ...], ray_address: str | None,
+            ray_workers: int | None, fmt: str) -> None:
     """Compare two recorded logs of the same requests, call by call and argument by argument.
 
     Several candidate logs (`compare BASE A B C`) make a remedy matrix: each compared with the same baseline,

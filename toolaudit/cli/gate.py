@@ -15,6 +15,7 @@ from toolaudit.cli.common import (
     example,
     friendly_errors,
     gate_rule,
+    option_group,
     output_options,
     print_rows,
     reading,
@@ -33,32 +34,37 @@ class CannotCheck(click.ClickException):
     exit_code = 2
 
 
+REPORT_OPTIONS = option_group(
+    db_option,
+    run_option(),
+    click.option("--customer", "customers", multiple=True, help="Customer to report on (repeatable)."),
+    click.option("--all-customers", is_flag=True, help="One report per customer of the run."),
+    click.option("--write", "formats", multiple=True, metavar="html,md,json",
+                 help="Report files to write, repeatable or comma-separated (default: all three)."),
+    click.option("--as", "as_", multiple=True, metavar="table|json", help="What to print: the files written and, for "
+                 "a matrix, its remedies (table, the default), or JSON (--json). Before this release --as named the "
+                 "files to write: --as html/md/json still does, with a warning (use --write)."),
+    deprecated_format_option,
+    click.option("-o", "--output", "out_dir", default="reports", show_default=True,
+                 type=click.Path(file_okay=False), help="Folder; files go to <folder>/run-<id>/<customer>.<ext>"),
+    click.option("--near-tie-margin", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
+                 help="Baseline logit margin below which a divergence counts as a near-tie (numerics)."),
+    click.option("--max-call-drift", type=Proportion(), help="Call drift budget for routing advice (0.015 or 1.5%)."),
+    click.option("--max-session-drift", type=Proportion(), help="Session drift budget for routing advice."),
+    click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for the session budget "
+                 "(default: the customer's mean)."),
+    click.option("--max-shifted-calls", type=Proportion(), help="A sampled matrix: the budget on the share of calls "
+                 "whose outcome distribution shifted, for the remedy reports' recommendation (5%)."),
+    click.option("--json", "as_json", is_flag=True,
+                 help="Print the files written and each customer's headline figures as one JSON object (--as json)."),
+    click.option("--history", is_flag=True, hidden=True, help="Deprecated: `toolaudit history --html`."),
+    path_pair_option,
+)
+
+
 @click.command(epilog=example("toolaudit report --run nightly --all-customers --write html,md -o reports/ "
                              "--db audit.duckdb"))
-@db_option
-@run_option()
-@click.option("--customer", "customers", multiple=True, help="Customer to report on (repeatable).")
-@click.option("--all-customers", is_flag=True, help="One report per customer of the run.")
-@click.option("--write", "formats", multiple=True, metavar="html,md,json",
-              help="Report files to write, repeatable or comma-separated (default: all three).")
-@click.option("--as", "as_", multiple=True, metavar="table|json", help="What to print: the files written and, for "
-              "a matrix, its remedies (table, the default), or JSON (--json). Before this release --as named the "
-              "files to write: --as html/md/json still does, with a warning (use --write).")
-@deprecated_format_option
-@click.option("-o", "--output", "out_dir", default="reports", show_default=True,
-              type=click.Path(file_okay=False), help="Folder; files go to <folder>/run-<id>/<customer>.<ext>")
-@click.option("--near-tie-margin", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
-              help="Baseline logit margin below which a divergence counts as a near-tie (numerics).")
-@click.option("--max-call-drift", type=Proportion(), help="Call drift budget for routing advice (0.015 or 1.5%).")
-@click.option("--max-session-drift", type=Proportion(), help="Session drift budget for routing advice.")
-@click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for the session budget "
-              "(default: the customer's mean).")
-@click.option("--max-shifted-calls", type=Proportion(), help="A sampled matrix: the budget on the share of calls "
-              "whose outcome distribution shifted, for the remedy reports' recommendation (5%).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the files written and each customer's headline figures as one JSON object (--as json).")
-@click.option("--history", is_flag=True, hidden=True, help="Deprecated: `toolaudit history --html`.")
-@path_pair_option
+@REPORT_OPTIONS
 @friendly_errors
 def report(db: str, run_ref: str | None, customers: tuple[str, ...], all_customers: bool, formats: tuple[str, ...],
            as_: tuple[str, ...], old_format: tuple[str, ...], out_dir: str, near_tie_margin: float,
@@ -156,44 +162,50 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
     write_history_pages(db, customers, all_customers, formats, out_dir, budget, path_pair, as_json)
 
 
+CHECK_OPTIONS = option_group(
+    db_option,
+    run_option(),
+    click.option("--max-call-drift", type=Proportion(),
+                 help="Largest allowed share of drifted calls (0.015 or 1.5%)."),
+    click.option("--max-session-drift", type=Proportion(),
+                 help="Largest allowed share of sessions with any drifted call (judged as 1-(1-p)^calls per session)."),
+    click.option("--max-excess", type=Proportion(points=True),
+                 help="Largest allowed drift beyond the run's noise floor, paired by call (0.01, 1pp or 1%): the "
+                      "candidate's own doing, batching noise set apart (needs a run with --noise-floor)."),
+    click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for --max-session-drift "
+                 "(default: the traces' mean, else the run's, as `frontier`)."),
+    click.option("--against", "against_ref", metavar="ID|NAME", help="Earlier run to compare call drift with: an id, "
+                 "or a name (the newest run of that name before the run checked, so `--run nightly --against nightly` "
+                 "compares with the previous nightly)."),
+    click.option("--max-increase", type=Proportion(points=True),
+                 help="Largest allowed rise in call drift vs --against (0.005, 0.5pp or 0.5%); fails only when the "
+                      "rise is also significant."),
+    click.option("--expect-fingerprint", metavar="FP",
+                 help="Fail unless the candidate path has this fingerprint (or an 8+ character prefix)."),
+    click.option("--max-shifted-calls", type=Proportion(),
+                 help="Sampled runs: largest allowed share of tested calls whose outcome distribution shifted "
+                      "(distribution_shift, BH q=0.05; 0.05 or 5%)."),
+    click.option("--max-valid-drop", type=Proportion(points=True),
+                 help="Sampled runs: largest allowed drop of the schema-valid rate, baseline minus candidate paired by "
+                      "call (0.02, 2% or 2pp), judged on the 95% interval by --rule."),
+    click.option("--expect-numerics", metavar="FP", help="Fail unless the newest stored probe of the run's candidate "
+                 "path (or --path) has numerics hash FP (an 8+ character prefix), naming decisions vs numerics. The "
+                 "gate decodes nothing: `fingerprint --probe --db` (or a replay) stores the probe."),
+    click.option("--path", "probe_path", metavar="NAME",
+                 help="With --expect-numerics: the path whose probe is judged."),
+    click.option("--paths", "probe_paths", hidden=True, help="Deprecated: check no longer probes (`fingerprint "
+                 "--probe --expect` does)."),
+    rule_option,
+    click.option("--use-upper-bound", is_flag=True, help="Older spelling of --rule upper (now the default)."),
+    click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
+                 help="Error rows tolerated (input records the readers could not use, calls an engine failed)."),
+    output_options,
+)
+
+
 @click.command(epilog=example("toolaudit check --run nightly --max-call-drift 1.5% --against nightly "
                              "--max-increase 0.5pp --db audit.duckdb"))
-@db_option
-@run_option()
-@click.option("--max-call-drift", type=Proportion(),
-              help="Largest allowed share of drifted calls (0.015 or 1.5%).")
-@click.option("--max-session-drift", type=Proportion(),
-              help="Largest allowed share of sessions with any drifted call (judged as 1-(1-p)^calls per session).")
-@click.option("--max-excess", type=Proportion(points=True),
-              help="Largest allowed drift beyond the run's noise floor, paired by call (0.01, 1pp or 1%): the "
-                   "candidate's own doing, batching noise set apart (needs a run with --noise-floor).")
-@click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for --max-session-drift "
-              "(default: the traces' mean, else the run's, as `frontier`).")
-@click.option("--against", "against_ref", metavar="ID|NAME", help="Earlier run to compare call drift with: an id, or "
-              "a name (the newest run of that name before the run checked, so `--run nightly --against nightly` "
-              "compares with the previous nightly).")
-@click.option("--max-increase", type=Proportion(points=True),
-              help="Largest allowed rise in call drift vs --against (0.005, 0.5pp or 0.5%); fails only when the "
-                   "rise is also significant.")
-@click.option("--expect-fingerprint", metavar="FP",
-              help="Fail unless the candidate path has this fingerprint (or an 8+ character prefix).")
-@click.option("--max-shifted-calls", type=Proportion(),
-              help="Sampled runs: largest allowed share of tested calls whose outcome distribution shifted "
-                   "(distribution_shift, BH q=0.05; 0.05 or 5%).")
-@click.option("--max-valid-drop", type=Proportion(points=True),
-              help="Sampled runs: largest allowed drop of the schema-valid rate, baseline minus candidate paired by "
-                   "call (0.02, 2% or 2pp), judged on the 95% interval by --rule.")
-@click.option("--expect-numerics", metavar="FP", help="Fail unless the newest stored probe of the run's candidate "
-              "path (or --path) has numerics hash FP (an 8+ character prefix), naming decisions vs numerics. The "
-              "gate decodes nothing: `fingerprint --probe --db` (or a replay) stores the probe.")
-@click.option("--path", "probe_path", metavar="NAME", help="With --expect-numerics: the path whose probe is judged.")
-@click.option("--paths", "probe_paths", hidden=True, help="Deprecated: check no longer probes (`fingerprint "
-              "--probe --expect` does).")
-@rule_option
-@click.option("--use-upper-bound", is_flag=True, help="Older spelling of --rule upper (now the default).")
-@click.option("--allow-errors", type=click.IntRange(0), default=0, show_default=True, metavar="N",
-              help="Error rows tolerated (input records the readers could not use, calls an engine failed).")
-@output_options
+@CHECK_OPTIONS
 def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
           max_excess: float | None, session_calls: float | None, against_ref: str | None, max_increase: float | None,
           expect_fingerprint: str | None, max_shifted_calls: float | None, max_valid_drop: float | None,

@@ -14,6 +14,7 @@ from toolaudit.cli.common import (
     example,
     friendly_errors,
     gate_rule,
+    option_group,
     output_options,
     reading,
     rule_option,
@@ -42,22 +43,27 @@ def _path_pair(ctx: click.Context, param: click.Parameter, value: tuple[str, str
     return value
 
 
+HISTORY_OPTIONS = option_group(
+    db_option,
+    path_pair_option,
+    click.option("--customer", help="Only this customer's calls in every figure (and the runs that have any)."),
+    click.option("--budget", type=Proportion(), help="Call drift budget each run is judged against (0.015 or 1.5%)."),
+    rule_option,
+    click.option("--html", is_flag=True, help="Write the history as HTML pages instead of printing it: "
+                 "<folder>/history.html over every customer's calls, or with --customer / --all-customers "
+                 "<folder>/history/<customer>.html from that customer's calls only (the paths are printed)."),
+    click.option("--all-customers", is_flag=True, help="With --html: one page per customer."),
+    click.option("-o", "--output", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
+                 help="With --html: the folder the pages go to."),
+    output_options,
+)
+
+
 @click.command("history", epilog=example(
     "toolaudit history --path-pair target spec-ngram --budget 1.5% --db canary.duckdb",
     "toolaudit history --customer acme --csv --db canary.duckdb",
     "toolaudit history --html --all-customers -o reports/ --db canary.duckdb"))
-@db_option
-@path_pair_option
-@click.option("--customer", help="Only this customer's calls in every figure (and the runs that have any).")
-@click.option("--budget", type=Proportion(), help="Call drift budget each run is judged against (0.015 or 1.5%).")
-@rule_option
-@click.option("--html", is_flag=True, help="Write the history as HTML pages instead of printing it: "
-              "<folder>/history.html over every customer's calls, or with --customer / --all-customers "
-              "<folder>/history/<customer>.html from that customer's calls only (the paths are printed).")
-@click.option("--all-customers", is_flag=True, help="With --html: one page per customer.")
-@click.option("-o", "--output", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
-              help="With --html: the folder the pages go to.")
-@output_options
+@HISTORY_OPTIONS
 @friendly_errors
 def history_cmd(db: str, path_pair: tuple[str, str] | None, customer: str | None, budget: float | None,
                 rule: str | None, html: bool, all_customers: bool, out_dir: str, fmt: str) -> None:

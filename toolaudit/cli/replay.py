@@ -15,6 +15,7 @@ from toolaudit.cli.common import (
     format_option,
     friendly_errors,
     key_options,
+    option_group,
     output_options,
     print_rows,
     ray_options,
@@ -118,43 +119,49 @@ class _LazyBar:
             self.progress = None
 
 
+REPLAY_OPTIONS = option_group(
+    click.argument("traces", nargs=-1, type=click.Path(dir_okay=False)),
+    click.option("--baseline", default="target", show_default=True, help="Baseline decode path name."),
+    click.option("--candidate", "candidates", multiple=True, default=("spec-ngram",), show_default=True,
+                 help="Candidate decode path name; repeat it for a remedy matrix (the baseline decoded once, each "
+                      "candidate diffed against it, see `toolaudit frontier`)."),
+    click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True),
+                 help="paths.toml with [paths.NAME] tables (default: built-in target and spec-ngram)."),
+    db_option,
+    click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls."),
+    click.option("--calls-per-session", type=click.IntRange(1), metavar="K",
+                 help="Replay only the first K calls of each session (a sample that keeps every session)."),
+    click.option("--resume", type=int, metavar="RUN", help="Finish an interrupted replay run."),
+    click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
+                 help="Calls per engine call and per transaction (a kill loses at most one chunk)."),
+    click.option("--run-name", help="A name for this run (default run-<id>); other commands' --run takes it."),
+    click.option("--noise-floor", is_flag=True, help="Also decode the baseline again with other batch neighbours (half "
+                 "its batch size) and show every candidate's drift beside that floor, and beyond it paired by call."),
+    click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
+                 "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics)."),
+    click.option("--max-tokens", type=click.IntRange(1), help="Set every path's max_tokens (an answer cut there is "
+                 "stored as truncated, not compared)."),
+    click.option("--temperature", type=click.FloatRange(0),
+                 help="Set every path's temperature (> 0: sampled decoding)."),
+    click.option("--samples", "samples_per_call", type=click.IntRange(1), metavar="N",
+                 help="Decode each call N times per path (temperature > 0) and test whether the candidate's tool-call "
+                      "distribution differs from the baseline's, call by call and run-wide (docs/statistics.md)."),
+    format_option,
+    key_options,
+    click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
+                 help="Folder of <tool>.json schemas that override the request's."),
+    shard_option,
+    collected_options,
+    ray_options("Run the engines", "engine workers per pass, one per GPU or CPU slot"),
+    no_probe_option,
+    verbose_option,
+    output_options,
+)
+
+
 @click.command(epilog=example("toolaudit replay traces/demo.jsonl --baseline target --candidate spec-ngram "
                              "--calls-per-session 3 --run-name nightly --db audit.duckdb"))
-@click.argument("traces", nargs=-1, type=click.Path(dir_okay=False))
-@click.option("--baseline", default="target", show_default=True, help="Baseline decode path name.")
-@click.option("--candidate", "candidates", multiple=True, default=("spec-ngram",), show_default=True,
-              help="Candidate decode path name; repeat it for a remedy matrix (the baseline decoded once, each "
-                   "candidate diffed against it, see `toolaudit frontier`).")
-@click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True),
-              help="paths.toml with [paths.NAME] tables (default: built-in target and spec-ngram).")
-@db_option
-@click.option("--limit", type=click.IntRange(1), help="Replay only the first N calls.")
-@click.option("--calls-per-session", type=click.IntRange(1), metavar="K",
-              help="Replay only the first K calls of each session (a sample that keeps every session).")
-@click.option("--resume", type=int, metavar="RUN", help="Finish an interrupted replay run.")
-@click.option("--chunk", type=click.IntRange(1), default=64, show_default=True,
-              help="Calls per engine call and per transaction (a kill loses at most one chunk).")
-@click.option("--run-name", help="A name for this run (default run-<id>); other commands' --run takes it.")
-@click.option("--noise-floor", is_flag=True, help="Also decode the baseline again with other batch neighbours (half "
-              "its batch size) and show every candidate's drift beside that floor, and beyond it paired by call.")
-@click.option("--numerics", metavar="MODE", help="Set the `numerics` key of every path whose engine takes it as "
-              "a run-wide override (torch: auto, native or emulated bf16/fp16 numerics).")
-@click.option("--max-tokens", type=click.IntRange(1), help="Set every path's max_tokens (an answer cut there is "
-              "stored as truncated, not compared).")
-@click.option("--temperature", type=click.FloatRange(0), help="Set every path's temperature (> 0: sampled decoding).")
-@click.option("--samples", "samples_per_call", type=click.IntRange(1), metavar="N",
-              help="Decode each call N times per path (temperature > 0) and test whether the candidate's tool-call "
-                   "distribution differs from the baseline's, call by call and run-wide (docs/statistics.md).")
-@format_option
-@key_options
-@click.option("--schemas", "schema_dir", default="schemas", show_default=True, type=click.Path(file_okay=False),
-              help="Folder of <tool>.json schemas that override the request's.")
-@shard_option
-@collected_options
-@ray_options("Run the engines", "engine workers per pass, one per GPU or CPU slot")
-@no_probe_option
-@verbose_option
-@output_options
+@REPLAY_OPTIONS
 @friendly_errors
 @interruptible
 def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], paths_file: str | None, db: str,
@@ -172,13 +179,8 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
 
     ray = ray_settings(ray_address, ray_workers)
     check_collected(collected, since, sample, per_customer, seed)
-    if resume is None and not traces and collected is None:
-        raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
-    if resume is not None and (traces or shard or numerics or collected or noise_floor or max_tokens
-                               or temperature is not None or samples_per_call):
-        raise click.UsageError("--resume takes its traces, paths, numerics, max_tokens, temperature, samples, shard "
-                               "and noise floor from the run; do not pass trace files, --collected, --numerics, "
-                               "--max-tokens, --temperature, --samples, --shard or --noise-floor")
+    _check_resume(resume, bool(traces or collected), bool(shard or numerics or noise_floor or max_tokens
+                                                          or temperature is not None or samples_per_call))
     if collected is not None and traces:
         raise click.UsageError("give trace files or --collected DIR, not both")
     if collected is not None:
@@ -197,6 +199,16 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     _run_replay(db, options, resume, fmt, verbose=verbose, ray=ray, probe=not no_probe)
 
 
+def _check_resume(resume: int | None, inputs: bool, settings: bool) -> None:
+    """A replay names its inputs, or resumes a run, which brings its own inputs and settings."""
+    if resume is None and not inputs:
+        raise click.UsageError("give trace files to replay, --collected DIR, or --resume RUN")
+    if resume is not None and (inputs or settings):
+        raise click.UsageError("--resume takes its traces, paths, numerics, max_tokens, temperature, samples, shard "
+                               "and noise floor from the run; do not pass trace files, --collected, --numerics, "
+                               "--max-tokens, --temperature, --samples, --shard or --noise-floor")
+
+
 def _warn_sampling_noise(options) -> None:
     """At temperature > 0 with one sample per call, say what the per-call figures measure, before the run."""
     from toolaudit.replay.inputs import resolve_paths
@@ -210,36 +222,42 @@ def _warn_sampling_noise(options) -> None:
               "distribution moved (docs/statistics.md)")
 
 
+DEMO_OPTIONS = option_group(
+    db_option,
+    click.option("--limit", type=click.IntRange(1), help=f"Replay only the first N calls of the sample (default: "
+                 f"{DEMO_CALLS}; --matrix: every session)."),
+    click.option("--numerics", type=click.Choice(["auto", "native", "emulated"]), default="auto", show_default=True,
+                 help="bf16 numerics: native kernels, or emulated on float32 kernels (auto: native where the CPU "
+                      "has bf16 matmul, e.g. AVX512-BF16/AMX; emulated on AVX2-only CPUs)."),
+    click.option("--matrix", is_flag=True, help="A remedy matrix instead: target against spec-ngram, spec-ngram-k3, "
+                 "spec-ngram-fp32, spec-draft (the target's first 8 layers as draft model) and spec-ngram-invariant "
+                 "(batch-invariant kernels) on the first 2 calls of each session, with the recommendation per "
+                 "customer."),
+    click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
+                 help="With --matrix: the session drift budget the recommendation uses."),
+    click.option("--sampled", is_flag=True, help=f"Sampled decoding instead: temperature {DEMO_TEMPERATURE}, N samples "
+                 f"(--samples) of the first call of {DEMO_SAMPLED_CALLS} sessions per path; whether spec-ngram keeps "
+                 "the target's tool-call distribution, beside the calibration line (the target against itself with "
+                 "other seeds)."),
+    click.option("--samples", type=click.IntRange(2), default=DEMO_SAMPLES, show_default=True,
+                 help="With --sampled: samples per call and path."),
+    click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
+                 help="Decode the baseline a second time with other batch neighbours (batch 32 against 16) and show "
+                      "the drift beside that floor (the demo's calls cost about a third more)."),
+    click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
+                 help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
+                      "compared)."),
+    click.option("--probe/--no-probe", "probe", default=False, show_default=True,
+                 help="Probe the paths first, as `replay` does (a probe fingerprint per path stored with the run; "
+                      "seconds per path). Off in the demo: the probe is not the demo's finding, and `toolaudit "
+                      "fingerprint --probe` runs it on its own."),
+    verbose_option,
+    output_options,
+)
+
+
 @click.command(epilog=example("toolaudit demo --db demo.duckdb"))
-@db_option
-@click.option("--limit", type=click.IntRange(1), help=f"Replay only the first N calls of the sample (default: "
-              f"{DEMO_CALLS}; --matrix: every session).")
-@click.option("--numerics", type=click.Choice(["auto", "native", "emulated"]), default="auto", show_default=True,
-              help="bf16 numerics: native kernels, or emulated on float32 kernels (auto: native where the CPU "
-                   "has bf16 matmul, e.g. AVX512-BF16/AMX; emulated on AVX2-only CPUs).")
-@click.option("--matrix", is_flag=True, help="A remedy matrix instead: target against spec-ngram, spec-ngram-k3, "
-              "spec-ngram-fp32, spec-draft (the target's first 8 layers as draft model) and spec-ngram-invariant "
-              "(batch-invariant kernels) on the first 2 calls of each session, with the recommendation per customer.")
-@click.option("--max-session-drift", type=Proportion(), default="10%", show_default=True,
-              help="With --matrix: the session drift budget the recommendation uses.")
-@click.option("--sampled", is_flag=True, help=f"Sampled decoding instead: temperature {DEMO_TEMPERATURE}, N samples "
-              f"(--samples) of the first call of {DEMO_SAMPLED_CALLS} sessions per path; whether spec-ngram keeps "
-              "the target's tool-call distribution, beside the calibration line (the target against itself with "
-              "other seeds).")
-@click.option("--samples", type=click.IntRange(2), default=DEMO_SAMPLES, show_default=True,
-              help="With --sampled: samples per call and path.")
-@click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
-              help="Decode the baseline a second time with other batch neighbours (batch 32 against 16) and show "
-                   "the drift beside that floor (the demo's calls cost about a third more).")
-@click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
-              help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
-                   "compared).")
-@click.option("--probe/--no-probe", "probe", default=False, show_default=True,
-              help="Probe the paths first, as `replay` does (a probe fingerprint per path stored with the run; "
-                   "seconds per path). Off in the demo: the probe is not the demo's finding, and `toolaudit "
-                   "fingerprint --probe` runs it on its own.")
-@verbose_option
-@output_options
+@DEMO_OPTIONS
 @friendly_errors
 @interruptible
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, sampled: bool,
@@ -271,27 +289,33 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
                    f"{100 * max_session_drift:g}% --db {db}")
 
 
+FINGERPRINT_OPTIONS = option_group(
+    click.option("--path", "path_name", required=True, help="Decode path name."),
+    click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True), help="paths.toml."),
+    click.option("--probe", is_flag=True, help="Also fingerprint what the path does: decode a fixed probe set greedily "
+                 "and hash the chosen tokens (decisions) and their logprobs (numerics)."),
+    click.option("--probe-file", type=click.Path(dir_okay=False), help="With --probe: your own probe set (JSONL, one "
+                 "chat completion request per line) instead of the bundled one."),
+    click.option("--repeats", type=click.IntRange(1, 10), default=2, show_default=True,
+                 help="With --probe: decode the probe set this many times; repeats that differ are reported as "
+                      "jitter."),
+    click.option("--db", "db", envvar="TOOLAUDIT_DB", type=click.Path(dir_okay=False),
+                 help="With --probe: store the probe in this DuckDB file (or set TOOLAUDIT_DB)."),
+    click.option("--against", metavar="REF", help="With --probe and --db: compare with an earlier probe (latest: the "
+                 "path's newest; probe:ID, or an id) or the probe a run recorded (run:ID|NAME, or a name), in words."),
+    click.option("--expect", metavar="FP", help="With --probe: exit 1 unless the probe's numerics hash is FP (an 8+ "
+                 "character prefix), saying whether decisions or only numerics changed when --db holds that probe. "
+                 "`check --expect-numerics` then gates on the stored probe."),
+    output_options,
+)
+
+
 @click.command(name="fingerprint", epilog=example("toolaudit fingerprint --path spec-ngram --json",
                                                   "toolaudit fingerprint --probe --path spec-ngram --against nightly "
                                                   "--db audit.duckdb",
                                                   "toolaudit fingerprint --probe --path spec-ngram --expect "
                                                   "num-3f2a9c1e --db audit.duckdb"))
-@click.option("--path", "path_name", required=True, help="Decode path name.")
-@click.option("--paths", "paths_file", type=click.Path(dir_okay=False, exists=True), help="paths.toml.")
-@click.option("--probe", is_flag=True, help="Also fingerprint what the path does: decode a fixed probe set greedily "
-              "and hash the chosen tokens (decisions) and their logprobs (numerics).")
-@click.option("--probe-file", type=click.Path(dir_okay=False), help="With --probe: your own probe set (JSONL, one "
-              "chat completion request per line) instead of the bundled one.")
-@click.option("--repeats", type=click.IntRange(1, 10), default=2, show_default=True,
-              help="With --probe: decode the probe set this many times; repeats that differ are reported as jitter.")
-@click.option("--db", "db", envvar="TOOLAUDIT_DB", type=click.Path(dir_okay=False),
-              help="With --probe: store the probe in this DuckDB file (or set TOOLAUDIT_DB).")
-@click.option("--against", metavar="REF", help="With --probe and --db: compare with an earlier probe (latest: the "
-              "path's newest; probe:ID, or an id) or the probe a run recorded (run:ID|NAME, or a name), in words.")
-@click.option("--expect", metavar="FP", help="With --probe: exit 1 unless the probe's numerics hash is FP (an 8+ "
-              "character prefix), saying whether decisions or only numerics changed when --db holds that probe. "
-              "`check --expect-numerics` then gates on the stored probe.")
-@output_options
+@FINGERPRINT_OPTIONS
 @friendly_errors
 def fingerprint_cmd(path_name: str, paths_file: str | None, probe: bool, probe_file: str | None, repeats: int,
                     db: str | None, against: str | None, expect: str | None, fmt: str) -> None:
