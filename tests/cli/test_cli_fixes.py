@@ -260,3 +260,24 @@ def test_summary_while_a_writer_has_not_stored_its_run_yet(tmp_path):
     finally:
         writer.stdin.close()
         writer.wait(timeout=60)
+
+
+def test_a_matrix_whose_calls_were_all_cut_says_so_instead_of_failing(tmp_path):
+    """A remedy matrix whose every answer stopped at max_tokens has nothing to put on a frontier: the finished
+    replay says so in words and exits 0 (the run is stored and complete); `--json` still refuses (exit 1)."""
+    from conftest import REPO
+    from helpers import build_tiny_model, torch_path_toml
+
+    model = build_tiny_model(tmp_path / "tiny")
+    paths = tmp_path / "paths.toml"  # random weights never end an answer: every one is cut at max_tokens
+    paths.write_text(torch_path_toml("base", model, max_tokens=2) + torch_path_toml("spec", model, max_tokens=2,
+                                                                                   speculative=True)
+                     + torch_path_toml("other", model, max_tokens=3))  # another decoding, not a noise floor
+    db = str(tmp_path / "m.duckdb")
+    made = CliRunner().invoke(cli, ["replay", str(REPO / "traces" / "demo.jsonl"), "--paths", str(paths),
+                                    "--baseline", "base", "--candidate", "spec", "--candidate", "other",
+                                    "--limit", "3", "--db", db])
+    assert made.exit_code == 0, made.output
+    assert "no frontier: run 1 has no matched calls" in made.output and "raise --max-tokens" in made.output
+    as_json = CliRunner().invoke(cli, ["summary", "--db", db, "--json"])
+    assert as_json.exit_code == 1 and "no matched calls" in as_json.output

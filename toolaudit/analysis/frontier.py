@@ -186,7 +186,7 @@ def frontier(store: Store, run_id: int | None, customer: str | None = None, budg
     rows = q.frontier_rows(store, run["run_id"], customer)
     if not rows:
         where = f" for customer {customer!r}" if customer is not None else ""
-        raise StoreError(f"run {run['run_id']} has no matched calls{where} to put on a frontier")
+        raise EmptyFrontier(f"run {run['run_id']} has no matched calls{where} to put on a frontier")
     lengths = SessionLengths.of(run, customer, session_calls)
     members = _members(store, run)
     floor_run = next((m for m in members.values() if is_noise_floor(m)), None)
@@ -289,6 +289,10 @@ def _pareto(remedies: list[Remedy]) -> list[Remedy]:
                                for o, d, v in points)
         out.append(replace(r, pareto=not beaten))
     return out
+
+
+class EmptyFrontier(StoreError):
+    """No candidate has a matched call to put on the frontier (every call truncated, failed or mismatched)."""
 
 
 class NoFloor(StoreError):

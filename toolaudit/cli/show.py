@@ -48,6 +48,22 @@ def show_matrix(store, run_id: int | None, fmt: str, budget=None, session_calls:
                    customer_frontiers(store, run["run_id"], budget, session_calls), fmt, matrix_head(store, run))
 
 
+def _show_matrix_of_run(store, run_id: int, fmt: str, budget) -> None:
+    """A finished matrix's frontier; one whose calls were all truncated, failed or mismatched is said in words on
+    the terminal (the run is stored and complete: `runs` and `summary --run MEMBER` show its counts)."""
+    from toolaudit.analysis.frontier import EmptyFrontier
+
+    try:
+        show_matrix(store, run_id, fmt, budget)
+    except EmptyFrontier as exc:
+        if fmt != "table":
+            raise
+        members = ", ".join(str(m["run_id"]) for m in store.matrix_members(run_id))
+        click.echo(f"matrix run {run_id}: no frontier: {exc} (every call truncated, failed or mismatched; raise "
+                   f"--max-tokens if answers were cut). Each candidate's counts: toolaudit summary --run ID "
+                   f"(runs {members})")
+
+
 def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=None, all_rows: bool = False) -> None:
     """A run as `summary` shows it: a matrix as its frontier, any other run as its summary (on one screen; every
     row with `all_rows`)."""
@@ -58,7 +74,7 @@ def show_run(store, run_id: int | None, fmt: str, db: str | None = None, budget=
     if run["kind"] == "matrix":
         members = [m for m in store.matrix_members(run["run_id"]) if not is_noise_floor(m)]
         if len(members) != 1:  # candidates side by side (the floor among them)
-            show_matrix(store, run["run_id"], fmt, budget)
+            _show_matrix_of_run(store, run["run_id"], fmt, budget)
             return
         run_id = members[0]["run_id"]  # one candidate and its noise floor: the candidate's summary, floor beside
     show_summary(run_summary(store, run_id), fmt, db, all_rows)
