@@ -79,21 +79,6 @@ def check_collected(collected: str | None, since: str | None, sample: int | None
         raise click.UsageError("--per-customer needs --sample N")
 
 
-def select(collected: str, db: str, label: str, since: str | None, sample: int | None, per_customer: bool,
-           seed: str, session_key: str, customer_key: str, trace_format: str, service: str | None = None,
-           sessions: frozenset[str] | None = None):
-    """The selection from `collected` written to `DB.selections/<UTC time>-<label>.jsonl`; told on stderr."""
-    from toolaudit.collect.select import Selection, select_collected, selection_path
-
-    selection = Selection(since=since, sample=sample,
-                          per_customer=per_customer, seed=seed, service=service, sessions=sessions,
-                          session_key=session_key, customer_key=customer_key,
-                          trace_format=None if trace_format == "auto" else trace_format)
-    selected = select_collected(collected, selection_path(db, label), selection)
-    click.echo(selected.line(collected), err=True)
-    return selected
-
-
 @dataclass(frozen=True)
 class Selected:
     """The --collected selection options of one command."""
@@ -109,6 +94,22 @@ class Selected:
     trace_format: str
 
 
+def select(s: Selected, label: str, service: str | None = None, sessions: frozenset[str] | None = None,
+           draw: bool = True):
+    """The selection from `s.collected` written to `DB.selections/<UTC time>-<label>.jsonl`; told on stderr.
+    `draw=False`: no sample of `s`'s (a candidate: every session of the window, or exactly `sessions`, the ones
+    drawn for the baseline)."""
+    from toolaudit.collect.select import Selection, select_collected, selection_path
+
+    selection = Selection(since=s.since, sample=s.sample if draw else None,
+                          per_customer=s.per_customer and draw, seed=s.seed if draw else "", service=service,
+                          sessions=sessions, session_key=s.session_key, customer_key=s.customer_key,
+                          trace_format=None if s.trace_format == "auto" else s.trace_format)
+    selected = select_collected(s.collected, selection_path(s.db, label), selection)
+    click.echo(selected.line(s.collected), err=True)
+    return selected
+
+
 def collected_logs(baseline: str | None, candidates: tuple[str, ...], baseline_name: str,
                    candidate_names: tuple[str, ...], baseline_service: str | None, candidate_services: tuple[str, ...],
                    s: Selected) -> tuple[str, tuple[str, ...], str, tuple[str, ...]]:
@@ -118,11 +119,9 @@ def collected_logs(baseline: str | None, candidates: tuple[str, ...], baseline_n
         raise click.UsageError("give two logs or --collected DIR, not both")
     if baseline_service is None or not candidate_services:
         raise click.UsageError("--collected needs --baseline-service and --candidate-service (service.name)")
-    base = select(s.collected, s.db, "baseline", s.since, s.sample, s.per_customer, s.seed, s.session_key,
-                  s.customer_key, s.trace_format, service=baseline_service)
+    base = select(s, "baseline", service=baseline_service)
     drawn = frozenset(base.sessions) if s.sample is not None else None
-    logs = tuple(str(select(s.collected, s.db, f"candidate{k + 1}", s.since, None, False, "", s.session_key,
-                            s.customer_key, s.trace_format, service=service, sessions=drawn).path)
+    logs = tuple(str(select(s, f"candidate{k + 1}", service=service, sessions=drawn, draw=False).path)
                  for k, service in enumerate(candidate_services))
     return (str(base.path), logs, baseline_service if baseline_name == "baseline" else baseline_name,
             candidate_names or candidate_services)

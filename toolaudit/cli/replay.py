@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from toolaudit.cli.collect import check_collected, collected_options, select
+from toolaudit.cli.collect import Selected, check_collected, collected_options, select
 from toolaudit.cli.common import (
     Progress,
     Proportion,
@@ -184,8 +184,8 @@ def replay(traces: tuple[str, ...], baseline: str, candidates: tuple[str, ...], 
     if collected is not None and traces:
         raise click.UsageError("give trace files or --collected DIR, not both")
     if collected is not None:
-        traces = (str(select(collected, db, "replay", since, sample, per_customer, seed, session_key,
-                             customer_key, trace_format).path),)
+        selected = Selected(collected, db, since, sample, per_customer, seed, session_key, customer_key, trace_format)
+        traces = (str(select(selected, "replay").path),)
     options = ReplayOptions(traces=[str(t) for t in traces], baseline=baseline, candidate=candidates[0],
                             candidates=list(candidates) if len(candidates) > 1 else None,
                             paths_file=paths_file, limit=limit, calls_per_session=calls_per_session,

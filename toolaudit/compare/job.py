@@ -60,8 +60,6 @@ def run_compare(store: Store, job: CompareJob, progress: Progress | None = None,
     temperature = recorded_temperature([job.baseline, *candidates], options)
     if temperature and warn is not None:
         warn(sampling_warning(temperature))
-    if job.names and len(job.names) != len(candidates) and len(candidates) > 1:
-        raise ValueError(f"{len(candidates)} candidate logs but {len(job.names)} names")
     if len(candidates) == 1:
         if job.names:
             options = dataclasses.replace(options, candidate_name=job.names[0])

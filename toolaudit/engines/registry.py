@@ -75,11 +75,14 @@ class EngineSpec:
             object.__setattr__(self, "parse_options", self._parse_typed)
 
     def _parse_typed(self, table: Mapping[str, Any], fail: Fail) -> dict[str, Any]:
-        """The table's keys checked against `options` (types, allowed values), then `check`'s rules."""
+        return stored(self.typed(table, fail), table, self.store_defaults)
+
+    def typed(self, table: Mapping[str, Any], fail: Fail) -> Any:
+        """The table's keys checked against `options` (types, allowed values), then `check`'s rules, typed."""
         typed = parse(self.options, table, fail)
         if self.check is not None:
             self.check(typed, table, fail)
-        return stored(typed, table, self.store_defaults)
+        return typed
 
     def read(self, path_options: Mapping[str, Any]) -> Any:
         """A path's options as the engine's dataclass (defaults where the dict leaves keys out)."""

@@ -39,8 +39,14 @@ def num(value: float | None, digits: int = 1, absent: str = "n/a") -> str:
     return absent if value is None else f"{value:,.{digits}f}"
 
 
-def interval(low: float | None, high: float | None, form=pct, absent: str = "-") -> str:
-    """A 95% interval in the form of its estimate: `95% CI 2.10% to 6.30%` (`form`: pct, signed_points, ...)."""
+def span(low: float | None, high: float | None, form=signed_points, absent: str = "-") -> str:
+    """An interval's ends in the form of its estimate: `-2.58pp to +11.84pp` (`form`: signed_points, pct, ...)."""
     if low is None or high is None:
         return absent
-    return f"95% CI {form(low)} to {form(high)}"
+    return f"{form(low)} to {form(high)}"
+
+
+def interval(low: float | None, high: float | None, form=pct, absent: str = "-") -> str:
+    """A 95% interval in the form of its estimate: `95% CI 2.10% to 6.30%`."""
+    ends = span(low, high, form, absent)
+    return ends if ends == absent else f"95% CI {ends}"

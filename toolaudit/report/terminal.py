@@ -4,7 +4,7 @@ the worst example; one screen (`summary --all`: every row)."""
 from __future__ import annotations
 
 from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
-from toolaudit.report.numbers import interval, pct, points, signed_points
+from toolaudit.report.numbers import interval, pct, points, signed_points, span
 from toolaudit.report.output import format_table, json_value
 from toolaudit.report.terminal_sampled import sampled_lines
 from toolaudit.store.vocabulary import ArgDiffKind
@@ -204,8 +204,7 @@ def tool_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
             [tool, "calls", "drift", "floor (95% CI)", "excess (95% CI)"],
             [[t["tool_name"] or "(no tool call)", t["calls"], pct(t["drift_rate"]),
               f"{pct(t['floor_drift_rate'])} ({pct(t['floor_ci_low'])}-{pct(t['floor_ci_high'])})",
-              f"{signed_points(t['excess'])} ({signed_points(t['excess_ci_low'])} to "
-              f"{signed_points(t['excess_ci_high'])})"]
+              f"{signed_points(t['excess'])} ({span(t['excess_ci_low'], t['excess_ci_high'])})"]
              for t in rows])
     else:
         table = format_table(
@@ -231,8 +230,8 @@ def customer_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
         cols += ["floor", "excess (95% CI)"]
         for row, c in zip(rows, customers):
             row += ["-", "-"] if c.get("floor_drift_rate") is None else [
-                pct(c["floor_drift_rate"]), f"{signed_points(c['excess'])} ({signed_points(c['excess_ci_low'])} to "
-                f"{signed_points(c['excess_ci_high'])})"]
+                pct(c["floor_drift_rate"]),
+                f"{signed_points(c['excess'])} ({span(c['excess_ci_low'], c['excess_ci_high'])})"]
     return [format_table(cols, rows), *more_line(hidden, "customers", s, db)]
 
 

@@ -4,10 +4,8 @@ recommendation; a sampled matrix's distribution figures instead."""
 
 from __future__ import annotations
 
-from toolaudit.report.numbers import p_value, pct, signed_points
+from toolaudit.report.numbers import p_value, pct, signed_points, span
 from toolaudit.report.output import format_table
-
-_p, _pp = p_value, signed_points
 
 
 def sampled_frontier_text(f, title: str) -> list[str]:
@@ -23,9 +21,9 @@ def sampled_frontier_text(f, title: str) -> list[str]:
         share = s.shifted
         drop = s.valid_drop
         rows.append([name, f"{share.k}/{share.n}", pct(share.p) if share.n else "-",
-                     f"{pct(share.low)}-{pct(share.high)}" if share.n else "-", _p(s.global_p),
+                     f"{pct(share.low)}-{pct(share.high)}" if share.n else "-", p_value(s.global_p),
                      "-" if s.median_tv is None else f"{s.median_tv:.2f}",
-                     "-" if drop is None else f"{_pp(drop[0])} ({_pp(drop[1])} to {_pp(drop[2])})",
+                     "-" if drop is None else f"{signed_points(drop[0])} ({span(drop[1], drop[2])})",
                      "-" if r.speedup is None else f"{r.speedup:.2f}x",
                      "-" if r.pareto is None else ("yes" if r.pareto else "no"),
                      "-" if r.within_budget is None else ("yes" if r.within_budget else "no")])
@@ -52,7 +50,7 @@ def frontier_text(f, title: str) -> list[str]:
     floor = f.floor is not None
     for r in f.remedies:
         excess = [] if not floor else ["-" if r.excess is None else
-                                       f"{_pp(r.excess.estimate)} ({_pp(r.excess.low)} to {_pp(r.excess.high)})"]
+                                       f"{signed_points(r.excess.estimate)} ({span(r.excess.low, r.excess.high)})"]
         rows.append([r.candidate, r.rate.n, pct(r.rate.p), f"{pct(r.rate.low)}-{pct(r.rate.high)}", *excess,
                      f"{pct(r.session_drift)} (<= {pct(r.session_drift_high)})",
                      "-" if r.candidate_tokens_per_s is None else f"{r.candidate_tokens_per_s:.1f}",

@@ -5,21 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolaudit.report.numbers import p_value, pct, signed_points, tv
+from toolaudit.report.numbers import interval, p_value, pct, signed_points, span, tv
 from toolaudit.report.output import format_table
 
 TOOLS_SHOWN = 10  # tool-choice rows in the terminal
-
-
-_p, _tv, _pp = p_value, tv, signed_points  # the terminal's "-" for a figure there is none of
 
 
 def _paired(f: dict[str, Any]) -> str:
     """`92.10% -> 85.30%: -6.80pp (95% CI -9.10pp to -4.50pp), 200 calls`."""
     if not f["calls"]:
         return "no call with samples on both sides"
-    return (f"{pct(f['baseline'])} -> {pct(f['candidate'])}: {_pp(f['difference'])} (95% CI {_pp(f['low'])} to "
-            f"{_pp(f['high'])}), {f['calls']} calls")
+    return (f"{pct(f['baseline'])} -> {pct(f['candidate'])}: {signed_points(f['difference'])} "
+            f"({interval(f['low'], f['high'], signed_points)}), {f['calls']} calls")
 
 
 def _left_out(s: dict[str, Any]) -> str:
@@ -38,7 +35,7 @@ def _calibration_lines(c: dict[str, Any] | None) -> list[str]:
     if not c:
         return []
     return [f"  calibration           {c['path']} (the baseline, other seeds): {c['shifted_calls']} of "
-            f"{c['calls_tested']} calls shifted; global p = {_p(c['global_p'])}; median TV {_tv(c['median_tv'])}"]
+            f"{c['calls_tested']} calls shifted; global p = {p_value(c['global_p'])}; median TV {tv(c['median_tv'])}"]
 
 
 def _acceptance_lines(a: dict[str, Any] | None) -> list[str]:
@@ -63,13 +60,13 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
     tested = s["calls_tested"]
     share = ("" if not tested else f"; shifted {s['shifted_calls']} ({pct(s['shifted_share'])} of those tested, "
              f"95% CI {pct(s['shifted_ci_low'])}-{pct(s['shifted_ci_high'])})")
-    per_call = "no TV (even 1) reaches 80% power" if pw["per_call_tv"] is None else f"TV >= {_tv(pw['per_call_tv'])}"
-    run_tv = "-" if pw["run_tv"] is None else f"TV >= {_tv(pw['run_tv'])}"
+    per_call = "no TV (even 1) reaches 80% power" if pw["per_call_tv"] is None else f"TV >= {tv(pw['per_call_tv'])}"
+    run_tv = "-" if pw["run_tv"] is None else f"TV >= {tv(pw['run_tv'])}"
     run_n = "" if pw["samples_needed_run"] is None else f", N = {pw['samples_needed_run']} across the run's calls"
     lines = [
         f"sampled run: {s['verdict']['text']}",
         f"  {s['samples_per_call']} samples per call; {s['shifted_calls']} of {tested} calls shifted "
-        f"(distribution_shift, BH q={s['q']:g}); global p = {_p(s['global_p'])}",
+        f"(distribution_shift, BH q={s['q']:g}); global p = {p_value(s['global_p'])}",
         "  (judged on each call's outcome distribution; one sample against one sample, sample 0's drift, measures "
         "sampling noise at temperature > 0 and is not shown: `--as json` has it)",
         *_calibration_lines(s.get("calibration")),
@@ -78,9 +75,9 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         f"usable samples a side)" + (f"; {s['calls_without_test_row']} sampled calls without a test row"
                                      if s["calls_without_test_row"] else ""),
         f"  samples left out      {_left_out(s)} (truncated and failed samples are not compared)",
-        f"  global test           p = {_p(s['global_p'])}: summed G {s['global_statistic']:.1f} over "
+        f"  global test           p = {p_value(s['global_p'])}: summed G {s['global_statistic']:.1f} over "
         f"{s['global_calls']} calls against labels permuted within each call",
-        f"  median TV distance    {_tv(s['median_tv'])}",
+        f"  median TV distance    {tv(s['median_tv'])}",
         f"  power (80%, alpha {pw['alpha']:g})  per call {per_call}; whole run, every call shifted: {run_tv}; "
         f"TV {pw['tv']:g} needs N = {pw['samples_needed_per_call']} per call{run_n}",
         "  paired by call (candidate - baseline, 95% CI over calls):",
@@ -104,8 +101,9 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         lines.append("most-shifted calls (lowest p)")
         for c in s["most_shifted"]:
             lines += [f"  session {c['session_id']} call {c['call_index']} ({c['customer']}, {c['tool_name']}): "
-                      f"p {_p(c['p_value'])}, q {_p(c['q_value'])}{' distribution_shift' if c['shifted'] else ''}, "
-                      f"TV {_tv(c['tv'])} ({_tv(c['tv_low'])}-{_tv(c['tv_high'])})",
+                      f"p {p_value(c['p_value'])}, q {p_value(c['q_value'])}"
+                      f"{' distribution_shift' if c['shifted'] else ''}, "
+                      f"TV {tv(c['tv'])} ({tv(c['tv_low'])}-{tv(c['tv_high'])})",
                       f"    baseline  ({c['n_baseline']}): {_histogram(c['baseline'])}",
                       f"    candidate ({c['n_candidate']}): {_histogram(c['candidate'])}"]
         where = f" --db {db}" if db else ""
@@ -116,11 +114,11 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
             continue
         lines += [format_table([title, "calls", "tested", "shifted", "shifted share", "global p", "finding"],
                                [[r[key], r["calls"], r["calls_tested"], r["shifted_calls"], pct(r["shifted_share"]),
-                                 _p(r["global_p"]), r["verdict"]["state"]] for r in rows]), ""]
+                                 p_value(r["global_p"]), r["verdict"]["state"]] for r in rows]), ""]
     return lines
 
 
 def _table(head: list[str], keys: list[str], rows: list[dict[str, Any]]) -> str:
     return format_table([*head, "calls", "baseline", "candidate", "difference (95% CI)"],
                         [[*(r[k] for k in keys), r["calls"], pct(r["baseline"]), pct(r["candidate"]),
-                          f"{_pp(r['difference'])} ({_pp(r['low'])} to {_pp(r['high'])})"] for r in rows])
+                          f"{signed_points(r['difference'])} ({span(r['low'], r['high'])})"] for r in rows])

@@ -21,7 +21,7 @@ from toolaudit import ConfigError
 
 from ..base import Capabilities
 from ..logs import LogNote
-from ..options import key, parse
+from ..options import key
 from ..paths import PathConfig
 from ..registry import EngineSpec
 
@@ -108,8 +108,7 @@ def options_for(path: PathConfig) -> OpenAIOptions:
     unknown = sorted(set(path.options) - KEYS)
     if unknown:
         raise fail(unknown[0], f"is not a key the openai engine knows ({', '.join(OPTION_KEYS)})")
-    opts = parse(OpenAIOptions, path.options, fail)
-    check(opts, {"top_k": path.top_k}, fail)
+    opts = ENGINE.typed({**path.options, "top_k": path.top_k}, fail)
     return replace(opts, base_url=opts.base_url.rstrip("/"), concurrency=opts.concurrency or path.batch_size)
 
 

@@ -9,7 +9,6 @@ arrived later), so there each request's drafted and accepted tokens are its shar
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -17,11 +16,9 @@ from typing import Any
 @functools.lru_cache(maxsize=1)
 def per_request_spec_metrics() -> bool:
     """Whether this vLLM reports spec-decode figures per request (0.32: yes; 0.26: no)."""
-    from vllm.config import ObservabilityConfig
+    from vllm.config import ObservabilityConfig  # a (pydantic) dataclass in both
 
-    fields = getattr(ObservabilityConfig, "__dataclass_fields__", None) or {}
-    names = set(fields) if fields else {f.name for f in dataclasses.fields(ObservabilityConfig)}
-    return "per_request_spec_decode_metrics" in names
+    return "per_request_spec_decode_metrics" in ObservabilityConfig.__dataclass_fields__
 
 
 def spec_metrics(completion: Any) -> Any | None:
