@@ -115,33 +115,22 @@ def model_available():
 
 
 # -- running the suite on several workers (pytest-xdist, `make test`) ------------------------------------------
-# Tests sharing an expensive session fixture must run on one worker, or each worker would build it again: the
-# vLLM tests (one model at a time: two vLLMs on two cores starve each other) and the tracing recordings (one
-# served model). Every other file is its own unit, so a file's module fixtures are built once. (xdist's own
-# `--dist loadgroup` marks do not take with pytest 9.2, whose node ids no longer come from `_nodeid`.)
-_SHARED_FOLDERS = {"tests/engines/vllm/": "vllm", "tests/tracing/": "tracing"}
-# Units of minutes, with about their seconds on one core of a 2-core machine with AVX2 kernels (the sum of their
-# tests' --durations in `make test`, 2026-11-28, rounded up): handed out before the rest. A unit missing here is
-# ordered by its test count.
-_LONG_UNITS = {"vllm": 340, "tests/store/test_kill.py": 160, "tests/replay/test_ray.py": 90,
-               "tests/analysis/test_sampled_power.py": 70, "tests/engines/torch/test_engine_real.py": 65,
-               "tests/engines/test_drafts.py": 50, "tests/engines/hf/test_engine_real.py": 35,
-               "tests/compare/test_compare_ray.py": 35, "tracing": 30}
-
-
+# Units and their order: tests/scheduling.py. (xdist's own `--dist loadgroup` marks do not take with pytest 9.2,
+# whose node ids no longer come from `_nodeid`.)
 def pytest_xdist_make_scheduler(config, log):
+    from scheduling import expected_seconds, measured_seconds, unit_of
     from xdist.scheduler import LoadScopeScheduling
 
+    table = measured_seconds()
+
     class SharedFixtureScheduling(LoadScopeScheduling):
-        """Whole files (or shared folders) to a worker; the units known to take longest first (`_LONG_UNITS`),
-        then larger units first as xdist's loadscope does, so that neither worker waits on the other's tail."""
+        """Whole units to a worker, the longest by measured seconds first (see tests/scheduling.py)."""
 
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return next((name for folder, name in _SHARED_FOLDERS.items() if path.startswith(folder)), path)
+            return unit_of(nodeid.split("::", 1)[0])
 
         def _assign_work_unit(self, node) -> None:
-            longest = max(self.workqueue, key=lambda scope: (_LONG_UNITS.get(scope, 0), len(self.workqueue[scope])))
+            longest = max(self.workqueue, key=lambda unit: expected_seconds(unit, len(self.workqueue[unit]), table))
             self.workqueue.move_to_end(longest, last=False)
             super()._assign_work_unit(node)
 
@@ -156,6 +145,7 @@ def show_table(record_property):
 
 
 def pytest_terminal_summary(terminalreporter):
+    _worker_balance(terminalreporter)
     tables = [(report.nodeid, value) for reports in terminalreporter.stats.values() for report in reports
               if getattr(report, "when", None) == "call"
               for name, value in getattr(report, "user_properties", ()) if name == "table"]
@@ -164,3 +154,16 @@ def pytest_terminal_summary(terminalreporter):
         for nodeid, text in sorted(tables):
             terminalreporter.write_line(f"{nodeid}:\n{text}\n")
 
+
+
+def _worker_balance(terminalreporter) -> None:
+    """One line: each xdist worker's busy seconds (its tests' setup, call and teardown), to see the balance that
+    tests/scheduling.py aims for in CI's output."""
+    busy: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            node = getattr(getattr(report, "node", None), "gateway", None)
+            if node is not None and hasattr(report, "duration"):
+                busy[node.id] = busy.get(node.id, 0.0) + report.duration
+    if len(busy) > 1:
+        terminalreporter.write_line("workers busy: " + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(busy.items())))
