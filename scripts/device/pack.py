@@ -42,8 +42,10 @@ def normalize(name: str) -> str:
 
 
 def device_has() -> set[str]:
-    lines = (HERE / "device_has.txt").read_text().splitlines()
-    return {normalize(line.split("==")[0].strip()) for line in lines if line.strip() and not line.startswith("#")}
+    """The device image's packages, names normalized (one parser of `device_has.txt`: `vllm_pack`'s)."""
+    import vllm_pack
+
+    return {normalize(name) for name in vllm_pack.device_packages(HERE / "device_has.txt")}
 
 
 def wheel_name(path: Path) -> str:
