@@ -138,3 +138,31 @@ def test_a_statistic_added_once_reads_the_same_in_every_view(replayed):
     assert nf["ci_width"] == pytest.approx(nf["ci_high"] - nf["ci_low"])
     customer_width = f"{100 * nf['ci_width']:.2f}"
     assert f"{customer_width} points wide" in texts[".md"] and f"{customer_width} pts wide" in texts[".html"]
+
+
+def test_the_excess_is_one_figure_in_every_view(replayed):
+    """The floor figures' excess, defined and serialised once (`analysis/floor.py`): the same estimate and interval
+    in the summary, the frontier's remedy row, the history row and a customer's summary row and report."""
+    db, tmp = replayed
+    summary = _json("summary", "--run", "2", "--json", "--db", db)
+    e = summary["noise_floor"]["excess"]
+    (remedy,) = _json("frontier", "--run", "2", "--json", "--db", db)["overall"]["remedies"]
+    (row,) = [r for s in _json("history", "--json", "--db", db)["series"] for r in s["rows"] if r["run_id"] == 2]
+    flat = {"excess": e["estimate"], "excess_ci_low": e["low"], "excess_ci_high": e["high"]}
+    for view in (remedy, row):
+        assert same({k: view[k] for k in flat}, flat)
+    c = summary["customers"][0]
+    report = _json("report", "--run", "2", "--customer", c["customer"], "--write", "json", "-o", str(tmp / "ex"),
+                   "--json", "--db", db)
+    nf = json.loads(Path(report["files"][0]).read_text())["noise_floor"]
+    assert same({k: nf[k] for k in flat}, {k: c[k] for k in flat})
+
+
+def test_the_excess_is_named_in_few_modules():
+    """Issue 43's bar: one definition and serialization (analysis/floor.py), one budget (analysis/budgets.py), one
+    rendering (report/floor.py), so a statistic changes in a few files; at most 4 modules name it."""
+    from conftest import REPO
+
+    naming = sorted(str(p.relative_to(REPO)) for p in (REPO / "toolaudit").rglob("*.py")
+                    if "excess" in p.read_text().lower())
+    assert len(naming) <= 4, naming

@@ -33,8 +33,36 @@ def test_the_api_gives_the_figures_the_cli_prints(tmp_path):
     printed = json.loads(CliRunner().invoke(cli, ["summary", "--json", "--db", str(db)]).output)
     s = run.summary()
     assert (s.drift.k, s.drift.n) == (printed["drifted_calls"], printed["calls"]) and s.as_dict() == printed
-    assert s.speed.speedup is None and s.excess is None  # recorded logs: no timings, no floor
+    assert s.speed.speedup is None and s.noise_floor is None  # recorded logs: no timings, no floor
     with toolaudit.open(db) as opened:
         assert [r.run_id for r in opened.runs()] == [run.run_id]
         assert len(opened.run().calls().fetchall()) == printed["calls"] + sum(
             printed["unmatched_calls"].values()) + sum(printed["not_compared"].values()) + printed["error_rows"]
+
+
+def test_the_api_gives_the_floor_figures_and_judges_a_budget_on_them(tmp_path):
+    """A matrix whose last candidate is the baseline log again under the baseline's name (a noise floor): the
+    summary's typed floor figures are those `summary --json` prints, and `Run.frontier` takes any budget."""
+    import shutil
+
+    import toolaudit
+    from toolaudit.cli import cli
+
+    base = REPO / "traces" / "example_baseline.jsonl"
+    floor = tmp_path / "floor" / "baseline.jsonl"  # named as the baseline: the baseline against itself
+    floor.parent.mkdir()
+    shutil.copy(base, floor)
+    db = tmp_path / "f.duckdb"
+    matrix = toolaudit.compare(base, [REPO / "traces" / "example_candidate.jsonl", floor], db=db)
+    with toolaudit.open(db) as opened:
+        s = opened.run(matrix.run_id + 1).summary()
+        f = s.noise_floor
+        assert f is not None and f.calls and f.as_dict() == {k: v for k, v in s.as_dict()["noise_floor"].items()
+                                                               if k not in ("tools", "tools_keyed")}
+        printed = json.loads(CliRunner().invoke(cli, ["summary", "--json", "--db", str(db)]).output)
+        assert printed["noise_floor"]["excess"]["estimate"] == f.excess.estimate > 0
+        loose = opened.run(matrix.run_id).frontier(max_excess=1.0)
+        tight = opened.run(matrix.run_id).frontier(max_excess=0.0, max_call_drift=1.0)
+    assert [r.within_budget for r in loose.remedies] == [True]
+    assert [r.within_budget for r in tight.remedies] == [False]
+    assert tight.remedies[0].floor_figures.excess == f.excess

@@ -1,10 +1,12 @@
-"""Drift budgets: the `check` gate for CI and the routing advice in reports.
+"""Drift budgets, declared once: what `check` (the CI gate) and `frontier` (the remedies) judge a candidate by.
 
-Every drift budget is judged by one rule (`rules.py`; `frontier` uses the same): by default the 95% Wilson
-upper bound (sessions: 1 - (1 - upper)^calls per session), so a run passes only when the data show it is within
-budget, not merely when it happened to look so; `point` and `lower` on request. `--against` judges a rise with
-an interval on the difference (`regression.py`). Error rows (records the readers could not use, calls an
-engine failed) fail the gate unless allowed: the drift figures leave them out, so they could hide drift.
+`Budget` is the budgets a candidate is judged by, in `check` and `frontier` alike (`Bounds` adds what only the gate
+asks); `BUDGET_OPTIONS` declares the budget options the CLI turns into click options; the budget on the floor
+figures (`max_excess`) is judged here (`judge_excess`), for both. Every drift budget is judged by one rule
+(`rules.py`): by default the 95% Wilson upper bound (sessions: 1 - (1 - upper)^calls per session), so a run passes
+only when the data show it is within budget, not merely when it happened to look so; `point` and `lower` on
+request. `--against` judges a rise with an interval on the difference (`regression.py`). Error rows (records the
+readers could not use, calls an engine failed) fail the gate unless allowed: the drift figures leave them out.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
-
-from toolaudit import ToolauditError
+from toolaudit import StoreError, ToolauditError
 from toolaudit.analysis.figures import RunFigures, run_figures, run_options
-from toolaudit.analysis.floor import is_noise_floor
+from toolaudit.analysis.floor import FloorFigures, floor_figures, is_noise_floor
+from toolaudit.analysis.gate_checks import (  # changed_components: re-exported (engines/fingerprint.py)
+    Check,
+    changed_components,
+    error_rows,
+    fingerprint_check,
+)
 from toolaudit.analysis.regression import RULE_TEXT as INCREASE_RULE
-from toolaudit.analysis.regression import Regression, regression
+from toolaudit.analysis.regression import regression
 from toolaudit.analysis.rules import (
     DEFAULT_RULE,
     EPS,
@@ -26,20 +32,93 @@ from toolaudit.analysis.rules import (
     Rule,
     judge_calls,
     judge_drop,
-    judge_excess,
     judge_sessions,
     judge_shifted,
     parse_proportion,
     rule_line,
 )
 from toolaudit.analysis.rules import session_drift_at as session_upper  # the older name (tests, reports)
+from toolaudit.analysis.stats import Difference
 from toolaudit.report.numbers import pct, points, signed_points
 from toolaudit.store import Store
-from toolaudit.store import queries as q
 
-__all__ = ["EPS", "INCREASE_RULE", "Bounds", "CandidateGate", "Check", "GateResult", "GateUsageError",
-           "NothingToCheck", "Verdict", "evaluate", "evaluate_candidates", "gate", "parse_proportion", "points",
-           "session_upper"]
+__all__ = ["BUDGET_OPTIONS", "EPS", "INCREASE_RULE", "Bounds", "Budget", "BudgetOption", "CandidateGate", "Check",
+           "GateResult", "GateUsageError", "NoFloor", "NothingToCheck", "Verdict", "changed_components", "evaluate",
+           "evaluate_candidates", "gate", "judge_excess", "parse_proportion", "points", "session_upper"]
+
+
+@dataclass(frozen=True)
+class BudgetOption:
+    """A budget option declared once for the commands that take it: the `Budget` field it sets (the flag is the
+    field's name, `--max-...`), whether it bounds a difference (percentage points too), its help per command."""
+
+    field: str
+    points: bool
+    help: dict[str, str]  # command ("check", "frontier") -> its help there
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.field.replace("_", "-")
+
+
+# The budget options the CLI generates (`cli.common.budget_options`); their values come back as `Budget` keywords.
+BUDGET_OPTIONS = (
+    BudgetOption("max_excess", points=True, help={
+        "check": "Largest allowed drift beyond the run's noise floor, paired by call (0.01, 1pp or 1%): the "
+                 "candidate's own doing, batching noise set apart (needs a run with --noise-floor).",
+        "frontier": "Budget on each candidate's drift beyond the noise floor, paired by call (1pp): the candidate's "
+                    "own doing (needs a run with --noise-floor)."}),
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The budgets a candidate is judged by, in `frontier` (each remedy) and `check` (`Bounds`), by one rule."""
+
+    max_call_drift: float | None = None
+    max_session_drift: float | None = None
+    rule: Rule = DEFAULT_RULE
+    max_shifted_calls: float | None = None  # a sampled run: the share of calls tested whose distribution shifted
+    max_excess: float | None = None  # drift beyond the run's noise floor, paired by call: the candidate's own doing
+
+    @property
+    def given(self) -> bool:
+        return any(x is not None for x in (self.max_call_drift, self.max_session_drift, self.max_shifted_calls,
+                                           self.max_excess))
+
+    def as_dict(self) -> dict:
+        return {"max_call_drift": self.max_call_drift, "max_session_drift": self.max_session_drift,
+                "max_shifted_calls": self.max_shifted_calls, "max_excess": self.max_excess,
+                "rule": self.rule.value}
+
+    def require_floor(self, run_id: int, floor_run: dict | None) -> None:
+        """A budget on the floor figures needs a noise floor in the matrix: NoFloor before anything is judged."""
+        if self.max_excess is not None and floor_run is None:
+            raise NoFloor(f"run {run_id} has no noise floor to measure an excess against: --max-excess needs a "
+                          "replay with --noise-floor (on in `toolaudit demo`)")
+
+    def judge_floor(self, floor: FloorFigures | None, who: str) -> list[Judged]:
+        """The budget on `who`'s floor figures (None: no call shared with the floor), judged by the rule."""
+        if self.max_excess is None:
+            return []
+        if floor is None:
+            raise NoFloor(f"{who} shares no matched call with its noise floor: no excess to judge")
+        return [judge_excess(floor.excess, self.max_excess, self.rule)]
+
+
+class NoFloor(StoreError):
+    """A budget on the excess over the noise floor, for a run that has no floor."""
+
+    option = BUDGET_OPTIONS[0].flag  # the option the CLI names in the usage error
+
+
+def judge_excess(excess: Difference, threshold: float, rule: Rule = DEFAULT_RULE) -> Judged:
+    """A budget on the candidate's own doing: its drift beyond the noise floor, paired by call (candidate-only
+    minus floor-only drifted calls over the calls both matched), the same end of its 95% interval as every
+    budget. Drift the floor shows too is batching noise, not the candidate's."""
+    figure = rule.pick(excess.estimate, excess.low, excess.high)
+    return Judged("excess", rule, excess.estimate, excess.low, excess.high, figure, threshold,
+                  figure <= threshold + EPS, label="excess over the noise floor")
 
 
 class GateUsageError(ToolauditError):
@@ -51,31 +130,33 @@ class NothingToCheck(ToolauditError):
 
 
 @dataclass(frozen=True)
-class Bounds:
-    max_call_drift: float | None = None
-    max_session_drift: float | None = None
+class Bounds(Budget):
+    """The gate's bounds: a candidate's `Budget`, and what only `check` asks (--against, fingerprints, errors)."""
+
     against: int | None = None
     max_increase: float | None = None
     expect_fingerprint: str | None = None
-    rule: Rule = DEFAULT_RULE
     allow_errors: int = 0  # error rows tolerated before the gate fails
     session_calls: float | None = None  # session length for session budgets (default: see `session_length`)
-    max_shifted_calls: float | None = None  # sampled runs: share of calls tested whose distribution shifted
     max_valid_drop: float | None = None  # sampled runs: baseline minus candidate schema-valid rate, paired by call
-    max_excess: float | None = None  # drift beyond the run's noise floor, paired by call: the candidate's own doing
 
     @property
     def sampled(self) -> bool:
         """Bounds that only a sampled run can be judged by."""
         return self.max_shifted_calls is not None or self.max_valid_drop is not None
 
+    @property
+    def given(self) -> bool:
+        """Any bound at all (an empty --expect-fingerprint is none, as `check --expect-numerics` reads it)."""
+        return (super().given or self.against is not None or bool(self.expect_fingerprint)
+                or self.max_valid_drop is not None)
+
     def validate(self) -> None:
         if self.max_increase is not None and self.against is None:
             raise GateUsageError("--max-increase needs --against RUN (the run to compare with)")
         if self.against is not None and self.max_increase is None:
             raise GateUsageError("--against needs --max-increase PP (the largest allowed rise in call drift)")
-        if (self.max_call_drift is None and self.max_session_drift is None and self.against is None
-                and self.expect_fingerprint is None and not self.sampled and self.max_excess is None):
+        if not self.given and self.expect_fingerprint is None:
             raise GateUsageError("no bound given; pass --max-call-drift, --max-session-drift, --max-excess, "
                                  "--against with --max-increase, --expect-fingerprint, or on a sampled run "
                                  "--max-shifted-calls or --max-valid-drop")
@@ -83,39 +164,6 @@ class Bounds:
             raise GateUsageError("--session-calls needs --max-session-drift")
         if self.allow_errors < 0:
             raise GateUsageError("--allow-errors must be 0 or more")
-
-
-@dataclass(frozen=True)
-class Check:
-    """One bound: `message` reads as a violation (`call drift upper bound 2.09% > max 1.50%`) or as a pass.
-
-    `name` is stable for machines (`call_drift`, `session_drift`, `increase`, `fingerprint`, `error_rows`);
-    `judged` / `regression` carry the figures behind a drift or an --against check, `queries` the
-    `toolaudit sql` statements that list what an error-row check counted."""
-
-    name: str
-    ok: bool
-    message: str
-    judged: Judged | None = None
-    regression: Regression | None = None
-    queries: tuple[str, ...] = ()
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The check as `check --json` prints it: figure, interval, threshold and rule for every kind."""
-        out: dict[str, Any] = {"name": self.name, "ok": self.ok, "reason": self.message, "rule": None,
-                               "figure": None, "estimate": None, "interval": None, "threshold": None}
-        if self.judged is not None:
-            out.update({k: v for k, v in self.judged.as_dict().items() if k not in ("name", "ok")})
-        if self.regression is not None:
-            r = self.regression
-            d = r.difference
-            out.update(rule="newcombe", figure=d.estimate, estimate=d.estimate, interval=[d.low, d.high],
-                       threshold=r.max_increase, **r.as_dict())
-        out.update(self.detail)
-        if self.queries:
-            out["queries"] = list(self.queries)
-        return out
 
 
 @dataclass
@@ -209,8 +257,8 @@ def evaluate(store: Store, run_id: int | None, bounds: Bounds, lengths: dict[str
         if (warning := change.inputs.warning()) is not None:
             result.warnings.append(warning)
     if bounds.expect_fingerprint is not None:
-        result.checks.append(_fingerprint(store, figures, bounds.expect_fingerprint.strip()))
-    result.checks.append(_errors(store, figures.run_id, bounds.allow_errors))
+        result.checks.append(fingerprint_check(store, figures, bounds.expect_fingerprint.strip()))
+    result.checks.append(error_rows(store, figures.run_id, bounds.allow_errors))
     return result
 
 
@@ -300,15 +348,13 @@ def _judged(j: Judged) -> Check:
 def _excess(store: Store, run_id: int, bounds: Bounds) -> Check:
     """--max-excess: the run's drift beyond its noise floor, paired by call, judged by the rule like every budget;
     a usage error for a run replayed without a floor."""
-    from toolaudit.analysis.floor import floor_figures
-
     f = floor_figures(store, run_id)
     if f is None:
         raise GateUsageError(f"--max-excess: run {run_id} has no noise floor to measure an excess against (replay "
                              "with --noise-floor; on in `toolaudit demo`)")
     if not f.calls:
         raise NothingToCheck(f"run {run_id} shares no matched call with its noise floor (run {f.floor_run_id})")
-    j = judge_excess(f.excess, bounds.max_excess, bounds.rule)
+    (j,) = bounds.judge_floor(f, f"run {run_id}")
     sp = signed_points
     point = "" if j.rule is Rule.POINT else f"point {sp(j.estimate)}, "
     return Check("excess", j.ok, f"{j.what} {sp(j.figure)} {'<=' if j.ok else '>'} max {sp(j.threshold)} "
@@ -354,83 +400,3 @@ def _sampled_checks(store: Store, run_id: int, bounds: Bounds) -> list[Check]:
                             f"{pct(v.baseline)} -> candidate {pct(v.candidate)}, paired over {v.calls} calls",
                             judged=j, detail={"baseline": v.baseline, "candidate": v.candidate, "calls": v.calls}))
     return checks
-
-
-def _errors(store: Store, run_id: int, allowed: int) -> Check:
-    """Error rows fail the gate beyond `allowed`: calls missing from the figures could be the drifted ones."""
-    unusable, failed = q.trace_error_count(store, run_id), q.error_call_count(store, run_id)
-    total = unusable + failed
-    detail = {"figure": total, "threshold": allowed, "rule": "count", "unusable_records": unusable,
-              "failed_calls": failed}
-    if total == 0:
-        return Check("error_rows", True, "no error rows", detail=detail)
-    parts = [f"{n} {what}" for n, what in ((unusable, "input records the readers could not use"),
-                                          (failed, "calls an engine failed")) if n]
-    ok = total <= allowed
-    queries = tuple(sql for n, sql in ((unusable, q.trace_errors_sql(run_id)), (failed, q.error_calls_sql(run_id)))
-                    if n)
-    return Check("error_rows", ok, f"{total} error rows ({', '.join(parts)}) {'<=' if ok else '>'} allowed "
-                                   f"{allowed} (--allow-errors N); the drift figures leave them out",
-                 queries=queries, detail=detail)
-
-
-def fingerprint_matches(stored: str | None, expected: str) -> bool:
-    """Exact, or an unambiguous-looking prefix of at least 8 characters (like a short git hash)."""
-    if not stored or not expected:
-        return False
-    return stored == expected or (len(expected) >= 8 and stored.startswith(expected))
-
-
-def flatten(components: dict, prefix: str = "") -> dict[str, Any]:
-    """{'speculative': {'method': 'ngram'}} -> {'speculative.method': 'ngram'}."""
-    flat: dict[str, Any] = {}
-    for key, value in components.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def changed_components(before: dict, after: dict) -> list[tuple[str, Any, Any]]:
-    """(component, before, after) for every component that differs, in name order."""
-    old, new = flatten(before), flatten(after)
-    return [(k, old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
-
-
-def _value(value: Any) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _fingerprint(store: Store, figures: RunFigures, expected: str) -> Check:
-    got = figures.candidate_fingerprint
-    detail = {"rule": "match", "figure": got, "threshold": expected}
-    if fingerprint_matches(got, expected):
-        return Check("fingerprint", True, f"candidate fingerprint {got} matches", detail=detail)
-    if not got:
-        return Check("fingerprint", False,
-                     f"candidate fingerprint not recorded for run {figures.run_id} (expected {expected})",
-                     detail=detail)
-    message = f"candidate fingerprint {got} != expected {expected}"
-    now = figures.options.get("candidate_fingerprint_components")
-    known = _components_of(store, expected, figures.run_id) if isinstance(now, dict) else None
-    if known is not None:
-        run_id, before = known
-        changes = changed_components(before, now)
-        if changes:
-            message += f"; changed since run {run_id}: " + ", ".join(
-                f"{name} ({_value(old)} -> {_value(new)})" for name, old, new in changes)
-    return Check("fingerprint", False, message, detail=detail)
-
-
-def _components_of(store: Store, fingerprint: str, exclude_run: int) -> tuple[int, dict] | None:
-    """The stored components of the latest other run whose baseline or candidate has this fingerprint."""
-    for run in q.other_runs_fingerprints(store, exclude_run):
-        options = run_options(run)
-        for side in ("candidate", "baseline"):
-            components = options.get(f"{side}_fingerprint_components")
-            if fingerprint_matches(run[f"{side}_fingerprint"], fingerprint) and isinstance(components, dict):
-                return run["run_id"], components
-    return None

@@ -9,7 +9,7 @@ and SQL call it `compounded_session_drift_run_rates`); `compounded_own_rates` us
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -18,9 +18,6 @@ from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 from toolaudit.store.vocabulary import MatchStatus
-
-if TYPE_CHECKING:  # analysis.floor is imported where it is used, as in `_floor`
-    from toolaudit.analysis.floor import FloorFigures
 
 
 @dataclass(frozen=True)
@@ -250,22 +247,15 @@ def tool_row(name: str | None, calls: int, drifted: int) -> dict[str, Any]:
             "ci_high": rate.high}
 
 
-def floor_tool_row(f: FloorFigures) -> dict[str, Any]:
-    """One tool's (or a group's) candidate beside the floor on its calls, paired by call (`floor.tool_floors`)."""
-    return {"tool_name": f.tool_name, "calls": f.calls, "drift_rate": f.candidate.p, "floor_drift_rate": f.floor.p,
-            "floor_ci_low": f.floor.low, "floor_ci_high": f.floor.high, "excess": f.excess.estimate,
-            "excess_ci_low": f.excess.low, "excess_ci_high": f.excess.high, "only_candidate": f.only_candidate,
-            "only_floor": f.only_floor, "both": f.both}
-
-
 def fold_tool_rows(rows: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    """Several `tool_row` (or `floor_tool_row`) rows as one named `name`: the figures of their calls together."""
+    """Several `tool_row` (or `FloorFigures.tool_row`) rows as one named `name`: the figures of their calls
+    together."""
     from toolaudit.analysis.floor import tool_floor
 
     calls = sum(r["calls"] for r in rows)
     if rows and "only_candidate" in rows[0]:
-        return floor_tool_row(tool_floor(name, calls, *(sum(r[k] for r in rows)
-                                                        for k in ("only_candidate", "only_floor", "both"))))
+        return tool_floor(name, calls, *(sum(r[k] for r in rows)
+                                         for k in ("only_candidate", "only_floor", "both"))).tool_row()
     return tool_row(name, calls, sum(r["drifted_calls"] for r in rows))
 
 
@@ -277,23 +267,20 @@ def _floor(store: Store, run_id: int, fold_unknown_tools: bool = False) -> dict[
     member = floor_member(store, run_id)
     if member is None:
         return None
-    tools = [floor_tool_row(t) for t in tool_floors(store, run_id, member)]
-    keyed = [floor_tool_row(t) for t in tool_floors(store, run_id, member, fold_unknown_tools=fold_unknown_tools,
-                                                    by_recorded_tool=True)]
+    tools = [t.tool_row() for t in tool_floors(store, run_id, member)]
+    keyed = [t.tool_row() for t in tool_floors(store, run_id, member, fold_unknown_tools=fold_unknown_tools,
+                                               by_recorded_tool=True)]
     return {**floor_figures(store, run_id, member=member).as_dict(), "tools": tools, "tools_keyed": keyed}
 
 
 def _with_floors(store: Store, run_id: int, customers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each customer's row with its noise floor and the candidate's excess over it (None without a floor)."""
-    from toolaudit.analysis.floor import floor_figures, floor_member
+    """Each customer's row with its noise floor and the floor figures' paired keys (None without a floor)."""
+    from toolaudit.analysis.floor import floor_figures, floor_member, paired_keys
 
     member = floor_member(store, run_id)
     for row in customers:
         f = None if member is None else floor_figures(store, run_id, row["customer"], member)
-        row.update(floor_drift_rate=None if f is None else f.floor.p,
-                   excess=None if f is None else f.excess.estimate,
-                   excess_ci_low=None if f is None else f.excess.low,
-                   excess_ci_high=None if f is None else f.excess.high)
+        row.update(floor_drift_rate=None if f is None else f.floor.p, **paired_keys(f))
     return customers
 
 

@@ -5,6 +5,11 @@ The baseline path decoded a second time under another batch composition (`replay
 greedy path at batch 16 and at batch 1 differed on 7 of 32 demo calls, as often as speculation did. A candidate
 replayed in the same run is read beside that floor: its excess over the floor, paired by call (a call the floor
 already flips is not the candidate's doing), with an interval on the difference (`stats.paired_difference`).
+
+This module is the excess's one definition (`FloorFigures.excess`) and its one serialization: the nested figures of
+`as_dict` (`summary --json`'s `noise_floor`) and the flat keys of every row that carries it (`paired_keys`: a
+customer's row, a tool's, a history row, a remedy, a report's `noise_floor`). Its budget is `budgets.Budget`'s, its
+rendering `report/floor.py`'s.
 """
 
 from __future__ import annotations
@@ -40,6 +45,24 @@ class FloorFigures:
             out[key] = {"drifted_calls": rate.k, "calls": rate.n, "drift_rate": rate.p, "ci_low": rate.low,
                         "ci_high": rate.high, "ci_width": rate.width}
         return out
+
+    def tool_row(self) -> dict[str, Any]:
+        """One tool's (or a group's) row: the candidate beside the floor on its calls (`tool_floors`)."""
+        return {"tool_name": self.tool_name, "calls": self.calls, "drift_rate": self.candidate.p,
+                "floor_drift_rate": self.floor.p, "floor_ci_low": self.floor.low, "floor_ci_high": self.floor.high,
+                **paired_keys(self, counts=True)}
+
+
+def paired_keys(f: FloorFigures | None, counts: bool = False) -> dict[str, Any]:
+    """The excess as flat rows carry it, `excess`, `excess_ci_low`, `excess_ci_high` (None without figures), and with
+    `counts` the paired counts behind it (`only_candidate`, `only_floor`, `both`)."""
+    e = None if f is None else f.excess
+    out = {"excess": None if e is None else e.estimate, "excess_ci_low": None if e is None else e.low,
+           "excess_ci_high": None if e is None else e.high}
+    if counts:
+        out.update(only_candidate=None if f is None else f.only_candidate,
+                   only_floor=None if f is None else f.only_floor, both=None if f is None else f.both)
+    return out
 
 
 def is_noise_floor(run: dict) -> bool:

@@ -4,8 +4,9 @@ Pareto-optimal, and, given a drift budget, the remedy to use for a slice of traf
 
 The noise floor (the baseline decoded again with other batch neighbours, or other seeds when sampled) is a
 measurement, never a remedy: it is not listed, ranked, judged or recommended. It stands beside the candidates as
-`Frontier.floor`, and each candidate carries its excess over it (paired by call, with a 95% interval), which a
-budget can bound (`Budget.max_excess`, judged by the same rule as the other budgets).
+`Frontier.floor`, and each candidate carries its floor figures (`Remedy.floor_figures`: its drift beside the
+floor's on the same calls, paired by call, with a 95% interval), which a budget can bound (`budgets.Budget`, judged
+by the same rule as the other budgets).
 
 The recommendation is judged by the one gate rule `check` uses (`rules.py`): by default the 95% Wilson upper
 bound (sessions: 1 - (1 - upper)^calls per session), as the routing advice is: a candidate is used only when the
@@ -29,45 +30,27 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from toolaudit import StoreError
+from toolaudit.analysis.budgets import Budget, NoFloor
 from toolaudit.analysis.figures import run_options
-from toolaudit.analysis.floor import floor_figures, is_noise_floor
+from toolaudit.analysis.floor import FloorFigures, floor_figures, is_noise_floor, paired_keys
 from toolaudit.analysis.rules import (
-    DEFAULT_RULE,
     EPS,
     Judged,
     Rule,
     judge_calls,
-    judge_excess,
     judge_sessions,
     judge_shifted,
     session_drift_at,
 )
 from toolaudit.analysis.runs import is_sampled
 from toolaudit.analysis.sampled import NotSampled, SampledSlice, sampled_slices
-from toolaudit.analysis.stats import Difference, Rate, wilson
+from toolaudit.analysis.stats import Rate, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
 
 BASELINE_CHOICE = "target-only"  # the recommendation when no candidate is within budget and faster
-
-
-@dataclass(frozen=True)
-class Budget:
-    max_call_drift: float | None = None
-    max_session_drift: float | None = None
-    rule: Rule = DEFAULT_RULE
-    max_shifted_calls: float | None = None  # a sampled matrix: the share of calls tested whose distribution shifted
-    max_excess: float | None = None  # drift beyond the noise floor, paired by call (needs a floor in the matrix)
-
-    @property
-    def given(self) -> bool:
-        return any(x is not None for x in (self.max_call_drift, self.max_session_drift, self.max_shifted_calls,
-                                           self.max_excess))
-
-    def as_dict(self) -> dict:
-        return {"max_call_drift": self.max_call_drift, "max_session_drift": self.max_session_drift,
-                "max_shifted_calls": self.max_shifted_calls, "max_excess": self.max_excess,
-                "rule": self.rule.value}
+__all__ = ["BASELINE_CHOICE", "Budget", "EmptyFrontier", "Frontier", "NoFloor", "Recommendation", "Remedy",
+           "customer_frontiers", "frontier", "frontiers_dict", "matrix_of", "recommend"]  # Budget: budgets.py's
 
 
 @dataclass(frozen=True)
@@ -95,7 +78,7 @@ class Remedy:
     calls_per_session_replayed: float | None = None  # matched calls per session in this run
     calls_per_session_recorded: float | None = None  # the traces' own, before a replay sampled calls
     session_calls_source: str = "replayed"  # "given" (--session-calls) | "recorded" | "replayed"
-    excess: Difference | None = None  # drift beyond the noise floor on the same calls, paired (None: no floor)
+    floor_figures: FloorFigures | None = None  # beside the noise floor on the calls both matched (None: no floor)
 
     @property
     def gate_rate(self) -> Rate:
@@ -103,13 +86,10 @@ class Remedy:
         return self.sampled.shifted if self.sampled is not None else self.rate
 
     def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("rate", "judged", "sampled", "excess")}
-        e = self.excess
+        out = {k: v for k, v in self.__dict__.items() if k not in ("rate", "judged", "sampled", "floor_figures")}
         out.update(calls=self.rate.n, drifted_calls=self.rate.k, drift_rate=self.rate.p, ci_low=self.rate.low,
                    ci_high=self.rate.high, budget_checks=[j.as_dict() for j in self.judged],
-                   sampled=None if self.sampled is None else self.sampled.as_dict(),
-                   excess=None if e is None else e.estimate, excess_ci_low=None if e is None else e.low,
-                   excess_ci_high=None if e is None else e.high)
+                   sampled=None if self.sampled is None else self.sampled.as_dict(), **paired_keys(self.floor_figures))
         return out
 
 
@@ -190,22 +170,20 @@ def frontier(store: Store, run_id: int | None, customer: str | None = None, budg
     lengths = SessionLengths.of(run, customer, session_calls)
     members = _members(store, run)
     floor_run = next((m for m in members.values() if is_noise_floor(m)), None)
-    if budget.max_excess is not None and floor_run is None:
-        raise NoFloor(f"run {run['run_id']} has no noise floor to measure an excess against: --max-excess needs a "
-                      "replay with --noise-floor (on in `toolaudit demo`)")
+    budget.require_floor(run["run_id"], floor_run)
     slices = slices if slices is not None else _sampled_slices(store, members, [customer])
 
-    def excess(rid: int):
+    def beside(rid: int) -> FloorFigures | None:
         if floor_run is None or rid == floor_run["run_id"]:
             return None
         f = floor_figures(store, rid, customer, floor_run)
-        return None if f is None or not f.calls else f.excess
+        return None if f is None or not f.calls else f
 
     if slices is None:
         if budget.max_shifted_calls is not None:
             raise NotSampled(f"run {run['run_id']} is not a sampled run: --max-shifted-calls judges sampled runs "
                              "(replay with --samples N at temperature > 0); use --max-call-drift here")
-        everyone = [_remedy(row, budget, lengths, members.get(row["run_id"]), None, excess(row["run_id"]))
+        everyone = [_remedy(row, budget, lengths, members.get(row["run_id"]), None, beside(row["run_id"]))
                     for row in rows]
         remedies = _pareto([r for r in everyone if not r.noise_floor])
         floor = next((r for r in everyone if r.noise_floor), None)
@@ -213,7 +191,7 @@ def frontier(store: Store, run_id: int | None, customer: str | None = None, budg
         return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation,
                         floor=floor)
     everyone = _sampled_pareto([_remedy(row, budget, lengths, members.get(row["run_id"]),
-                                        slices.get(row["run_id"], {}).get(customer), excess(row["run_id"]))
+                                        slices.get(row["run_id"], {}).get(customer), beside(row["run_id"]))
                                 for row in rows])
     remedies = [r for r in everyone if not r.noise_floor]
     floor = next((r for r in everyone if r.noise_floor), None)
@@ -295,10 +273,6 @@ class EmptyFrontier(StoreError):
     """No candidate has a matched call to put on the frontier (every call truncated, failed or mismatched)."""
 
 
-class NoFloor(StoreError):
-    """A budget on the excess over the noise floor, for a run that has no floor."""
-
-
 @dataclass(frozen=True)
 class SessionLengths:
     """The session length session figures use, and both lengths a slice has: as replayed (matched calls per
@@ -321,7 +295,7 @@ class SessionLengths:
 
 
 def _judge(row: dict, rate: Rate, length: float, budget: Budget, sampled: SampledSlice | None,
-           excess: Difference | None) -> list[Judged]:
+           floor: FloorFigures | None) -> list[Judged]:
     """A candidate's budgets as the rule judges them (never the floor's: it is the reference)."""
     judged = []
     if sampled is not None:  # sample 0's drift is noise: a sampled candidate is judged on its shifted calls
@@ -332,27 +306,22 @@ def _judge(row: dict, rate: Rate, length: float, budget: Budget, sampled: Sample
             judged.append(judge_calls(rate, budget.max_call_drift, budget.rule))
         if budget.max_session_drift is not None:
             judged.append(judge_sessions(rate, length, budget.max_session_drift, budget.rule))
-    if budget.max_excess is not None:
-        if excess is None:
-            raise NoFloor(f"run {row['run_id']} ({row['candidate']}) shares no matched call with its noise floor: "
-                          "no excess to judge")
-        judged.append(judge_excess(excess, budget.max_excess, budget.rule))
-    return judged
+    return judged + budget.judge_floor(floor, f"run {row['run_id']} ({row['candidate']})")
 
 
 def _remedy(row: dict, budget: Budget, lengths: SessionLengths, member: dict | None = None,
-            sampled: SampledSlice | None = None, excess: Difference | None = None) -> Remedy:
+            sampled: SampledSlice | None = None, beside: FloorFigures | None = None) -> Remedy:
     rate = wilson(row["drifted_calls"], row["calls"])
     length, source = lengths.pick(row["mean_calls_per_session"])
     floor = member is not None and is_noise_floor(member)
-    judged = [] if floor else _judge(row, rate, length, budget, sampled, excess)
+    judged = [] if floor else _judge(row, rate, length, budget, sampled, beside)
     replayed = None if row["mean_calls_per_session"] is None else float(row["mean_calls_per_session"])
     return Remedy(row["run_id"], row["candidate"], rate, row["sessions"] or 0, row["observed_session_drift"],
                   length, session_drift_at(rate.p, length), session_drift_at(rate.high, length),
                   row["baseline_tokens_per_s"], row["candidate_tokens_per_s"], row["speedup"],
                   row["acceptance_rate"], row["tokens_per_forward_pass"], row["pareto"],
                   None if floor else (all(j.ok for j in judged) if judged else None), tuple(judged), floor, sampled,
-                  replayed, lengths.recorded, source, excess)
+                  replayed, lengths.recorded, source, beside)
 
 
 def recommend(remedies: list[Remedy], budget: Budget) -> Recommendation:

@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 
 from toolaudit import RunNotFound
-from toolaudit.analysis.budgets import changed_components
 from toolaudit.analysis.figures import recorded_session_lengths, slice_figures
-from toolaudit.analysis.floor import floor_figures, is_noise_floor
+from toolaudit.analysis.floor import floor_figures, is_noise_floor, paired_keys
+from toolaudit.analysis.gate_checks import changed_components
 from toolaudit.analysis.rules import DEFAULT_RULE, Rule, judge_calls
 from toolaudit.analysis.runs import run_options
 from toolaudit.analysis.stats import newcombe, wilson
@@ -215,6 +215,7 @@ def _figures(store: Store, run: dict, customer: str | None, budget: float | None
     session = f.compounded_own_rates if customer is not None else f.compounded_run_rates
     speed = _speed(store, rid, customer)
     floor = floor_figures(store, rid, customer)
+    shared = floor if floor is not None and floor.calls else None  # the floor figures on calls both matched
     judged = judge_calls(rate, budget, rule) if budget is not None and rate.n else None
     return {
         "calls": rate.n, "drifted_calls": rate.k, "drift_rate": rate.p if rate.n else None,
@@ -227,12 +228,10 @@ def _figures(store: Store, run: dict, customer: str | None, budget: float | None
         "calls_per_session_recorded": recorded_session_lengths(store, run).get(customer or "(all)"),
         **speed,
         "floor_run_id": None if floor is None else floor.floor_run_id,
-        "floor_drift_rate": None if floor is None or not floor.calls else floor.floor.p,
-        "floor_ci_low": None if floor is None or not floor.calls else floor.floor.low,
-        "floor_ci_high": None if floor is None or not floor.calls else floor.floor.high,
-        "excess": None if floor is None or not floor.calls else floor.excess.estimate,
-        "excess_ci_low": None if floor is None or not floor.calls else floor.excess.low,
-        "excess_ci_high": None if floor is None or not floor.calls else floor.excess.high,
+        "floor_drift_rate": None if shared is None else shared.floor.p,
+        "floor_ci_low": None if shared is None else shared.floor.low,
+        "floor_ci_high": None if shared is None else shared.floor.high,
+        **paired_keys(shared),
         "budget": budget, "within_budget": None if judged is None else judged.ok}
 
 

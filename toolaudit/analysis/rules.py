@@ -24,7 +24,7 @@ from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import Any
 
-from toolaudit.analysis.stats import Difference, Rate
+from toolaudit.analysis.stats import Rate
 
 # Float slack when comparing a measured figure with a bound: 1.50% measured against "max 1.5%" passes.
 EPS = 1e-12
@@ -80,7 +80,7 @@ def session_drift_at(p_call: float, calls_per_session: float) -> float:
 class Judged:
     """One budget judged by a rule: the figure with its interval, the value the rule compared, the verdict."""
 
-    name: str  # "call_drift" | "session_drift" | "excess" | "shifted_calls" | "valid_drop" (sampled runs)
+    name: str  # "call_drift" | "session_drift" | "shifted_calls" | "valid_drop" (sampled runs) | budgets.py's
     rule: Rule
     estimate: float
     low: float
@@ -129,15 +129,6 @@ def judge_sessions(rate: Rate, calls_per_session: float, threshold: float, rule:
     figure = session_drift_at(rule.of(rate), calls_per_session)
     return Judged("session_drift", rule, at[0], at[1], at[2], figure, threshold, figure <= threshold + EPS,
                   calls_per_session)
-
-
-def judge_excess(excess: Difference, threshold: float, rule: Rule = DEFAULT_RULE) -> Judged:
-    """A budget on the candidate's own doing: its drift beyond the noise floor, paired by call (candidate-only
-    minus floor-only drifted calls over the calls both matched), the same end of its 95% interval as every
-    budget. Drift the floor shows too is batching noise, not the candidate's."""
-    figure = rule.pick(excess.estimate, excess.low, excess.high)
-    return Judged("excess", rule, excess.estimate, excess.low, excess.high, figure, threshold,
-                  figure <= threshold + EPS, label="excess over the noise floor")
 
 
 def parse_proportion(text: str, points: bool = False) -> float:

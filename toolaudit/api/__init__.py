@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolaudit.analysis.floor import FloorFigures
 from toolaudit.analysis.speed import Speed
 from toolaudit.analysis.stats import Rate, wilson
 from toolaudit.store import Store
@@ -34,19 +35,11 @@ class Summary:
     candidate: str
     drift: Rate  # drifted of compared calls, with its 95% Wilson interval
     speed: Speed  # tokens/s of both paths, the speedup and the candidate's acceptance (None for recorded logs)
-    noise_floor: dict[str, Any] | None  # the floor beside the drift and the paired excess (`--noise-floor` runs)
+    noise_floor: FloorFigures | None  # the candidate beside its noise floor, paired by call (`--noise-floor` runs)
     calls_per_session_replayed: float
     calls_per_session_recorded: float | None
     sampled: dict[str, Any] | None  # a sampled run's distribution figures, with its verdict in words
     figures: dict[str, Any] = field(repr=False, default_factory=dict)
-
-    @property
-    def excess(self) -> tuple[float, float, float] | None:
-        """The candidate's drift beyond its noise floor, paired by call: (estimate, low, high), or None."""
-        if not self.noise_floor:
-            return None
-        e = self.noise_floor["excess"]
-        return e["estimate"], e["low"], e["high"]
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.figures)
@@ -66,24 +59,27 @@ class Run:
 
     def summary(self) -> Summary:
         from toolaudit.analysis.figures import run_summary
+        from toolaudit.analysis.floor import floor_figures
         from toolaudit.analysis.speed import speed
 
-        s = run_summary(self.db.store, self.run_id)
+        store = self.db.store
+        s = run_summary(store, self.run_id)
+        floor = floor_figures(store, self.run_id) if s["noise_floor"] else None  # as `summary --json` has it
         return Summary(s["run_id"], s["run_name"], s["status"], s["baseline"], s["candidate"],
-                       wilson(s["drifted_calls"], s["calls"]), speed(self.db.store, self.run_id), s["noise_floor"],
+                       wilson(s["drifted_calls"], s["calls"]), speed(store, self.run_id), floor,
                        s["calls_per_session_replayed"], s["calls_per_session_recorded"], s["sampled"], s)
 
     def calls(self):
         """The run's calls (one row per call, `docs/schema.md`) as a DuckDB relation."""
         return q.calls_relation(self.db.store, self.run_id)
 
-    def frontier(self, max_call_drift: float | None = None, max_session_drift: float | None = None,
-                 max_excess: float | None = None):
-        """The run's candidates side by side (its matrix's, for a member), as `toolaudit frontier`."""
-        from toolaudit.analysis.frontier import Budget, frontier
+    def frontier(self, **budget: Any):
+        """The run's candidates side by side (its matrix's, for a member), as `toolaudit frontier`, judged by the
+        budget given as `analysis.budgets.Budget`'s fields (`max_call_drift=0.015`, `rule=...`)."""
+        from toolaudit.analysis.budgets import Budget
+        from toolaudit.analysis.frontier import frontier
 
-        return frontier(self.db.store, self.run_id, None, Budget(max_call_drift, max_session_drift,
-                                                                 max_excess=max_excess))
+        return frontier(self.db.store, self.run_id, None, Budget(**budget))
 
 
 class Database:

@@ -353,6 +353,15 @@ class Proportion(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+def budget_options(command: str) -> Callable[[Callable], Callable]:
+    """The budget options `analysis/budgets.py` declares for `command` (`BUDGET_OPTIONS`), as click options; their
+    values reach the command as keyword arguments named as `Budget`'s fields (`**budgets`)."""
+    from toolaudit.analysis.budgets import BUDGET_OPTIONS
+
+    return option_group(*(click.option(o.flag, o.field, type=Proportion(points=o.points), help=o.help[command])
+                          for o in BUDGET_OPTIONS if command in o.help))
+
+
 RULES = ("upper", "point", "lower")  # toolaudit.analysis.rules.Rule, named here so --help imports no analysis
 
 

@@ -9,6 +9,7 @@ import click
 
 from toolaudit.cli.common import (
     Proportion,
+    budget_options,
     db_option,
     deprecated_format,
     deprecated_format_option,
@@ -169,9 +170,7 @@ CHECK_OPTIONS = option_group(
                  help="Largest allowed share of drifted calls (0.015 or 1.5%)."),
     click.option("--max-session-drift", type=Proportion(),
                  help="Largest allowed share of sessions with any drifted call (judged as 1-(1-p)^calls per session)."),
-    click.option("--max-excess", type=Proportion(points=True),
-                 help="Largest allowed drift beyond the run's noise floor, paired by call (0.01, 1pp or 1%): the "
-                      "candidate's own doing, batching noise set apart (needs a run with --noise-floor)."),
+    budget_options("check"),
     click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for --max-session-drift "
                  "(default: the traces' mean, else the run's, as `frontier`)."),
     click.option("--against", "against_ref", metavar="ID|NAME", help="Earlier run to compare call drift with: an id, "
@@ -207,10 +206,10 @@ CHECK_OPTIONS = option_group(
                              "--max-increase 0.5pp --db audit.duckdb"))
 @CHECK_OPTIONS
 def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
-          max_excess: float | None, session_calls: float | None, against_ref: str | None, max_increase: float | None,
+          session_calls: float | None, against_ref: str | None, max_increase: float | None,
           expect_fingerprint: str | None, max_shifted_calls: float | None, max_valid_drop: float | None,
           expect_numerics: str | None, probe_path: str | None, probe_paths: str | None, rule: str | None,
-          use_upper_bound: bool, allow_errors: int, fmt: str) -> None:
+          use_upper_bound: bool, allow_errors: int, fmt: str, **budgets: float | None) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
 
     Budgets are judged by one rule, printed with the verdict (default: the 95% Wilson upper bound must be within
@@ -221,10 +220,10 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
     from toolaudit.analysis.budgets import Bounds, GateUsageError, gate
 
     # `against` holds the text until the store is open (validate() asks only whether it was given)
-    bounds = Bounds(max_call_drift, max_session_drift, against_ref, max_increase, expect_fingerprint,
-                    gate_rule(rule, use_upper_bound), allow_errors, session_calls, max_shifted_calls, max_valid_drop,
-                    max_excess)
-    only_probe = bool(expect_numerics) and _no_bound(bounds)  # the probe alone is a bound too
+    bounds = Bounds(max_call_drift, max_session_drift, gate_rule(rule, use_upper_bound), max_shifted_calls,
+                    against=against_ref, max_increase=max_increase, expect_fingerprint=expect_fingerprint,
+                    allow_errors=allow_errors, session_calls=session_calls, max_valid_drop=max_valid_drop, **budgets)
+    only_probe = bool(expect_numerics) and not bounds.given  # the probe alone is a bound too
     try:
         if not only_probe:
             bounds.validate()  # before the database is opened: a usage error whatever the file holds
@@ -261,11 +260,6 @@ def _say_verdict(verdict, probed, db: str, fmt: str) -> None:
             click.echo(line)
     if (verdict and not verdict.ok) or (probed and not probed[0]):
         sys.exit(1)
-
-
-def _no_bound(b) -> bool:
-    return (b.max_call_drift is None and b.max_session_drift is None and b.against is None and not b.expect_fingerprint
-            and b.max_shifted_calls is None and b.max_valid_drop is None and b.max_excess is None)
 
 
 def _probe(store, run_id: int, expected: str | None, path: str | None, paths: str | None):

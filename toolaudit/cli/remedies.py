@@ -7,6 +7,7 @@ import click
 
 from toolaudit.cli.common import (
     Proportion,
+    budget_options,
     db_option,
     example,
     friendly_errors,
@@ -29,29 +30,28 @@ from toolaudit.cli.show import show_matrix
               "each customer's mean).")
 @click.option("--max-shifted-calls", type=Proportion(), help="A sampled matrix: the budget on the share of calls "
               "whose outcome distribution shifted (distribution_shift, BH q=0.05), e.g. 5%.")
-@click.option("--max-excess", type=Proportion(points=True), help="Budget on each candidate's drift beyond the "
-              "noise floor, paired by call (1pp): the candidate's own doing (needs a run with --noise-floor).")
+@budget_options("frontier")
 @rule_option
 @output_options
 @friendly_errors
 def frontier_cmd(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
-                 session_calls: float | None, max_shifted_calls: float | None, max_excess: float | None,
-                 rule: str | None, fmt: str) -> None:
+                 session_calls: float | None, max_shifted_calls: float | None, rule: str | None, fmt: str,
+                 **budgets: float | None) -> None:
     """Candidates of a remedy matrix side by side, and per customer the fastest one within the budget.
 
     The budget is judged by the rule `check` uses (default: the 95% upper bound, so a candidate is recommended
     only when the data show it is within budget; otherwise the answer is target-only, the baseline). A sampled
     matrix (replay --samples N) is judged on its shifted calls (--max-shifted-calls), its noise floor the
     calibration row."""
-    from toolaudit.analysis.frontier import Budget, NoFloor
+    from toolaudit.analysis.budgets import Budget, NoFloor
     from toolaudit.analysis.sampled import NotSampled
     from toolaudit.cli.common import gate_rule
 
-    budget = Budget(max_call_drift, max_session_drift, gate_rule(rule), max_shifted_calls, max_excess)
+    budget = Budget(max_call_drift, max_session_drift, gate_rule(rule), max_shifted_calls, **budgets)
     with reading(db) as store:
         try:
             show_matrix(store, resolve_run(store, run_ref), fmt, budget, session_calls)
         except NotSampled as err:
             raise click.UsageError(f"--max-shifted-calls: {err}") from None
         except NoFloor as err:
-            raise click.UsageError(f"--max-excess: {err}") from None
+            raise click.UsageError(f"{err.option}: {err}") from None

@@ -33,7 +33,7 @@ def show_frontiers(overall, per_customer: list, fmt: str, head: str) -> None:
         return
     if fmt == "csv":
         rows = [{"customer": f.customer or "(all)", **r.as_dict()} for f in [overall, *per_customer]
-                for r in f.remedies]  # the candidates only: the floor's figures are in every row's excess
+                for r in f.remedies]  # the candidates only: every row carries its floor figures' paired keys
         header = list(rows[0]) if rows else ["customer", "run_id", "candidate"]  # a run whose candidate is a floor
         print_rows(header, [list(r.values()) for r in rows], "csv")
         return

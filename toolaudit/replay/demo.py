@@ -15,7 +15,7 @@ DEMO_TRACES = REPO_ROOT / "traces" / "demo.jsonl"
 SCHEMAS = REPO_ROOT / "schemas"
 MATRIX_CANDIDATES = ("spec-ngram", "spec-ngram-k3", "spec-ngram-fp32", "spec-draft", "spec-ngram-invariant")
 # The demo's sample: the first 2 calls of each session, the first 120 of them (demo.jsonl keeps a session's calls
-# together, so that is 60 of its 68 sessions, all 4 customers): enough calls for a drift rate and a paired excess
+# together, so that is 60 of its 68 sessions, all 4 customers): enough calls for a drift rate and floor figures
 # with useful intervals, and a replay a newcomer waits for on 2 CPU cores (docs/benchmarks.md: where the time
 # goes). The prefill is paid once per prompt for all three decodes (the prefix cache is shared by paths on one
 # model), and a session's second call reuses its first's prompt: 120 calls prefill ~18k tokens where 180 (3 per

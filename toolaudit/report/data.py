@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolaudit import ToolauditError, __version__
-from toolaudit.analysis.budgets import flatten
 from toolaudit.analysis.figures import (
     folds_unknown_tools,
     recorded_session_lengths,
@@ -34,7 +33,8 @@ from toolaudit.analysis.figures import (
     slice_figures,
     tool_key,
 )
-from toolaudit.analysis.floor import floor_figures, is_noise_floor
+from toolaudit.analysis.floor import floor_figures, is_noise_floor, paired_keys
+from toolaudit.analysis.gate_checks import flatten
 from toolaudit.analysis.routing import routing_advice
 from toolaudit.analysis.runs import is_sampled, samples_per_call, sampling
 from toolaudit.analysis.sampled import customer_sampled
@@ -220,9 +220,9 @@ def _paths(store: Store, rid: int, customer: str, run: dict, head: dict) -> list
 
 
 def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None:
-    """The run's own noise floor (the baseline decoded again in the same replay, `--noise-floor`) with the
-    candidate's excess over it paired by call; else the latest other noise-floor run, measured on this
-    customer's calls only; None when none covers it."""
+    """The run's own noise floor (the baseline decoded again in the same replay, `--noise-floor`) with the floor
+    figures' paired keys; else the latest other noise-floor run, measured on this customer's calls only; None when
+    none covers it."""
     own = floor_figures(store, rid, customer)
     if own is not None and own.calls:
         run = store.run_row(own.floor_run_id)
@@ -232,9 +232,7 @@ def _noise_floor(store: Store, rid: int, customer: str) -> dict[str, Any] | None
                 "path_name": own.floor_path, "calls": own.calls, "drifted_calls": own.floor.k,
                 "drift_rate": own.floor.p, "ci_low": own.floor.low, "ci_high": own.floor.high,
                 "ci_width": own.floor.width, "exact_match_rate": exact / calls if calls else None,
-                "max_drift_margin": top_margin,
-                "excess": own.excess.estimate, "excess_ci_low": own.excess.low, "excess_ci_high": own.excess.high,
-                "only_candidate": own.only_candidate, "only_floor": own.only_floor, "both": own.both}
+                "max_drift_margin": top_margin, **paired_keys(own, counts=True)}
     candidates = [r for r in rq.other_runs(store, rid) if is_noise_floor(r)]
     for run in candidates:
         calls, drifted, exact, top_margin = rq.matched_counts(store, run["run_id"], customer)

@@ -8,7 +8,8 @@ from html import escape
 from typing import Any
 
 from toolaudit.report.charts import histogram, interval_chart, outcome_histograms, session_drift_chart
-from toolaudit.report.numbers import interval, num, pct, points, signed_points
+from toolaudit.report.floor import html_cards
+from toolaudit.report.numbers import num, pct
 from toolaudit.report.text import (
     budget_text,
     headline_sentences,
@@ -150,15 +151,8 @@ def _cards(r: dict) -> str:
               f"{h['drifted_calls']:,} of {h['calls']:,} · 95% CI {pct(h['ci_low'])}–{pct(h['ci_high'])}"),
         _card("Sessions with drift", pct(h["observed_session_drift"]) if h["sessions"] else "n/a", sessions),
         _card("5-call session", pct(n5["p"]), f"expected · 95% CI {pct(n5['low'])}–{pct(n5['high'])}"),
-        _card("Noise floor", pct(nf["drift_rate"]),
-              f"run {nf['run_id']} · {nf['calls']:,} calls · same path twice · 95% CI "
-              f"{pct(nf['ci_low'])}–{pct(nf['ci_high'])} ({points(nf['ci_width'], unit=' pts')} wide)")
-        if nf else _card("Noise floor", "n/a", "no noise-floor run for this customer"),
+        *(_card(*card) for card in html_cards(nf)),
     ]
-    if nf and nf.get("excess") is not None:
-        cards.append(_card("Beyond the floor", signed_points(nf["excess"], unit=" pts"),
-                           f"paired by call · {interval(nf['excess_ci_low'], nf['excess_ci_high'], signed_points)} · "
-                           f"{nf['only_candidate']:,} calls on the candidate only"))
     return '<section class="cards">' + "".join(cards) + "</section>"
 
 

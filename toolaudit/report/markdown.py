@@ -7,7 +7,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from toolaudit.report.numbers import interval, num, pct, points, signed_points
+from toolaudit.report.floor import markdown_lines
+from toolaudit.report.numbers import num, pct
 from toolaudit.report.text import (
     budget_text,
     headline_sentences,
@@ -117,18 +118,7 @@ def _md_paths(r: dict) -> list[str]:
     out = ["## Decode paths", ""]
     out += md_table(["path", "role", "calls", "exact-match outputs", "tool-call mismatch", "tokens/s",
                       "acceptance", "errors", "fingerprint"], rows, numeric=range(2, 8))
-    if not nf:
-        out += [("No noise-floor run covers this customer: replay with --noise-floor (the baseline decoded again "
-                 "with other batch neighbours) to separate batching noise from the candidate's drift."), ""]
-    elif nf.get("excess") is not None:
-        out += [(f"Drift beyond the noise floor, paired by call: {signed_points(nf['excess'], unit=' points')} "
-                 f"({interval(nf['excess_ci_low'], nf['excess_ci_high'], signed_points)}); {nf['only_candidate']} "
-                 f"calls drifted on the candidate only, {nf['only_floor']} on the floor only, {nf['both']} on "
-                 "both (not the candidate's doing)."), ""]
-    if nf:
-        out += [f"Noise floor: {pct(nf['drift_rate'])}, 95% CI {pct(nf['ci_low'])} to {pct(nf['ci_high'])} "
-                f"({points(nf['ci_width'], unit=' points')} wide).", ""]
-    return out
+    return out + [x for line in markdown_lines(nf) for x in (line, "")]
 
 
 def _md_sampled(r: dict) -> list[str]:

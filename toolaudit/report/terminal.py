@@ -4,7 +4,15 @@ the worst example; one screen (`summary --all`: every row)."""
 from __future__ import annotations
 
 from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
-from toolaudit.report.numbers import interval, pct, points, signed_points, span
+from toolaudit.report.floor import (
+    CUSTOMER_COLUMNS,
+    TOOL_COLUMNS,
+    customer_cells,
+    floor_lines,
+    floor_verdict,
+    tool_cells,
+)
+from toolaudit.report.numbers import pct
 from toolaudit.report.output import format_table, json_value
 from toolaudit.report.terminal_sampled import sampled_lines
 from toolaudit.store.vocabulary import ArgDiffKind
@@ -77,23 +85,6 @@ def _lengths(s: dict) -> str:
     return replayed if recorded is None else f"{replayed}, {recorded:.1f} recorded"
 
 
-def floor_lines(f: dict | None, sampled: bool = False) -> list[str]:
-    """The candidate beside its noise floor (the baseline decoded again with other batch neighbours; at
-    temperature > 0 with other seeds too)."""
-    if not f:
-        return []
-    floor, ex = f["floor"], f["excess"]
-    how = "other batch neighbours and other seeds" if sampled else "other batch neighbours"
-    return [
-        f"  noise floor           {floor['drifted_calls']} ({pct(floor['drift_rate'])}, 95% CI "
-        f"{pct(floor['ci_low'])}-{pct(floor['ci_high'])}, {points(floor['ci_width'])} wide): {f['floor_path']}, "
-        f"the baseline path with {how} (run {f['floor_run_id']})",
-        f"  beyond the floor      {signed_points(ex['estimate'])} ({interval(ex['low'], ex['high'], signed_points)}), "
-        f"paired on {f['calls']} calls: {f['only_candidate']} drifted on the candidate only, "
-        f"{f['only_floor']} on the floor only, {f['both']} on both",
-    ]
-
-
 def verdict(s: dict) -> str:
     """What the headline figures mean, in one sentence: the speedup, and the drift against the noise floor."""
     speed = f"{s['speedup']:.2f}x the baseline's tokens/s; " if s.get("speedup") else ""
@@ -108,13 +99,7 @@ def verdict(s: dict) -> str:
         return f"{head}no call drifted (the 95% CI reaches {pct(s['ci_high'])}; more calls narrow it)"
     f = s.get("noise_floor")
     if f:
-        ex = f["excess"]
-        if ex["low"] > 0:
-            return f"{head}its drift is beyond batching noise (the excess's 95% CI is above 0)"
-        if ex["high"] < 0:
-            return (f"{head}its drift is below the noise floor (the excess's 95% CI is below 0): none of it is "
-                    "beyond batching noise")
-        return f"{head}its drift is within batching noise (the excess's 95% CI contains 0; more calls narrow it)"
+        return head + floor_verdict(f)
     return (f"{head}{s['drifted_calls']} calls drifted; without a noise floor, how many are run-to-run noise is "
             "unknown (replay --noise-floor measures it)")
 
@@ -130,7 +115,7 @@ def sampling_noise_lines(sampling: dict | None) -> list[str]:
 
 
 def head_lines(s: dict, db: str | None) -> list[str]:
-    """The verdict first (drifted of compared, the floor, the excess over it, what it means), then the details
+    """The verdict first (drifted of compared, the floor figures, what they mean), then the details
     that stay one line each; what was not compared only when something was not."""
     un = s["unmatched_calls"]
     # at temperature > 0 a call's two answers differ by sampling alone: the per-call figures are noise (a sampled
@@ -200,12 +185,9 @@ def tool_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
     # a decoded baseline's names: those no schema knows are one `(other)` row, under a header that says so
     tool = "declared tool" if s.get("tool_key") == "declared" else "tool"
     if floor:
-        table = format_table(
-            [tool, "calls", "drift", "floor (95% CI)", "excess (95% CI)"],
-            [[t["tool_name"] or "(no tool call)", t["calls"], pct(t["drift_rate"]),
-              f"{pct(t['floor_drift_rate'])} ({pct(t['floor_ci_low'])}-{pct(t['floor_ci_high'])})",
-              f"{signed_points(t['excess'])} ({span(t['excess_ci_low'], t['excess_ci_high'])})"]
-             for t in rows])
+        table = format_table([tool, "calls", "drift", *TOOL_COLUMNS],
+                             [[t["tool_name"] or "(no tool call)", t["calls"], pct(t["drift_rate"]), *tool_cells(t)]
+                              for t in rows])
     else:
         table = format_table(
             [tool, "calls", "drifted", "drift", "95% CI"],
@@ -227,11 +209,9 @@ def customer_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
              f"{pct(c['ci_low'])}-{pct(c['ci_high'])}", c["sessions"], pct(c["observed_session_drift"]),
              pct(c["compounded_session_drift_run_rates"])] for c in customers]
     if s.get("noise_floor"):
-        cols += ["floor", "excess (95% CI)"]
+        cols += CUSTOMER_COLUMNS
         for row, c in zip(rows, customers):
-            row += ["-", "-"] if c.get("floor_drift_rate") is None else [
-                pct(c["floor_drift_rate"]),
-                f"{signed_points(c['excess'])} ({span(c['excess_ci_low'], c['excess_ci_high'])})"]
+            row += customer_cells(c)
     return [format_table(cols, rows), *more_line(hidden, "customers", s, db)]
 
 

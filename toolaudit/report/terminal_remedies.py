@@ -1,9 +1,10 @@
-"""A remedy matrix on the terminal (`frontier`, `summary` of a matrix): each candidate's drift, its excess over
-the noise floor, speed and budget verdict in one table per customer, the floor as the reference row, and the
+"""A remedy matrix on the terminal (`frontier`, `summary` of a matrix): each candidate's drift, its floor figures
+(`report/floor.py`), speed and budget verdict in one table per customer, the floor as the reference row, and the
 recommendation; a sampled matrix's distribution figures instead."""
 
 from __future__ import annotations
 
+from toolaudit.report.floor import REMEDY_COLUMN, remedy_cells
 from toolaudit.report.numbers import p_value, pct, signed_points, span
 from toolaudit.report.output import format_table
 
@@ -49,9 +50,8 @@ def frontier_text(f, title: str) -> list[str]:
     rows = []
     floor = f.floor is not None
     for r in f.remedies:
-        excess = [] if not floor else ["-" if r.excess is None else
-                                       f"{signed_points(r.excess.estimate)} ({span(r.excess.low, r.excess.high)})"]
-        rows.append([r.candidate, r.rate.n, pct(r.rate.p), f"{pct(r.rate.low)}-{pct(r.rate.high)}", *excess,
+        beside = remedy_cells(r.floor_figures) if floor else []
+        rows.append([r.candidate, r.rate.n, pct(r.rate.p), f"{pct(r.rate.low)}-{pct(r.rate.high)}", *beside,
                      f"{pct(r.session_drift)} (<= {pct(r.session_drift_high)})",
                      "-" if r.candidate_tokens_per_s is None else f"{r.candidate_tokens_per_s:.1f}",
                      "-" if r.speedup is None else f"{r.speedup:.2f}x",
@@ -61,7 +61,7 @@ def frontier_text(f, title: str) -> list[str]:
     base = next((r.baseline_tokens_per_s for r in [*f.remedies, *([f.floor] if floor else [])]
                  if r.baseline_tokens_per_s), None)
     lines = [title + (f" (baseline {f.baseline}: {base:.1f} tokens/s)" if base else f" (baseline {f.baseline})"),
-             format_table(["candidate", "calls", "drift", "95% CI", *(["beyond the floor (95% CI)"] if floor else []),
+             format_table(["candidate", "calls", "drift", "95% CI", *([REMEDY_COLUMN] if floor else []),
                            f"session drift {length}", "tokens/s", "speedup", "acceptance", "pareto", "in budget"],
                           rows)]
     if floor:

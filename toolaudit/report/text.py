@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from toolaudit.compare.attribution import MISMATCH_HINT, TRUNCATION_HINT
 from toolaudit.report.data import KIND_COLUMNS
+from toolaudit.report.floor import report_sentences
 from toolaudit.report.numbers import p_value, pct, signed_points, tv
 
 NA, PTS = "n/a", " pts"  # the reports' absent figure and unit of points
@@ -35,15 +36,7 @@ def headline_sentences(r: dict) -> list[str]:
     n5 = r["session_length"][4]
     lines.append(f"At this rate a 5-call session drifts with probability {pct(n5['p'])} "
                  f"(95% CI {pct(n5['low'])} to {pct(n5['high'])}).")
-    if nf:
-        lines.append(f"Noise floor (run {nf['run_id']}, {nf['path_name']} against itself): "
-                     f"{pct(nf['drift_rate'])} of {nf['calls']:,} calls drifted "
-                     f"(95% CI {pct(nf['ci_low'])} to {pct(nf['ci_high'])}).")
-        if nf.get("excess") is not None:
-            lines.append(f"Beyond the floor, paired by call: {nf['excess'] * 100:+.2f} points (95% CI "
-                         f"{nf['excess_ci_low'] * 100:+.2f} to {nf['excess_ci_high'] * 100:+.2f}); "
-                         f"{nf['only_candidate']} calls drifted on the candidate only, {nf['only_floor']} on the "
-                         "floor only.")
+    lines += report_sentences(nf)
     if m["large_margin"]:
         lines.append(f"{m['large_margin']} drifted call(s) diverged at a token the baseline preferred by "
                      f"{m['threshold']:g} logit or more: possible decode-path bug, see the examples.")
