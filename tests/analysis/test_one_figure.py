@@ -101,6 +101,25 @@ def test_the_floor_is_never_a_candidate(replayed):
     assert floor.exit_code == 0 and "(a noise floor): what differs is batching noise" in floor.output
 
 
+def test_the_floor_is_no_pareto_point_in_any_view(replayed):
+    """The floor is often faster than the baseline (a larger batch) and drifts less than a candidate: as a point
+    it would beat the candidate. It is a reference: `pareto` NULL in the SQL views and in `--json`, and the
+    candidate's `pareto` the same in both, as if the floor were not there."""
+    db, _ = replayed
+    frontier = _json("frontier", "--run", "1", "--json", "--db", db)["overall"]
+    assert frontier["noise_floor"]["pareto"] is None
+    rows = _json("sql", "SELECT candidate, noise_floor, pareto, speedup, drift_rate FROM frontier ORDER BY run_id",
+                 "--json", "--db", db)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    by_name = {r["candidate"]: r for r in rows}
+    assert by_name["tiny-floor"]["noise_floor"] is True and by_name["tiny-floor"]["pareto"] is None
+    assert by_name["tiny-spec"]["noise_floor"] is False
+    assert by_name["tiny-spec"]["pareto"] == frontier["remedies"][0]["pareto"]
+    drift, speed = by_name["tiny-spec"]["drift_rate"], by_name["tiny-spec"]["speedup"]
+    alone = speed is not None and not (speed <= 1 and (drift > 0 or speed < 1))
+    assert by_name["tiny-spec"]["pareto"] == alone  # the one candidate: optimal unless the baseline beats it
+
+
 def test_check_gates_the_excess_over_the_floor(replayed):
     db, _ = replayed
     summary = _json("summary", "--run", "2", "--json", "--db", db)

@@ -322,4 +322,6 @@ ALTER TABLE calls ADD COLUMN recorded_tool VARCHAR;
 """),
     (13, "one speed definition: the frontier views' tokens/s and acceptance over every decoded call",
      views_sql(("frontier", "customer_frontier"), version=13)),
+    (14, "the frontier views name the noise floor and leave it out of pareto (a reference, never a candidate)",
+     views_sql(("frontier", "customer_frontier"), version=14)),
 ]

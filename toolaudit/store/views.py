@@ -21,9 +21,13 @@ from toolaudit.store.vocabulary import DRIFTED_KINDS, MatchStatus
 
 MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
 # The migration that last changed a view; builders given an older `version` create the view as it was then.
-LATEST = 13
+LATEST = 14
 NAMES_SPLIT = 8  # replay_batches -> replay_chunks; the two compounded figures named apart
 SPEED_UNIFIED = 13  # the frontier views' tokens/s and acceptance: every decoded call (`analysis.speed`)
+FLOOR_APART = 14  # the frontier views name the noise-floor member and leave it out of `pareto` (a reference)
+# A run of the baseline against itself (`analysis.floor.is_noise_floor`): the same path names, or its options say so.
+IS_FLOOR = ("(coalesce(baseline_name = candidate_name, false) "
+            "OR coalesce(json_extract_string(options, '$.noise_floor') = 'true', false))")
 
 
 def _call_drift() -> str:
@@ -122,7 +126,9 @@ def _frontier(per_customer: bool, version: int = LATEST) -> str:
     """The remedy frontier: each candidate run of a matrix (a run outside a matrix is a matrix of one) with its
     drift, the session drift its per-call rate implies at the observed session length, its speed against the
     shared baseline, and whether it is Pareto-optimal (no other candidate, nor the baseline itself at 0 drift
-    and 1.0x, is at least as good on both drift and speed and better on one). Speeds come from the matched
+    and 1.0x, is at least as good on both drift and speed and better on one). Since migration 14 a matrix's
+    noise-floor member is named (`noise_floor`) and is no candidate: its `pareto` is NULL and it beats no one (it
+    is the baseline decoded again, often faster at its larger batch). Speeds come from the matched
     calls' outputs (tokens over each call's share of its engine call's wall time), so a customer's row uses only
     that customer's calls; recorded logs have no timings, so their speed and `pareto` are NULL."""
     name = "customer_frontier" if per_customer else "frontier"
@@ -138,6 +144,10 @@ def _frontier(per_customer: bool, version: int = LATEST) -> str:
     # from `summary`'s); since, one definition (`analysis.speed`): every call the path decoded, its tokens over
     # its share of the chunk's wall time.
     decoded = f"c.{MATCHED}" if version < SPEED_UNIFIED else "true"
+    apart = version >= FLOOR_APART
+    floor_col = f", {IS_FLOOR} AS noise_floor" if apart else ""
+    not_floor = " AND NOT o.noise_floor" if apart else ""
+    floor_null = "b.noise_floor OR " if apart else ""
     by_speed = f"""by_speed AS (
     SELECT o.run_id, {ccust}{speed("baseline")} AS baseline_tokens_per_s,
            {speed("candidate")} AS candidate_tokens_per_s,
@@ -151,7 +161,7 @@ def _frontier(per_customer: bool, version: int = LATEST) -> str:
 CREATE OR REPLACE VIEW {name} AS
 WITH members AS (
     SELECT run_id, coalesce(matrix_id, run_id) AS matrix_id, baseline_name AS baseline,
-           candidate_name AS candidate
+           candidate_name AS candidate{floor_col}
     FROM runs WHERE kind <> 'matrix'),
 by_calls AS (
     SELECT run_id, {cust}count(*) AS calls, count(*) FILTER (drifted) AS drifted_calls
@@ -169,7 +179,7 @@ rated AS (
            s.sessions_with_drift / s.sessions AS observed_session_drift,
            p.baseline_tokens_per_s, p.candidate_tokens_per_s,
            p.candidate_tokens_per_s / nullif(p.baseline_tokens_per_s, 0) AS speedup,
-           p.acceptance_rate, p.tokens_per_forward_pass
+           p.acceptance_rate, p.tokens_per_forward_pass{", m.noise_floor" if apart else ""}
     FROM members m JOIN by_calls c USING (run_id) LEFT JOIN by_sessions s USING ({using})
     LEFT JOIN by_speed p USING ({using}))
 SELECT b.matrix_id, b.run_id, b.baseline, b.candidate, {"b.customer, " if per_customer else ""}b.calls,
@@ -178,11 +188,12 @@ SELECT b.matrix_id, b.run_id, b.baseline, b.candidate, {"b.customer, " if per_cu
        1 - (1 - b.drift_rate) ^ b.mean_calls_per_session AS session_drift,
        1 - (1 - b.ci_high) ^ b.mean_calls_per_session AS session_drift_high,
        b.baseline_tokens_per_s, b.candidate_tokens_per_s, b.speedup, b.acceptance_rate, b.tokens_per_forward_pass,
-       CASE WHEN b.speedup IS NULL THEN NULL
+       CASE WHEN {floor_null}b.speedup IS NULL THEN NULL
             ELSE NOT (b.speedup <= 1 AND (b.drift_rate > 0 OR b.speedup < 1)) AND NOT EXISTS (
-                SELECT 1 FROM rated o WHERE o.matrix_id = b.matrix_id{same} AND o.run_id <> b.run_id
+                SELECT 1 FROM rated o WHERE o.matrix_id = b.matrix_id{same} AND o.run_id <> b.run_id{not_floor}
                   AND o.speedup IS NOT NULL AND o.drift_rate <= b.drift_rate AND o.speedup >= b.speedup
-                  AND (o.drift_rate < b.drift_rate OR o.speedup > b.speedup)) END AS pareto
+                  AND (o.drift_rate < b.drift_rate OR o.speedup > b.speedup)) END AS pareto{
+                  ", b.noise_floor" if apart else ""}
 FROM rated b;"""
 
 
