@@ -151,6 +151,24 @@ def test_a_fault_midway_stops_the_probe_there_and_a_clean_probe_is_stored(tmp_pa
     assert (row["run_id"], row["side"], row["path_name"], row["prompts"], row["repeats"], row["probe_set"]) == (
         1, "candidate", "px-stream", 6, 1, run_probe_set().digest)
     assert row["numerics"].startswith("num-")
+    _said_by_summary_and_history(db, ("baseline", "px", "probe prompt 3 of 6 failed: HTTP 429"))
+
+
+def _said_by_summary_and_history(db, unavailable: tuple[str, str, str]) -> None:
+    """The run's summary (screen and --json) and its history row say which probe is unavailable and why."""
+    import json
+
+    side, path, why = unavailable
+    screen = CliRunner().invoke(cli, ["summary", "--run", "1", "--db", str(db)])
+    assert screen.exit_code == 0, screen.output
+    assert any(line.split()[:4] == ["probe", "unavailable", side, f"{path}:"] and why in line
+               for line in screen.output.splitlines()), screen.output
+    summary = json.loads(CliRunner().invoke(cli, ["summary", "--run", "1", "--json", "--db", str(db)]).output)
+    (entry,) = summary["probes_unavailable"]
+    assert (entry["side"], entry["path_name"]) == (side, path) and why in entry["reason"]
+    history = json.loads(CliRunner().invoke(cli, ["history", "--json", "--db", str(db)]).output)
+    (row,) = [r for series in history["series"] for r in series["rows"] if r["run_id"] == 1]
+    assert why in row[f"{side}_probe_unavailable"] and row["candidate_probe_unavailable"] is None
 
 
 def test_faults_on_the_probe_and_the_replay_then_one_resume(tmp_path, proxy):

@@ -17,6 +17,7 @@ from toolaudit.analysis.runs import is_sampled, run_options, samples_per_call, s
 from toolaudit.analysis.stats import Rate, expected_session_drift, wilson
 from toolaudit.store import Store
 from toolaudit.store import queries as q
+from toolaudit.store.probes import run_unavailable_probes
 from toolaudit.store.vocabulary import MatchStatus
 
 
@@ -149,6 +150,8 @@ def run_summary(store: Store, run_id: int | None = None) -> dict[str, Any]:
                   for t in q.tool_rows(store, rid, fold_unknown_tools=fold)],
         "noise_floor": _floor(store, rid, fold_unknown_tools=fold),
         "sampling": sampling(run),
+        # probes the replay could not take ({run_id, side, path_name, reason}): said, not silently missing
+        "probes_unavailable": run_unavailable_probes(store, run),
         **_sampled(store, run),
     }
 

@@ -83,6 +83,7 @@ class HistoryRow:
     run: dict[str, Any]
     figures: dict[str, Any]
     probes: dict[str, dict[str, Any] | None]  # side -> the probe recorded with the run, or None
+    unavailable: dict[str, str] = field(default_factory=dict)  # side -> why its probe could not be taken
     previous_run_id: int | None = None
     drift_change: dict[str, float] | None = None
     changes: list[Change] = field(default_factory=list)
@@ -115,6 +116,7 @@ class HistoryRow:
             out[f"{side}_probe_decisions"] = probe.get("decisions")
             out[f"{side}_probe_numerics"] = probe.get("numerics")
             out[f"{side}_probe_stable"] = probe.get("stable")
+            out[f"{side}_probe_unavailable"] = self.unavailable.get(side)
         d = self.drift_change
         out.update({
             "previous_run_id": self.previous_run_id,
@@ -178,7 +180,8 @@ def history(store: Store, path_pair: Sequence[str] | None = None, customer: str 
         raise RunNotFound(_nothing(store, path_pair, customer))
     pairs: dict[tuple[str, str], list[HistoryRow]] = {}
     for run in runs:
-        row = HistoryRow(run, _figures(store, run, customer, budget, rule), _run_probes(run, probes))
+        row = HistoryRow(run, _figures(store, run, customer, budget, rule), _run_probes(run, probes),
+                         unavailable=_unavailable(store, run))
         series = pairs.setdefault((run["baseline_name"], run["candidate_name"]), [])
         if series:
             _explain(row, series[-1])
@@ -196,6 +199,16 @@ def _nothing(store: Store, path_pair: Sequence[str] | None, customer: str | None
         return f"{store.path}: {what}; run `toolaudit replay` or `compare` first"
     listed = "; ".join(known[:5]) + ("; ..." if len(known) > 5 else "")
     return f"{store.path}: {what} (path pairs: {listed}; see `toolaudit runs`)"
+
+
+def _unavailable(store: Store, run: dict) -> dict[str, str]:
+    """Side -> why the run's probe of that side's path could not be taken (`store.probes`)."""
+    from toolaudit.store.probes import run_unavailable_probes
+
+    out: dict[str, str] = {}
+    for entry in run_unavailable_probes(store, run):
+        out.setdefault(entry["side"], entry["reason"])
+    return out
 
 
 def _run_probes(run: dict, probes: dict[tuple[int, str, str], dict]) -> dict[str, dict | None]:

@@ -20,7 +20,8 @@ from toolaudit.store.vocabulary import ArgDiffKind
 
 def problem_lines(s: dict, db: str | None = None) -> list[str]:
     """The first error rows as `FILE:LINE: field: message`, the total and how to see them all; the schema issues
-    that left calls unjudged; then the records skipped as not model calls, with their reasons."""
+    that left calls unjudged; the probes the replay could not take, with why; then the records skipped as not
+    model calls, with their reasons."""
     lines = []
     shown = s.get("first_errors") or []
     for e in shown:
@@ -40,6 +41,8 @@ def problem_lines(s: dict, db: str | None = None) -> list[str]:
             more = schema["count"] - len(schema["first"])
             where = f" --db {db}" if db else ""
             lines.append(f"    ... {more} more: toolaudit sql \"{s['schema_issues_sql']}\"{where}")
+    for probe in s.get("probes_unavailable") or []:
+        lines.append(f"  probe unavailable     {probe['side']} {probe['path_name']}: {probe['reason']}")
     for side, info in (s.get("skipped") or {}).items():
         reasons = ", ".join(f"{n} {reason}" for reason, n in list(info["reasons"].items())[:4])
         label = f"skipped ({side})"

@@ -73,3 +73,13 @@ def unavailable_probes(store: Store, run_id: int) -> list[dict[str, Any]]:
         options = orjson.loads(row["options"]) if row["options"] else {}
         out += [{"run_id": row["run_id"], **entry} for entry in options.get(UNAVAILABLE) or []]
     return sorted(out, key=lambda e: e.get("side") != "baseline")
+
+
+def run_unavailable_probes(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The probes a run could not take, as its summary and history say them: a matrix's every member's; a
+    member's or a plain run's own, the baseline's included (recorded with the matrix run, which probes it once)."""
+    if run["kind"] == "matrix" or run.get("matrix_id") is None:
+        return unavailable_probes(store, run["run_id"])
+    mine = {("baseline", run["baseline_name"]), ("candidate", run["candidate_name"])}
+    return [e for e in unavailable_probes(store, run["matrix_id"]) if (e["side"], e["path_name"]) in mine]
+
