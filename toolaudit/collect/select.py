@@ -103,10 +103,13 @@ def select_collected(folder: str | Path, out: str | Path, selection: Selection, 
             os.replace(staged, out)
         else:
             traces = {span["traceId"] for _, span in _spans(_requests([staged])) if span.get("spanId") in chosen_calls}
-            _write([staged], out, lambda _, span: span.get("traceId") in traces and (
+            chosen = out.with_name(out.name + ".chosen")  # renamed whole: a kill never leaves half a selection
+            _write([staged], chosen, lambda _, span: span.get("traceId") in traces and (
                 span.get("spanId") not in calls or span.get("spanId") in chosen_calls))
+            os.replace(chosen, out)
     finally:
         staged.unlink(missing_ok=True)
+        out.with_name(out.name + ".chosen").unlink(missing_ok=True)
     customers = {calls[span_id][1] for span_id in chosen_calls}
     return Selected(out, len(files), len(chosen_calls), set(sessions), customers)
 
