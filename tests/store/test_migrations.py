@@ -275,3 +275,51 @@ def test_a_version_11_database_keeps_its_calls_and_its_tools_read_as_before_a_re
         assert {t["tool_name"]: t["calls"] for t in run_summary(store, new)["tools"]} == {"search": 1, None: 1}
         assert {t["tool_name"]: t["calls"] for t in report_tool_rows(store, new, "acme", True)} == {
             "search": 1, "(no tool call)": 1}
+
+
+def _schema(con) -> dict[str, list]:
+    """Everything a file's schema holds, as text: tables' columns, views' SQL, indexes, sequences, macros."""
+    queries = {
+        "columns": "SELECT table_name, column_name, ordinal_position, data_type, is_nullable, column_default "
+                   "FROM information_schema.columns ORDER BY ALL",
+        "views": "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal ORDER BY ALL",
+        "constraints": "SELECT table_name, constraint_type, constraint_text FROM duckdb_constraints() ORDER BY ALL",
+        "indexes": "SELECT table_name, index_name, sql FROM duckdb_indexes() ORDER BY ALL",
+        "sequences": "SELECT sequence_name, start_value, last_value FROM duckdb_sequences() ORDER BY ALL",
+        "macros": "SELECT function_name, macro_definition FROM duckdb_functions() WHERE NOT internal "
+                  "AND function_type = 'macro' ORDER BY ALL",
+        "versions": "SELECT version, name FROM schema_migrations ORDER BY version",
+    }
+    return {what: con.execute(sql).fetchall() for what, sql in queries.items()}
+
+
+def test_a_new_file_has_the_schema_of_every_migration_applied_in_turn(tmp_path):
+    """A new file is created in one transaction with each view made once (`migrations.TABLES_ONLY`): the same
+    tables, columns, views, indexes, sequences, macros and recorded versions as migrations 1..latest applied one
+    by one, as a file that lived through every release has them."""
+    import duckdb
+
+    stepwise = database_at(tmp_path / "stepwise.duckdb", MIGRATIONS[-1][0])
+    try:
+        expected = _schema(stepwise)
+    finally:
+        stepwise.close()
+    with Store(tmp_path / "new.duckdb") as store:
+        pass
+    con = duckdb.connect(str(tmp_path / "new.duckdb"), read_only=True)
+    try:
+        got = _schema(con)
+    finally:
+        con.close()
+    assert got == expected
+    assert len(got["views"]) >= len(VIEWS) and got["versions"][-1][0] == MIGRATIONS[-1][0]
+
+
+def test_every_migration_that_recreates_views_gives_its_tables_alone_for_a_new_file():
+    """A migration that re-creates views needs its tables-only form (else a new file would make its views at an
+    old definition, then again); the tables-only forms create no view a later migration replaces."""
+    from toolaudit.store.migrations import TABLES_ONLY
+
+    recreating = {v for v, _, sql in MIGRATIONS if "CREATE OR REPLACE VIEW" in sql}
+    assert recreating == set(TABLES_ONLY)
+    assert not any("CREATE OR REPLACE VIEW" in sql for sql in TABLES_ONLY.values())

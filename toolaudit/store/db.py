@@ -15,10 +15,11 @@ import pyarrow as pa
 
 from toolaudit import RunNotFound, StoreError, __version__
 from toolaudit.store.files import DatabaseLocked, check_folder, check_header, open_error, writer_locked
-from toolaudit.store.migrations import MIGRATIONS
+from toolaudit.store.migrations import MIGRATIONS, TABLES_ONLY
 from toolaudit.store.recovery import LIVE, live_key, settle_dead_runs
 from toolaudit.store.rows import RowBuffer, json_text
 from toolaudit.store.snapshot import SnapshotNote, SnapshotPublisher, open_snapshot
+from toolaudit.store.views import views_sql
 from toolaudit.store.vocabulary import MatchStatus
 
 
@@ -163,12 +164,25 @@ class Store:
         current = self.schema_version()
         if current > MIGRATIONS[-1][0]:
             self._check_version()
+        if current == 0:
+            self._create_schema()
+            return
         for version, name, sql in MIGRATIONS:
             if version <= current:
                 continue
             with self.transaction():
                 self.con.execute(sql)
                 self.con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, name, _now()])
+
+    def _create_schema(self) -> None:
+        """A new file's schema in one transaction, each view created once (`migrations.TABLES_ONLY`)."""
+        with self.transaction():
+            for version, name, sql in MIGRATIONS:
+                ddl = TABLES_ONLY.get(version, sql)
+                if ddl.strip():
+                    self.con.execute(ddl)
+                self.con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, name, _now()])
+            self.con.execute(views_sql())
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
