@@ -304,7 +304,7 @@ def test_a_new_file_has_the_schema_of_every_migration_applied_in_turn(tmp_path):
         expected = _schema(stepwise)
     finally:
         stepwise.close()
-    with Store(tmp_path / "new.duckdb") as store:
+    with Store(tmp_path / "new.duckdb"):
         pass
     con = duckdb.connect(str(tmp_path / "new.duckdb"), read_only=True)
     try:
@@ -323,3 +323,39 @@ def test_every_migration_that_recreates_views_gives_its_tables_alone_for_a_new_f
     recreating = {v for v, _, sql in MIGRATIONS if "CREATE OR REPLACE VIEW" in sql}
     assert recreating == set(TABLES_ONLY)
     assert not any("CREATE OR REPLACE VIEW" in sql for sql in TABLES_ONLY.values())
+
+
+def test_new_files_come_from_the_template_and_never_clobber(tmp_path, monkeypatch):
+    """A new file is the process's template copied and linked into place (`store.template`): its migrations are
+    recorded as applied when it was made; a path that appears meanwhile is left alone (the caller migrates what is
+    there), and so is everything where the filesystem has no hard links."""
+    import os
+    import time
+
+    import duckdb
+
+    from toolaudit.store import template
+
+    old = tmp_path / "template" / "old.duckdb"
+    old.parent.mkdir()
+    template.new_schema_file(str(old))
+    with duckdb.connect(str(old)) as con:
+        con.execute("UPDATE schema_migrations SET applied_at = TIMESTAMP '2000-01-01'")
+    monkeypatch.setattr(template, "_template", str(old))
+    before = time.time()
+    with Store(tmp_path / "a.duckdb") as store:
+        applied = store.query("SELECT min(epoch(applied_at)) FROM schema_migrations")[1][0][0]
+    assert applied >= before - 1  # not the template's own time
+    theirs = tmp_path / "theirs.duckdb"
+    theirs.write_bytes(b"another process's file")
+    assert template.place_new_file(str(theirs)) is False
+    assert theirs.read_bytes() == b"another process's file"
+
+    def no_links(src, dst):
+        raise OSError("hard links not supported here")
+
+    monkeypatch.setattr(os, "link", no_links)
+    assert template.place_new_file(str(tmp_path / "b.duckdb")) is False
+    with Store(tmp_path / "b.duckdb") as store:  # migrated in place instead
+        assert store.schema_version() == MIGRATIONS[-1][0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "b.duckdb", "template", "theirs.duckdb"]

@@ -15,11 +15,11 @@ import pyarrow as pa
 
 from toolaudit import RunNotFound, StoreError, __version__
 from toolaudit.store.files import DatabaseLocked, check_folder, check_header, open_error, writer_locked
-from toolaudit.store.migrations import MIGRATIONS, TABLES_ONLY
+from toolaudit.store.migrations import MIGRATIONS, create_schema
 from toolaudit.store.recovery import LIVE, live_key, settle_dead_runs
 from toolaudit.store.rows import RowBuffer, json_text
 from toolaudit.store.snapshot import SnapshotNote, SnapshotPublisher, open_snapshot
-from toolaudit.store.views import views_sql
+from toolaudit.store.template import place_new_file
 from toolaudit.store.vocabulary import MatchStatus
 
 
@@ -49,6 +49,7 @@ class Store:
             raise RunNotFound(f"{self.path}: no such database; run `toolaudit compare` or `replay` first")
         check_header(self.path)
         self._created = not read_only and not Path(self.path).exists()  # removed again if nothing is written
+        placed = self._created and place_new_file(self.path)
         try:
             self.con = self._connect(read_only)
         except DatabaseLocked as locked:
@@ -65,6 +66,8 @@ class Store:
             return
         if not read_only:
             try:
+                if placed:  # the template's schema, applied now
+                    self.con.execute("UPDATE schema_migrations SET applied_at = ?", [_now()])
                 self.migrate()
                 settle_dead_runs(self.con, self.path)
             except BaseException:
@@ -175,14 +178,8 @@ class Store:
                 self.con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, name, _now()])
 
     def _create_schema(self) -> None:
-        """A new file's schema in one transaction, each view created once (`migrations.TABLES_ONLY`)."""
         with self.transaction():
-            for version, name, sql in MIGRATIONS:
-                ddl = TABLES_ONLY.get(version, sql)
-                if ddl.strip():
-                    self.con.execute(ddl)
-                self.con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, name, _now()])
-            self.con.execute(views_sql())
+            create_schema(self.con, _now())
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:

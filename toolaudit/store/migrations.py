@@ -5,6 +5,9 @@ Every column is documented in docs/schema.md; a test checks the exact columns of
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 from toolaudit.store.views import CORE_VIEWS, replay_batches_alias, views_sql
 
 _MATRIX_COLUMN = "ALTER TABLE runs ADD COLUMN matrix_id BIGINT;\n"
@@ -336,4 +339,15 @@ ALTER TABLE calls ADD COLUMN recorded_tool VARCHAR;
 # about half the time (a new file took ~115 ms, two thirds of it re-creating views 6 times; the suite makes
 # thousands), and a file that is either fully created or not at all.
 TABLES_ONLY = {4: "", 6: "", 7: _MATRIX_COLUMN, 8: _CHUNKS_RENAMED + replay_batches_alias(), 13: "", 14: ""}
+
+
+def create_schema(con: Any, applied_at: dt.datetime) -> None:
+    """A new file's schema (inside the caller's transaction): every migration's tables, then each view once at
+    its latest definition (`TABLES_ONLY`), every version recorded as applied at `applied_at`."""
+    for version, name, sql in MIGRATIONS:
+        ddl = TABLES_ONLY.get(version, sql)
+        if ddl.strip():
+            con.execute(ddl)
+        con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, name, applied_at])
+    con.execute(views_sql())
 
