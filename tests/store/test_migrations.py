@@ -359,3 +359,7 @@ def test_new_files_come_from_the_template_and_never_clobber(tmp_path, monkeypatc
     with Store(tmp_path / "b.duckdb") as store:  # migrated in place instead
         assert store.schema_version() == MIGRATIONS[-1][0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "b.duckdb", "template", "theirs.duckdb"]
+    monkeypatch.setattr(template, "_template", None)  # no temporary folder to make the template in
+    monkeypatch.setattr(template.tempfile, "mkdtemp", lambda **_: (_ for _ in ()).throw(OSError("read-only")))
+    with Store(tmp_path / "c.duckdb") as store:
+        assert store.schema_version() == MIGRATIONS[-1][0]

@@ -4,8 +4,8 @@ Why: creating a file's schema (every migration, the views once: `Store.migrate`)
 that make many files (sharded compares, merges, the test suite's thousands) paid it each time; copying a migrated
 empty file takes a few. The template is made once per process by the same code that migrates any new file, in a
 temporary folder removed at exit. The copy is linked into place, never over a file: where `path` appeared
-meanwhile (another process made it) or the filesystem has no hard links, nothing is placed and the caller opens
-and migrates the file as usual."""
+meanwhile (another process made it), the filesystem has no hard links or no temporary folder can hold the
+template, nothing is placed and the caller opens and migrates the file as usual."""
 
 from __future__ import annotations
 
@@ -41,11 +41,17 @@ def place_new_file(path: str) -> bool:
     False where nothing was placed (see the module docstring)."""
     global _template
     if _template is None:
-        folder = tempfile.mkdtemp(prefix="toolaudit-template-")
-        atexit.register(shutil.rmtree, folder, True)
-        made = os.path.join(folder, "new.duckdb")
-        new_schema_file(made)
+        try:
+            folder = tempfile.mkdtemp(prefix="toolaudit-template-")
+            atexit.register(shutil.rmtree, folder, True)
+            made = os.path.join(folder, "new.duckdb")
+            new_schema_file(made)
+        except (OSError, duckdb.Error):  # no usable temporary folder: every file is migrated in place
+            _template = ""
+            return False
         _template = made
+    if not _template:
+        return False
     staged = f"{path}.new-{os.getpid()}"
     try:
         shutil.copyfile(_template, staged)
