@@ -43,7 +43,7 @@ def place_new_file(path: str) -> bool:
     if _template is None:
         try:
             folder = tempfile.mkdtemp(prefix="toolaudit-template-")
-            atexit.register(shutil.rmtree, folder, True)
+            atexit.register(_remove, folder, os.getpid())
             made = os.path.join(folder, "new.duckdb")
             new_schema_file(made)
         except (OSError, duckdb.Error):  # no usable temporary folder: every file is migrated in place
@@ -62,3 +62,10 @@ def place_new_file(path: str) -> bool:
         with contextlib.suppress(OSError):
             os.unlink(staged)
     return True
+
+
+def _remove(folder: str, owner: int) -> None:
+    """The template's folder, removed at exit by the process that made it (not by a forked child exiting)."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
+
