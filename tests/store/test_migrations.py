@@ -342,6 +342,7 @@ def test_new_files_come_from_the_template_and_never_clobber(tmp_path, monkeypatc
     with duckdb.connect(str(old)) as con:
         con.execute("UPDATE schema_migrations SET applied_at = TIMESTAMP '2000-01-01'")
     monkeypatch.setattr(template, "_template", str(old))
+    monkeypatch.setattr(template, "_new_files", 1)
     before = time.time()
     with Store(tmp_path / "a.duckdb") as store:
         applied = store.query("SELECT min(epoch(applied_at)) FROM schema_migrations")[1][0][0]
@@ -360,6 +361,21 @@ def test_new_files_come_from_the_template_and_never_clobber(tmp_path, monkeypatc
         assert store.schema_version() == MIGRATIONS[-1][0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "b.duckdb", "template", "theirs.duckdb"]
     monkeypatch.setattr(template, "_template", None)  # no temporary folder to make the template in
+    monkeypatch.setattr(template, "_new_files", 1)
     monkeypatch.setattr(template.tempfile, "mkdtemp", lambda **_: (_ for _ in ()).throw(OSError("read-only")))
     with Store(tmp_path / "c.duckdb") as store:
         assert store.schema_version() == MIGRATIONS[-1][0]
+
+
+def test_a_process_first_new_file_is_migrated_in_place_and_its_second_makes_the_template(tmp_path, monkeypatch):
+    """One-file commands (most) make no template: nothing left in the temporary folder when one is killed."""
+    from toolaudit.store import template
+
+    monkeypatch.setattr(template, "_template", None)
+    monkeypatch.setattr(template, "_new_files", 0)
+    monkeypatch.setattr(template.tempfile, "tempdir", str(tmp_path))
+    Store(tmp_path / "one.duckdb").close()
+    assert template._template is None and not list(tmp_path.glob("toolaudit-template-*"))
+    Store(tmp_path / "two.duckdb").close()
+    assert template._template and len(list(tmp_path.glob("toolaudit-template-*"))) == 1
+

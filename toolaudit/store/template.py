@@ -21,6 +21,7 @@ import duckdb
 from toolaudit.store.migrations import create_schema
 
 _template: str | None = None
+_new_files = 0  # new files this process asked for: the first is migrated in place (see `place_new_file`)
 
 
 def new_schema_file(path: str) -> None:
@@ -37,9 +38,13 @@ def new_schema_file(path: str) -> None:
 
 
 def place_new_file(path: str) -> bool:
-    """A migrated empty database at `path`, which did not exist, from the template (made the first time).
-    False where nothing was placed (see the module docstring)."""
-    global _template
+    """A migrated empty database at `path`, which did not exist, from the template; False where nothing was placed
+    (see the module docstring). A process's first new file is migrated in place and its second makes the template:
+    a one-file command (most) pays nothing for it and, killed, leaves no template behind."""
+    global _template, _new_files
+    _new_files += 1
+    if _template is None and _new_files == 1:
+        return False
     if _template is None:
         try:
             folder = tempfile.mkdtemp(prefix="toolaudit-template-")
