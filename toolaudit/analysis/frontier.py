@@ -186,7 +186,7 @@ def frontier(store: Store, run_id: int | None, customer: str | None = None, budg
         everyone = [_remedy(row, budget, lengths, members.get(row["run_id"]), None, beside(row["run_id"]))
                     for row in rows]
         remedies = _pareto([r for r in everyone if not r.noise_floor])
-        floor = next((replace(r, pareto=None) for r in everyone if r.noise_floor), None)  # a reference, not a remedy
+        floor = next((r for r in everyone if r.noise_floor), None)  # its pareto: NULL in the view (a reference)
         recommendation = recommend(remedies, budget) if budget.given and remedies else None
         return Frontier(run["run_id"], run["baseline_name"], customer, budget, remedies, recommendation,
                         floor=floor)

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from toolaudit import RunNotFound, StoreError, __version__
 from toolaudit.store.files import DatabaseLocked, check_folder, check_header, open_error, writer_locked
-from toolaudit.store.migrations import MIGRATIONS, create_schema
+from toolaudit.store.migrations import MIGRATIONS, SCHEMA_MIGRATIONS_TABLE, create_schema
 from toolaudit.store.recovery import LIVE, live_key, settle_dead_runs
 from toolaudit.store.rows import RowBuffer, json_text
 from toolaudit.store.snapshot import SnapshotNote, SnapshotPublisher, open_snapshot
@@ -162,8 +162,7 @@ class Store:
         return version
 
     def migrate(self) -> None:
-        self.con.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
-                         "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
+        self.con.execute(SCHEMA_MIGRATIONS_TABLE)
         current = self.schema_version()
         if current > MIGRATIONS[-1][0]:
             self._check_version()

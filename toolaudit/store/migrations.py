@@ -10,6 +10,10 @@ from typing import Any
 
 from toolaudit.store.views import CORE_VIEWS, replay_batches_alias, views_sql
 
+# The table every migration records itself in: made before the first migration (by `Store.migrate`, and for the
+# template by `template.new_schema_file`).
+SCHEMA_MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                           "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
 _MATRIX_COLUMN = "ALTER TABLE runs ADD COLUMN matrix_id BIGINT;\n"
 _CHUNKS_RENAMED = """
 ALTER TABLE replay_batches RENAME TO replay_chunks;

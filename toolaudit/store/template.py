@@ -18,7 +18,7 @@ import tempfile
 
 import duckdb
 
-from toolaudit.store.migrations import create_schema
+from toolaudit.store.migrations import SCHEMA_MIGRATIONS_TABLE, create_schema
 
 _template: str | None = None
 _new_files = 0  # new files this process asked for: the first is migrated in place (see `place_new_file`)
@@ -28,8 +28,7 @@ def new_schema_file(path: str) -> None:
     """A new file with the schema (`migrations.create_schema`), closed: checkpointed, one file and no WAL."""
     con = duckdb.connect(path, config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     try:
-        con.execute("CREATE TABLE schema_migrations ("
-                    "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
+        con.execute(SCHEMA_MIGRATIONS_TABLE)
         con.execute("BEGIN TRANSACTION")
         create_schema(con, dt.datetime.now(dt.timezone.utc).replace(tzinfo=None))
         con.execute("COMMIT")
