@@ -109,7 +109,7 @@ class Budget:
 class NoFloor(StoreError):
     """A budget on the excess over the noise floor, for a run that has no floor."""
 
-    option = BUDGET_OPTIONS[0].flag  # the option the CLI names in the usage error
+    option = next(o.flag for o in BUDGET_OPTIONS if o.field == "max_excess")  # named in the CLI's usage error
 
 
 def judge_excess(excess: Difference, threshold: float, rule: Rule = DEFAULT_RULE) -> Judged:
