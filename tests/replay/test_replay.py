@@ -80,6 +80,11 @@ def test_replay_stores_both_paths_with_evidence(tmp_path, paths_file):
         assert all(o["drafted_tokens"] is not None and o["forward_passes"] > 0 for o in spec)
         perf = {r["side"]: r for r in store.rows("SELECT * FROM path_performance WHERE run_id = ?", [run_id])}
         assert perf["baseline"]["calls"] == 8 and perf["baseline"]["drafted_tokens"] == 0
+        # The candidate ran no prefill (the baseline's prompts were cached) and is charged what it reused: its
+        # tokens/s is over wall time plus that, never over its decode time alone.
+        cand = perf["candidate"]
+        assert 0 < cand["reused_prefill_s"] < cand["wall_s"]
+        assert cand["tokens_per_s"] == pytest.approx(cand["completion_tokens"] / cand["wall_s"])
         run = store.run_row(run_id)
         assert run["kind"] == "replay" and run["status"] == "complete"
         assert run["baseline_fingerprint"].startswith("fp-")

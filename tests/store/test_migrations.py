@@ -25,7 +25,7 @@ EXPECTED_TABLES = {
     "trace_errors": ["run_id", "side", "source", "line", "field", "message", "excerpt"],
     "schema_issues": ["run_id", "tool_name", "schema_source", "severity", "message"],
     "replay_chunks": ["run_id", "chunk_no", "side", "path_name", "calls", "wall_s", "completion_tokens",
-                      "drafted_tokens", "accepted_tokens", "forward_passes", "errors"],
+                      "drafted_tokens", "accepted_tokens", "forward_passes", "errors", "reused_prefill_s"],
 }
 VIEWS = ["call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift", "path_performance",
          "frontier", "customer_frontier", "replay_batches", "sampled_call_shifts"]

@@ -16,14 +16,14 @@ package.
 
 from __future__ import annotations
 
-from .base import Capabilities, Engine, EngineRequest, EngineResult, error_result
+from .base import Capabilities, Engine, EngineRequest, EngineResult, charged_seconds, error_result
 from .registry import ENGINES, EngineSpec, Registry
 from .threads import quiet_openmp
 
 quiet_openmp()  # before anything imports torch: none of the modules above does (see `threads`)
 
 __all__ = ["ENGINES", "Capabilities", "Engine", "EngineRequest", "EngineResult", "EngineSpec", "Registry",
-           "error_result", "make_engine"]
+           "charged_seconds", "error_result", "make_engine"]
 
 
 def make_engine(path) -> Engine:

@@ -90,6 +90,10 @@ class EngineResult:
     # how an HTTP engine asked for this sample of a sampled call: "n" (choice `sample` of one request with n
     # choices) or "seed" (a request of its own, seeded per sample); None for in-process engines and greedy paths
     samples_via: str | None = None
+    # Seconds of prefill another decode path in this process ran for this request's prompt and this path reused
+    # (the embedded engine's shared prefix cache, `PathPrefix`): part of the time this path is charged
+    # (`charged_seconds`), so that each path pays its own prompts' prefill once, whichever path ran first.
+    reused_prefill_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -99,6 +103,12 @@ class EngineResult:
     def acceptance_rate(self) -> float | None:
         """Accepted over drafted proposals; None when nothing was drafted (target-only paths)."""
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
+
+
+def charged_seconds(wall: float, results: list[EngineResult]) -> float:
+    """The time a path is charged for one engine call: its wall time plus the prefill it reused from other
+    paths (`EngineResult.reused_prefill_s`). Its tokens/s is tokens over this (`analysis.speed`)."""
+    return wall + sum(r.reused_prefill_s for r in results)
 
 
 def error_result(key: str, error: BaseException | str) -> EngineResult:

@@ -27,6 +27,7 @@ class ChunkRows:
     def timing(self, rows: RowBuffer, run_id: int, side: str, path: PathConfig, groups: list[list[EngineResult]],
                wall: float, chunk_no: int | None = None) -> int:
         """A `replay_chunks` row (timings of one engine call, or a member's share of it) among the chunk's rows.
+        `wall`: the seconds the path is charged (`engines.charged_seconds`: with the prefill it reused).
         `groups`: each call's results (its samples); tokens and counters sum over every sample."""
         if chunk_no is None:
             chunk_no = self._chunk_no(run_id)
@@ -36,7 +37,8 @@ class ChunkRows:
                  drafted_tokens=sum(r.drafted_tokens for r in results),
                  accepted_tokens=sum(r.accepted_tokens for r in results),
                  forward_passes=sum(r.forward_passes for r in results),
-                 errors=sum(1 for r in results if r.error))
+                 errors=sum(1 for r in results if r.error),
+                 reused_prefill_s=sum(r.reused_prefill_s for r in results))
         return chunk_no
 
     def baseline_timings(self, rows: RowBuffer, members: list[Member], chunk: list[TraceCall],

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from toolaudit import StoreError
-from toolaudit.engines import Engine, EngineRequest, EngineResult, make_engine
+from toolaudit.engines import Engine, EngineRequest, EngineResult, charged_seconds, make_engine
 from toolaudit.engines.logs import EngineLogs
 from toolaudit.engines.paths import PathConfig
 
@@ -56,13 +56,14 @@ class EnginePool:
         return all(self.engine(p).capabilities.holds_together for p in paths)
 
     def generate(self, path: PathConfig, requests: list[EngineRequest]) -> tuple[list[EngineResult], float]:
-        """One engine call, timed (loading excluded: it is not decoding)."""
+        """One engine call, timed (loading excluded: it is not decoding), with the prefill it reused from other
+        paths charged to it (`charged_seconds`)."""
         engine = self.engine(path)
         with self.logs.captured():
             engine.load()
             t0 = time.perf_counter()
             out = engine.generate(requests)
-            wall = time.perf_counter() - t0
+            wall = charged_seconds(time.perf_counter() - t0, out)
         if len(out) != len(requests):
             raise StoreError(f"engine for path {path.name!r} returned {len(out)} results for "
                              f"{len(requests)} requests")

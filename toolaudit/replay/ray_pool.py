@@ -33,7 +33,7 @@ from typing import Any
 
 from toolaudit import ConfigError, StoreError
 from toolaudit.compare.ray_cluster import PickledWorker, RayOptions, connect, ordered_map, pool_size
-from toolaudit.engines import Capabilities, Engine, EngineRequest, EngineResult, make_engine
+from toolaudit.engines import Capabilities, Engine, EngineRequest, EngineResult, charged_seconds, make_engine
 from toolaudit.engines.logs import EngineLogs
 from toolaudit.engines.paths import PathConfig
 from toolaudit.replay.engine_pool import EnginePool, Job, Outputs
@@ -102,7 +102,7 @@ class EngineWorker(PickledWorker):
             engine = self.engines[name]
             t0 = time.perf_counter()
             results = engine.generate(requests)
-            outputs.append((results, time.perf_counter() - t0))
+            outputs.append((results, charged_seconds(time.perf_counter() - t0, results)))
         return Decoded(outputs, self._vocab(calls, outputs), self.node, self.pid)
 
     def _vocab(self, calls: list[tuple[str, list[EngineRequest]]], outputs: Outputs) -> dict[str, dict[int, str]]:

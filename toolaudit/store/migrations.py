@@ -15,6 +15,7 @@ from toolaudit.store.views import CORE_VIEWS, replay_batches_alias, views_sql
 SCHEMA_MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations ("
                            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
 _MATRIX_COLUMN = "ALTER TABLE runs ADD COLUMN matrix_id BIGINT;\n"
+_PREFILL_COLUMN = "ALTER TABLE replay_chunks ADD COLUMN reused_prefill_s DOUBLE;\n"
 _CHUNKS_RENAMED = """
 ALTER TABLE replay_batches RENAME TO replay_chunks;
 ALTER TABLE replay_chunks RENAME COLUMN batch_no TO chunk_no;
@@ -335,6 +336,10 @@ ALTER TABLE calls ADD COLUMN recorded_tool VARCHAR;
      views_sql(("frontier", "customer_frontier"), version=13)),
     (14, "the frontier views name the noise floor and leave it out of pareto (a reference, never a candidate)",
      views_sql(("frontier", "customer_frontier"), version=14)),
+    # Paths on one model share prompt KV: the prefill a path reused from another path's run is charged to it, as
+    # part of wall_s (`engines.charged_seconds`), and named here. NULL in the rows written before.
+    (15, "each path charged its own prompts' prefill: replay_chunks.reused_prefill_s",
+     _PREFILL_COLUMN + views_sql(("path_performance",), version=15)),
 ]
 
 # A new file runs the migrations in one transaction with each reporting view created once, at its latest
@@ -342,7 +347,8 @@ ALTER TABLE calls ADD COLUMN recorded_tool VARCHAR;
 # tables, if any. The same schema as migrating step by step (tests/store/test_migrations.py compares them), in
 # about half the time (a new file took ~115 ms, two thirds of it re-creating views 6 times; the suite makes
 # thousands), and a file that is either fully created or not at all.
-TABLES_ONLY = {4: "", 6: "", 7: _MATRIX_COLUMN, 8: _CHUNKS_RENAMED + replay_batches_alias(), 13: "", 14: ""}
+TABLES_ONLY = {4: "", 6: "", 7: _MATRIX_COLUMN, 8: _CHUNKS_RENAMED + replay_batches_alias(), 13: "", 14: "",
+               15: _PREFILL_COLUMN}
 
 
 def create_schema(con: Any, applied_at: dt.datetime) -> None:

@@ -44,6 +44,7 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "run_id": pa.int64(), "chunk_no": pa.int32(), "side": pa.string(), "path_name": pa.string(),
         "calls": pa.int32(), "wall_s": pa.float64(), "completion_tokens": pa.int64(), "drafted_tokens": pa.int64(),
         "accepted_tokens": pa.int64(), "forward_passes": pa.int64(), "errors": pa.int32(),
+        "reused_prefill_s": pa.float64(),
     },
     "staged_results": {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),

@@ -21,10 +21,11 @@ from toolaudit.store.vocabulary import DRIFTED_KINDS, MatchStatus
 
 MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
 # The migration that last changed a view; builders given an older `version` create the view as it was then.
-LATEST = 14
+LATEST = 15
 NAMES_SPLIT = 8  # replay_batches -> replay_chunks; the two compounded figures named apart
 SPEED_UNIFIED = 13  # the frontier views' tokens/s and acceptance: every decoded call (`analysis.speed`)
 FLOOR_APART = 14  # the frontier views name the noise-floor member and leave it out of `pareto` (a reference)
+PREFILL_CHARGED = 15  # replay_chunks.reused_prefill_s: the part of wall_s that is prefill other paths ran
 # A run of the baseline against itself (`analysis.floor.is_noise_floor`): the same path names, or its options say so.
 IS_FLOOR = ("(coalesce(baseline_name = candidate_name, false) "
             "OR coalesce(json_extract_string(options, '$.noise_floor') = 'true', false))")
@@ -102,7 +103,8 @@ def _path_performance(version: int) -> str:
     chunks = "replay_batches" if version < NAMES_SPLIT else "replay_chunks"
     return f"""
 CREATE OR REPLACE VIEW path_performance AS
-SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum(wall_s) AS wall_s,
+SELECT run_id, side, any_value(path_name) AS path_name, sum(calls) AS calls, sum(wall_s) AS wall_s,{
+       " sum(reused_prefill_s) AS reused_prefill_s," if version >= PREFILL_CHARGED else ""}
        sum(completion_tokens) AS completion_tokens,
        sum(completion_tokens) / nullif(sum(wall_s), 0) AS tokens_per_s,
        sum(drafted_tokens) AS drafted_tokens, sum(accepted_tokens) AS accepted_tokens,

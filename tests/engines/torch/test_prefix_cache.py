@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from toolaudit.engines.torch.loop import DecodeSettings, decode  # noqa: E402
-from toolaudit.engines.torch.prefix_cache import PrefixCache  # noqa: E402
+from toolaudit.engines.torch.prefix_cache import PathPrefix, PrefixCache  # noqa: E402
 from toolaudit.engines.torch.proposers import NgramProposer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -50,3 +50,21 @@ def test_a_partially_matching_block_is_reused_token_by_token(target, prompts):
     decode(target, [prompts[0][:16]], SETTINGS, prefix_cache=cache)  # logits cached after the second whole block
     n, _, logits = cache.lookup(prompts[0][:17])  # whole blocks to 16, then 1 token into a cached block
     assert n == 17 and logits is None  # not the logits after the 16-token prompt
+
+
+def test_each_path_is_charged_its_own_prompts_prefill_once(target, prompts):
+    """The path that reuses another path's prompt KV is charged the seconds that prefill took, once per block;
+    what a path computed itself, or was charged for already, is free to it (as its own cache would be)."""
+    session = [prompts[0][:20], prompts[0][:20] + prompts[1][:9], prompts[0][:20] + prompts[1][:9] + [4, 5, 6]]
+    cache = PrefixCache(block=8)
+    first, second = PathPrefix(cache), PathPrefix(cache)
+    decode(target, session, SETTINGS, prefix_cache=first, batch_size=2)
+    assert first.take_reused() == 0.0  # calls 2 and 3 reused call 1's blocks, which this path computed
+    computed = sum(cache.seconds(key) for key in cache._blocks)
+    assert computed > 0
+    decode(target, session, SETTINGS, NgramProposer(4), prefix_cache=second, batch_size=3)
+    assert cache.computed_tokens == 20 + 9 + 3  # the second path ran no prefill...
+    assert second.take_reused() == pytest.approx(computed)  # ...and is charged all of it, each block once
+    decode(target, session, SETTINGS, prefix_cache=second)
+    assert second.take_reused() == 0.0  # already paid
+    assert first.take_reused() == 0.0

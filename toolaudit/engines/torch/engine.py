@@ -35,7 +35,7 @@ from .layout import Layout, kv_bytes_per_token, resolve_layout
 from .loop import DecodeSettings, decode
 from .models import load_model
 from .numerics import cpu_capability, resolve
-from .prefix_cache import PREFIX_REUSE, PrefixCache
+from .prefix_cache import PREFIX_REUSE, PathPrefix, PrefixCache
 from .proposers import DraftModelProposer, NgramProposer
 from .static_kv import StaticKV
 
@@ -68,6 +68,7 @@ class TorchEngine(LocalEngine):
         self._eos: frozenset[int] = frozenset()
         self._positions: int | None = None
         self._static: dict[int, StaticKV] = {}  # fixed-shape caches (and their graphs) kept between calls, by model
+        self._prefixes: dict[int, PathPrefix] = {}  # this path's use of each model's shared prefix cache
 
     @functools.cached_property
     def layout(self) -> Layout:
@@ -120,6 +121,7 @@ class TorchEngine(LocalEngine):
         self._model = self._tokenizer = self._draft = None
         self._pieces = {}
         self._static = {}
+        self._prefixes = {}
 
     # ------------------------------------------------------------------ generation
 
@@ -131,16 +133,29 @@ class TorchEngine(LocalEngine):
         refilled from the queue."""
         p = self.path
         settings = self.decode_settings(requests)
-        cache = prefix_cache_for(self._model) if p.prefix_caching else None
+        cache = self._prefix(self._model)
         outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, self._proposer(), cache,
                          batch_size=self.layout.rows, new_kv=self._new_kv(self._model))
+        # Prefill other paths ran for these prompts, charged here in equal shares (a chunk's time is shared out
+        # to its calls equally in any case).
+        reused = sum(view.take_reused() for view in self._prefixes.values()) / len(requests)
         return [EngineResult(
             key=req.key, text=self._text(prompt.prefill, out.token_ids), token_ids=out.token_ids,
             prompt_tokens=len(prompt.ids), completion_tokens=len(out.token_ids), latency_s=out.latency_s,
             ttft_s=out.ttft_s, drafted_tokens=out.drafted, accepted_tokens=out.accepted,
             forward_passes=out.forward_passes, margins=out.margins, top2=out.top2, finish_reason=out.finish_reason,
             top_logprobs=[t[:req.logprobs] for t in out.top_logprobs] if req.logprobs else [],
+            reused_prefill_s=reused,
         ) for req, prompt, out in zip(requests, prompts, outputs)]
+
+    def _prefix(self, model) -> PathPrefix | None:
+        """This path's view of `model`'s shared prefix cache (None without prefix caching)."""
+        if not self.path.prefix_caching:
+            return None
+        view = self._prefixes.get(id(model))
+        if view is None:
+            view = self._prefixes[id(model)] = PathPrefix(prefix_cache_for(model))
+        return view
 
     def decode_settings(self, requests: list[EngineRequest]) -> DecodeSettings:
         """How this path decodes a batch: its limits, stops, sampling and each request's own seed."""
@@ -158,8 +173,8 @@ class TorchEngine(LocalEngine):
             return None
         if spec.method == "ngram":
             return NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max)
-        cache = prefix_cache_for(self._draft) if self.path.prefix_caching else None
-        return self.draft_proposer(self._draft, spec.num_speculative_tokens, self.path.temperature, cache,
+        return self.draft_proposer(self._draft, spec.num_speculative_tokens, self.path.temperature,
+                                   self._prefix(self._draft),
                                    new_kv=self._new_kv(self._draft), top_p=self.path.top_p, top_k=self.path.top_k)
 
     def _new_kv(self, model):

@@ -8,6 +8,8 @@ The numerics stay those of a real batched pass (what a serving engine does).
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -15,7 +17,7 @@ from toolaudit import ConfigError
 
 from .attention import ATTENTION, SplitLayer, split_in_numerics
 from .numerics import emulated_dtype
-from .prefix_cache import PrefixCache, cached_start
+from .prefix_cache import PathPrefix, PrefixCache, cached_start, prefill_seconds
 
 PAD_ID = 0  # any id works: padded positions are masked out of attention and their logits are never read
 
@@ -113,7 +115,7 @@ class KVBatch:
     def columns(self) -> int:
         return self.valid.shape[1]
 
-    def admit(self, prompts: list[list[int]], cache: PrefixCache | None = None,
+    def admit(self, prompts: list[list[int]], cache: PrefixCache | PathPrefix | None = None,
               slots: list[int] | tuple[int, ...] = ()) -> torch.Tensor:
         """Add one row per prompt; return the logits after each prompt, [new, vocab].
 
@@ -164,7 +166,7 @@ class KVBatch:
             self.lengths[slot] = n
         self._trim_leading()
 
-    def _prefill_one(self, prompt: list[int], cache: PrefixCache | None) -> torch.Tensor:
+    def _prefill_one(self, prompt: list[int], cache: PrefixCache | PathPrefix | None) -> torch.Tensor:
         """Fill this (empty) batch with one prompt, starting from its longest cached prefix; its logits [vocab].
 
         Only the uncached suffix runs, and only its last position goes through the LM head. A prompt found
@@ -174,9 +176,10 @@ class KVBatch:
         self._load(kv if n else None)
         if logits is not None:
             return logits
+        started = time.perf_counter()
         logits = self.extend([prompt[n:]], last_only=True)[0, -1]
         if cache is not None:
-            cache.insert(prompt, self.row_kv(0), logits)
+            cache.insert(prompt, self.row_kv(0), logits, prefill_seconds(started, logits), n)
         return logits
 
     def _load(self, kv: torch.Tensor | None) -> None:

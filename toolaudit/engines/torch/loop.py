@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from .kv import KVBatch
-from .prefix_cache import PrefixCache
+from .prefix_cache import PathPrefix, PrefixCache
 from .proposers import NewKV, Proposer
 from .sampling import draw, warp
 
@@ -75,7 +75,7 @@ class _Row:
 
 
 def decode(model: torch.nn.Module, prompts: list[list[int]], settings: DecodeSettings,
-           proposer: Proposer | None = None, prefix_cache: PrefixCache | None = None,
+           proposer: Proposer | None = None, prefix_cache: PrefixCache | PathPrefix | None = None,
            batch_size: int | None = None, new_kv: NewKV | None = None) -> list[RowOutput]:
     """Decode prompts (token ids), one `RowOutput` each, in order. With `proposer`, speculatively.
 

@@ -4,6 +4,7 @@ after each whole prompt (see `PrefixCache`)."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -15,11 +16,13 @@ PREFIX_REUSE = "blocks+longest-prefix"  # how `PrefixCache` finds cached prompt 
 
 @dataclass
 class _Block:
-    """One cached block: its KV [layers, 2, kv_heads, tokens, head_dim], its tokens, and its parent's key."""
+    """One cached block: its KV [layers, 2, kv_heads, tokens, head_dim], its tokens, its parent's key, and the
+    seconds of prefill that computed its tokens (`PathPrefix` charges them to a path that reuses it)."""
 
     kv: torch.Tensor
     tokens: np.ndarray
     parent: bytes
+    seconds: float = 0.0
 
 
 class PrefixCache:
@@ -57,26 +60,38 @@ class PrefixCache:
 
     def lookup(self, tokens: list[int]) -> tuple[int, torch.Tensor | None, torch.Tensor | None]:
         """(n, kv of tokens[:n] as [layers, 2, kv_heads, n, head_dim], logits after all tokens or None)."""
-        parts, n, last = [], 0, None
+        return self.find(tokens)[:3]
+
+    def find(self, tokens: list[int]) -> tuple[int, torch.Tensor | None, torch.Tensor | None,
+                                               list[tuple[bytes, float]]]:
+        """`lookup`, plus the blocks it reused: (key, the fraction of the block's tokens reused) each."""
+        parts, used, n, last = [], [], 0, None
         for key, parent, chunk, start in self._chain(tokens):
             block = self._blocks.get(key)
             if block is None:
                 shared, best = self._longest_continuation(parent, chunk)
                 if shared:  # the logits kept with `last` follow a shorter prompt: not these tokens
-                    parts.append(best.kv[:, :, :, :shared])
+                    parts.append(self._blocks[best].kv[:, :, :, :shared])
+                    used.append((best, shared / len(self._blocks[best].tokens)))
                     n, last = start + shared, None
                 break
             self._blocks.move_to_end(key)
             parts.append(block.kv)
+            used.append((key, 1.0))
             n, last = start + len(chunk), key
         self.hit_tokens += n
         self.computed_tokens += len(tokens) - n
         logits = self._logits.get(last) if n == len(tokens) and last is not None else None
-        return n, (torch.cat(parts, dim=3) if parts else None), logits
+        return n, (torch.cat(parts, dim=3) if parts else None), logits, used
 
-    def _longest_continuation(self, parent: bytes, chunk: np.ndarray) -> tuple[int, _Block | None]:
-        """The cached block after `parent` sharing the longest first tokens with `chunk` (the oldest of equals),
-        and how many it shares."""
+    def seconds(self, key: bytes) -> float:
+        """The prefill seconds of a cached block (0 once evicted)."""
+        block = self._blocks.get(key)
+        return block.seconds if block is not None else 0.0
+
+    def _longest_continuation(self, parent: bytes, chunk: np.ndarray) -> tuple[int, bytes | None]:
+        """The key of the cached block after `parent` sharing the longest first tokens with `chunk` (the oldest of
+        equals), and how many it shares."""
         shared, best = 0, None
         for key in self._children.get(parent, ()):
             block = self._blocks[key]
@@ -88,23 +103,30 @@ class PrefixCache:
         if best is None:
             return 0, None
         self._blocks.move_to_end(best)
-        return shared, self._blocks[best]
+        return shared, best
 
-    def insert(self, tokens: list[int], kv: torch.Tensor, logits: torch.Tensor) -> None:
-        """Store a whole prompt's KV ([layers, 2, kv_heads, len(tokens), head_dim]) and the logits after it."""
-        last = None
-        for key, parent, chunk, start in self._chain(tokens):
+    def insert(self, tokens: list[int], kv: torch.Tensor, logits: torch.Tensor, seconds: float = 0.0,
+               start: int = 0) -> list[bytes]:
+        """Store a whole prompt's KV ([layers, 2, kv_heads, len(tokens), head_dim]) and the logits after it.
+        `seconds`: the prefill that computed tokens[start:] (the rest came from this cache), shared out to the
+        new blocks by their computed tokens. Returns the keys of the blocks this prompt added."""
+        last, added = None, []
+        per_token = seconds / max(1, len(tokens) - start)
+        for key, parent, chunk, first in self._chain(tokens):
             if key not in self._blocks:
-                block = _Block(kv[:, :, :, start:start + len(chunk)].clone(), chunk, parent)
+                computed = max(0, first + len(chunk) - max(first, start))
+                block = _Block(kv[:, :, :, first:first + len(chunk)].clone(), chunk, parent, per_token * computed)
                 self._blocks[key] = block
                 self._children.setdefault(parent, {})[key] = None
                 self.bytes += block.kv.nbytes
+                added.append(key)
             last = key
         if last is not None and last not in self._logits:
             self._logits[last] = logits.detach().clone()
             self.bytes += self._logits[last].nbytes
         while self.bytes > self.max_bytes and len(self._blocks) > 1:
             self._evict_oldest()
+        return added
 
     def _evict_oldest(self) -> None:
         key, block = self._blocks.popitem(last=False)
@@ -118,8 +140,53 @@ class PrefixCache:
             self.bytes -= dropped.nbytes
 
 
-def cached_start(cache: PrefixCache | None, prompt: list[int]) -> tuple[int, torch.Tensor | None,
-                                                                     torch.Tensor | None]:
+class PathPrefix:
+    """One decode path's use of a `PrefixCache` that other paths share: what it reuses, and the prefill of other
+    paths' it reuses (`reused_s`), so that every path is charged its own prompts' prefill once.
+
+    Paths on one model share prompt KV (a second path runs no prefill), which would make the first path pay
+    every prompt's prefill and the others none: a speculative path replayed after the target looked twice as
+    fast as it is. A block this path computed, or was charged for once, is its own from then on (as its own
+    prefix cache would have kept it); a block another path computed is charged at the seconds its prefill took,
+    in proportion to the tokens reused. The engine adds `reused_s` to the path's time (`EngineResult`).
+    """
+
+    def __init__(self, cache: PrefixCache):
+        self.cache = cache
+        self._paid: set[bytes] = set()
+        self.reused_s = 0.0
+
+    def lookup(self, tokens: list[int]) -> tuple[int, torch.Tensor | None, torch.Tensor | None]:
+        n, kv, logits, used = self.cache.find(tokens)
+        for key, fraction in used:
+            if key not in self._paid:
+                self.reused_s += self.cache.seconds(key) * fraction
+                if fraction == 1.0:
+                    self._paid.add(key)
+        return n, kv, logits
+
+    def insert(self, tokens: list[int], kv: torch.Tensor, logits: torch.Tensor, seconds: float = 0.0,
+               start: int = 0) -> list[bytes]:
+        added = self.cache.insert(tokens, kv, logits, seconds, start)
+        self._paid.update(added)
+        return added
+
+    def take_reused(self) -> float:
+        """The reused prefill seconds since the last call (one engine call's share)."""
+        seconds, self.reused_s = self.reused_s, 0.0
+        return seconds
+
+
+def prefill_seconds(since: float, logits: torch.Tensor) -> float:
+    """Seconds since `since` (a `time.perf_counter()`) for a prefill whose `logits` are its last output; on a GPU
+    after waiting for them (kernels run asynchronously)."""
+    if logits.is_cuda:
+        torch.cuda.synchronize(logits.device)
+    return time.perf_counter() - since
+
+
+def cached_start(cache: PrefixCache | PathPrefix | None, prompt: list[int]) -> tuple[int, torch.Tensor | None,
+                                                                                   torch.Tensor | None]:
     """Where a prompt's prefill starts: (tokens cached, their KV, the logits after the whole prompt or None).
     A prompt cached whole but without the logits after it recomputes its last token (logits need a pass)."""
     n, kv, logits = cache.lookup(prompt) if cache is not None else (0, None, None)

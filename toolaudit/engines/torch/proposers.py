@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .kv import KVBatch
-from .prefix_cache import PrefixCache
+from .prefix_cache import PathPrefix, PrefixCache
 from .sampling import draw, warp
 
 # (rows, columns, width) -> an empty batch KV cache (`KVBatch` or `StaticKV`) for at most `rows` rows of at most
@@ -132,7 +132,7 @@ class DraftModelProposer:
     """A smaller model with the same tokenizer proposes greedily (or by sampling) over its own KV cache."""
 
     def __init__(self, model: torch.nn.Module, k: int, temperature: float = 0.0,
-                 prefix_cache: PrefixCache | None = None, new_kv: NewKV | None = None,
+                 prefix_cache: PrefixCache | PathPrefix | None = None, new_kv: NewKV | None = None,
                  top_p: float = 1.0, top_k: int = 0):
         self.model, self.k, self.temperature, self.prefix_cache = model, k, temperature, prefix_cache
         self.top_p, self.top_k = top_p, top_k

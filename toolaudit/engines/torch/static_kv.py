@@ -20,11 +20,13 @@ starting from the prefix cache's KV copied into the slot's first columns.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .kv import PAD_ID, real_positions_logits
 from .numerics import emulated_dtype, round_to
-from .prefix_cache import PrefixCache, cached_start
+from .prefix_cache import PathPrefix, PrefixCache, cached_start, prefill_seconds
 
 COLUMN_STEP = 256  # capacity grows in multiples of this many columns
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # batch sizes a fixed-shape step runs (one graph each)
@@ -158,7 +160,7 @@ class StaticKV:
         return self
 
     # -- rows joining and leaving ----------------------------------------------------------------------------
-    def admit(self, prompts: list[list[int]], cache: PrefixCache | None = None,
+    def admit(self, prompts: list[list[int]], cache: PrefixCache | PathPrefix | None = None,
               slots: list[int] | tuple[int, ...] = ()) -> torch.Tensor:
         """Prefill one row per prompt; the first take the loop rows `slots` (finished: their slots are reused),
         the rest are appended. Returns the logits after each prompt, [new, vocab]."""
@@ -174,7 +176,7 @@ class StaticKV:
             logits.append(self._prefill(slot, prompt, cache))
         return torch.stack(logits)
 
-    def _prefill(self, slot: int, prompt: list[int], cache: PrefixCache | None) -> torch.Tensor:
+    def _prefill(self, slot: int, prompt: list[int], cache: PrefixCache | PathPrefix | None) -> torch.Tensor:
         """Fill a slot with one prompt from its longest cached prefix; the logits after it [vocab]. Only the
         uncached suffix runs, only its last position through the LM head; a prompt found whole runs nothing."""
         self._reserve(len(prompt) + 1)
@@ -184,6 +186,7 @@ class StaticKV:
         self.lengths[slot] = n
         if logits is not None:
             return logits
+        started = time.perf_counter()
         suffix = prompt[n:]
         positions = torch.arange(n, len(prompt), device=self.device)[None]
         mask = None
@@ -199,7 +202,7 @@ class StaticKV:
         logits = self.head(hidden[:, -1].contiguous())[0]
         self.lengths[slot] = len(prompt)
         if cache is not None:
-            cache.insert(prompt, self.cache.row_kv(slot, len(prompt)), logits)
+            cache.insert(prompt, self.cache.row_kv(slot, len(prompt)), logits, prefill_seconds(started, logits), n)
         return logits
 
     def select(self, rows: list[int]) -> None:
