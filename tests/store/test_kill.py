@@ -43,8 +43,8 @@ SEED = 2025
 DEMO = REPO / "traces" / "demo.jsonl"
 # wall-clock columns and figures, and run ids (`frontier` names a run's own id as its matrix), left out of every
 # comparison (`rows_of` leaves out run_id and run_name)
-TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "speedup", "wall_share_s", "created_at", "finished_at",
-          "baseline_tokens_per_s", "candidate_tokens_per_s", "matrix_id")
+TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "reused_prefill_s", "speedup", "wall_share_s",
+          "created_at", "finished_at", "baseline_tokens_per_s", "candidate_tokens_per_s", "matrix_id")
 # every table and view keyed by run
 TABLES = ["calls", "outputs", "arg_diffs", "sessions", "trace_errors", "schema_issues", "staged_results",
           "replay_chunks", "call_drift", "session_drift", "customer_drift", "tool_drift", "argument_drift",

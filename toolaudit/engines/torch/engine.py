@@ -131,7 +131,6 @@ class TorchEngine(LocalEngine):
     def _decode(self, requests: list[EngineRequest], prompts: list[Prompt]) -> list[EngineResult]:
         """All requests in one continuous batch: up to `batch_size` rows decode together, a finished row is
         refilled from the queue."""
-        p = self.path
         settings = self.decode_settings(requests)
         cache = self._prefix(self._model)
         outputs = decode(self._model, [prompt.ids for prompt in prompts], settings, self._proposer(), cache,
