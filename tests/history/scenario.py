@@ -38,6 +38,7 @@ class Night:
     fingerprints: tuple[str, str] | None = None  # when components are not stored
     probes: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # side -> (decisions, numerics)
     customers: tuple[str, ...] = CUSTOMERS
+    prefill_charged: bool = True  # False: timed before migration 15 (replay_chunks.reused_prefill_s NULL)
 
 
 def customer_of(call: int, customers: tuple[str, ...] = CUSTOMERS) -> str:
@@ -50,7 +51,7 @@ def _acme(n: int) -> tuple[int, ...]:
 
 
 NIGHTS = [
-    Night("nightly", _acme(1), fingerprints=(fingerprint(OLD_BASE), fingerprint(OLD_CAND4))),
+    Night("nightly", _acme(1), fingerprints=(fingerprint(OLD_BASE), fingerprint(OLD_CAND4)), prefill_charged=False),
     Night("nightly", _acme(1), BASE, CAND4, probes={"candidate": (sha("d1"), sha("n1")),
                                                     "baseline": (sha("b1"), sha("m1"))}),
     Night("nightly", _acme(1) + (3,), BASE, CAND4, probes={"candidate": (sha("d1"), sha("n1")),
@@ -72,7 +73,8 @@ def _add_probe(rows: RowBuffer, probe_id: int, run_id: int, side: str, path: str
 
 
 def _add_calls(rows: RowBuffer, run_id: int, baseline: str, candidate: str, drifted: tuple[int, ...],
-               customers: tuple[str, ...], speed: float = 1.0, drafts: bool = True) -> None:
+               customers: tuple[str, ...], speed: float = 1.0, drafts: bool = True,
+               prefill_charged: bool = True) -> None:
     """Calls, both sides' outputs with timings (acceptance 60%), and one replay chunk per side."""
     for c in range(CALLS):
         session, index = f"{customer_of(c, customers)}-sess-{c // 2:04d}", c % 2
@@ -93,7 +95,8 @@ def _add_calls(rows: RowBuffer, run_id: int, baseline: str, candidate: str, drif
         draft = drafts and side == "candidate"
         rows.add("replay_chunks", run_id=run_id, chunk_no=no, side=side, path_name=path, calls=CALLS, wall_s=wall,
                  completion_tokens=20 * CALLS, drafted_tokens=10 * CALLS if draft else None,
-                 accepted_tokens=6 * CALLS if draft else None, forward_passes=12 * CALLS, errors=0)
+                 accepted_tokens=6 * CALLS if draft else None, forward_passes=12 * CALLS, errors=0,
+                 reused_prefill_s=0.0 if prefill_charged else None)
 
 
 def _options(base: dict | None, cand: dict | None, candidate: str, noise_floor: bool = False) -> dict:
@@ -109,7 +112,8 @@ def _replay(store: Store, night: Night, probe_ids: list[int], when: dt.datetime)
                               "torch:smollm2-135m bfloat16 batch 8 spec ngram", _options(night.base, night.cand,
                                                                                          "spec-ngram"), *fps)
     rows = RowBuffer()
-    _add_calls(rows, run_id, "target", "spec-ngram", night.drifted, night.customers, speed=1.6)
+    _add_calls(rows, run_id, "target", "spec-ngram", night.drifted, night.customers, speed=1.6,
+               prefill_charged=night.prefill_charged)
     for side, (decisions, numerics) in night.probes.items():
         probe_ids.append(len(probe_ids) + 1)
         path, comps = ("target", night.base) if side == "baseline" else ("spec-ngram", night.cand)

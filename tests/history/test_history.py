@@ -119,6 +119,12 @@ def test_cli_table_json_and_csv(history_db):
     assert [int(r["run_id"]) for r in table_rows] == sorted(int(r["run_id"]) for r in table_rows)
     five = next(r for r in table_rows if int(r["run_id"]) == ids.nights[4])
     assert five["decisions_changed"] == "true" and json.loads(five["changes"])[0]["kind"] == "config"
+    # the oldest night was timed before each path was charged its own prefill: its tok/s is marked, and said why
+    charged = {r["run_id"]: r["prefill_charged"] for r in data["series"][0]["rows"]}
+    assert charged[ids.nights[0]] is False and charged[ids.nights[4]] is True
+    first = next(x for x in table.output.splitlines() if x.startswith(f"{ids.nights[0]} "))
+    assert "64.0+" in first and "64.0+" not in line and "64.0" in line
+    assert "tok/s+: a run before each path was charged its own prompts' prefill" in table.output
 
 
 def test_cli_unknown_pair_or_customer_names_what_there_is(history_db):

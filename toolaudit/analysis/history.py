@@ -253,7 +253,8 @@ def _speed(store: Store, rid: int, customer: str | None) -> dict[str, Any]:
     from toolaudit.analysis.speed import speed
 
     figures = speed(store, rid, customer).as_dict()
-    return {k: figures[k] for k in ("acceptance_rate", "baseline_tokens_per_s", "candidate_tokens_per_s", "speedup")}
+    return {k: figures[k] for k in ("acceptance_rate", "baseline_tokens_per_s", "candidate_tokens_per_s", "speedup",
+                                    "prefill_charged")}
 
 
 def _explain(row: HistoryRow, before: HistoryRow) -> None:

@@ -26,6 +26,10 @@ class Speed:
     candidate_tokens_per_s: float | None = None
     acceptance_rate: float | None = None  # the candidate's accepted / drafted speculative tokens
     tokens_per_forward_pass: float | None = None  # the candidate's
+    # Whether each path was charged its own prompts' prefill (runs since migration 15: `replay_chunks.
+    # reused_prefill_s`); False for older runs, whose first path paid every path's prefill (a candidate decoded
+    # after it reads fast); None without timings. `history` marks the False ones.
+    prefill_charged: bool | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -35,7 +39,8 @@ class Speed:
     def as_dict(self) -> dict[str, Any]:
         return {"baseline_tokens_per_s": self.baseline_tokens_per_s,
                 "candidate_tokens_per_s": self.candidate_tokens_per_s, "speedup": self.speedup,
-                "acceptance_rate": self.acceptance_rate, "tokens_per_forward_pass": self.tokens_per_forward_pass}
+                "acceptance_rate": self.acceptance_rate, "tokens_per_forward_pass": self.tokens_per_forward_pass,
+                "prefill_charged": self.prefill_charged}
 
 
 def speed(store: Store, run_id: int, customer: str | None = None) -> Speed:
@@ -43,4 +48,5 @@ def speed(store: Store, run_id: int, customer: str | None = None) -> Speed:
     row = q.speed_row(store, run_id, customer)
     if row is None:
         return Speed()
-    return Speed(*(None if row[k] is None else float(row[k]) for k in q.SPEED_COLUMNS))
+    return Speed(*(None if row[k] is None else float(row[k]) for k in q.SPEED_COLUMNS),
+                 prefill_charged=q.prefill_charged(store, run_id))

@@ -137,7 +137,8 @@ def history_lines(h: dict[str, Any]) -> list[str]:
                   (r["created_at"] or "")[:16], r["calls"], pct(r["drift_rate"]),
                   "-" if r["ci_low"] is None else f"{pct(r['ci_low'])}-{pct(r['ci_high'])}", _delta(r),
                   pct(r["session_drift"]), pct(r["acceptance_rate"]),
-                  "-" if r["candidate_tokens_per_s"] is None else f"{r['candidate_tokens_per_s']:.1f}",
+                  "-" if r["candidate_tokens_per_s"] is None else f"{r['candidate_tokens_per_s']:.1f}"
+                  + ("+" if r["prefill_charged"] is False else ""),
                   pct(r["floor_drift_rate"]),
                   "-" if r["within_budget"] is None else ("ok" if r["within_budget"] else "over")]
                  for r in runs]
@@ -147,6 +148,9 @@ def history_lines(h: dict[str, Any]) -> list[str]:
         lines.append("")
     lines.append("change: the drift's change from the previous run of the pair, with * where its 95% interval "
                  "(Newcombe) excludes 0")
+    if any(r["prefill_charged"] is False for s in h["series"] for r in s["rows"]):
+        lines.append("tok/s+: a run before each path was charged its own prompts' prefill (migration 15): the "
+                     "candidate's tok/s reads high where it reused the baseline's prompt KV")
     return lines
 
 

@@ -181,6 +181,13 @@ def speed_row(store: Store, run_id: int, customer: str | None = None) -> dict[st
     return rows[0] if rows else None
 
 
+def prefill_charged(store: Store, run_id: int) -> bool | None:
+    """Whether every timed chunk of the run charged its path the prefill it reused (migration 15 on); None
+    without timings."""
+    return store.rows("SELECT bool_and(reused_prefill_s IS NOT NULL) AS charged FROM replay_chunks "
+                      "WHERE run_id = ?", [run_id])[0]["charged"]
+
+
 def path_rows(store: Store, run_id: int) -> list[dict[str, Any]]:
     return store.rows("""SELECT side, path_name, calls, wall_s, completion_tokens, tokens_per_s,
         drafted_tokens, accepted_tokens, acceptance_rate, tokens_per_forward_pass, errors
