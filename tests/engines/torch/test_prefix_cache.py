@@ -60,7 +60,7 @@ def test_each_path_is_charged_its_own_prompts_prefill_once(target, prompts):
     first, second = PathPrefix(cache), PathPrefix(cache)
     decode(target, session, SETTINGS, prefix_cache=first, batch_size=2)
     assert first.take_reused() == 0.0  # calls 2 and 3 reused call 1's blocks, which this path computed
-    computed = sum(cache.seconds(key) for key in cache._blocks)
+    computed = sum(block.seconds for block in cache._blocks.values())
     assert computed > 0
     decode(target, session, SETTINGS, NgramProposer(4), prefix_cache=second, batch_size=3)
     assert cache.computed_tokens == 20 + 9 + 3  # the second path ran no prefill...

@@ -63,31 +63,27 @@ class PrefixCache:
         return self.find(tokens)[:3]
 
     def find(self, tokens: list[int]) -> tuple[int, torch.Tensor | None, torch.Tensor | None,
-                                               list[tuple[bytes, float]]]:
-        """`lookup`, plus the blocks it reused: (key, the fraction of the block's tokens reused) each."""
+                                               list[tuple[bytes, float, bool]]]:
+        """`lookup`, plus the blocks it reused: (key, the prefill seconds of the tokens reused, whole block) each."""
         parts, used, n, last = [], [], 0, None
         for key, parent, chunk, start in self._chain(tokens):
             block = self._blocks.get(key)
             if block is None:
                 shared, best = self._longest_continuation(parent, chunk)
                 if shared:  # the logits kept with `last` follow a shorter prompt: not these tokens
-                    parts.append(self._blocks[best].kv[:, :, :, :shared])
-                    used.append((best, shared / len(self._blocks[best].tokens)))
+                    block = self._blocks[best]
+                    parts.append(block.kv[:, :, :, :shared])
+                    used.append((best, block.seconds * shared / len(block.tokens), shared == len(block.tokens)))
                     n, last = start + shared, None
                 break
             self._blocks.move_to_end(key)
             parts.append(block.kv)
-            used.append((key, 1.0))
+            used.append((key, block.seconds, True))
             n, last = start + len(chunk), key
         self.hit_tokens += n
         self.computed_tokens += len(tokens) - n
         logits = self._logits.get(last) if n == len(tokens) and last is not None else None
         return n, (torch.cat(parts, dim=3) if parts else None), logits, used
-
-    def seconds(self, key: bytes) -> float:
-        """The prefill seconds of a cached block (0 once evicted)."""
-        block = self._blocks.get(key)
-        return block.seconds if block is not None else 0.0
 
     def _longest_continuation(self, parent: bytes, chunk: np.ndarray) -> tuple[int, bytes | None]:
         """The key of the cached block after `parent` sharing the longest first tokens with `chunk` (the oldest of
@@ -158,18 +154,16 @@ class PathPrefix:
 
     def lookup(self, tokens: list[int]) -> tuple[int, torch.Tensor | None, torch.Tensor | None]:
         n, kv, logits, used = self.cache.find(tokens)
-        for key, fraction in used:
+        for key, seconds, whole in used:
             if key not in self._paid:
-                self.reused_s += self.cache.seconds(key) * fraction
-                if fraction == 1.0:
+                self.reused_s += seconds
+                if whole:
                     self._paid.add(key)
         return n, kv, logits
 
     def insert(self, tokens: list[int], kv: torch.Tensor, logits: torch.Tensor, seconds: float = 0.0,
-               start: int = 0) -> list[bytes]:
-        added = self.cache.insert(tokens, kv, logits, seconds, start)
-        self._paid.update(added)
-        return added
+               start: int = 0) -> None:
+        self._paid.update(self.cache.insert(tokens, kv, logits, seconds, start))
 
     def take_reused(self) -> float:
         """The reused prefill seconds since the last call (one engine call's share)."""
