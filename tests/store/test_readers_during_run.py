@@ -175,7 +175,7 @@ def test_snapshots_are_throttled(tmp_path):
         first = snapshots.last
         assert snapshot_path(store.path).exists() and first > float("-inf")  # a small database: at once
         run_id = store.create_run("compare", None, "b", "c", "b", "c", {})
-        assert snapshots.last > first  # a new run: at once, the interval aside, so readers learn which it is
+        assert snapshots.last > first  # a new run: at once, the throttle aside, so readers learn which it is
         first = snapshots.last
         store.set_status(run_id, "running")
         with store.transaction():

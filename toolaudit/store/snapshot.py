@@ -8,8 +8,8 @@ the previous snapshot or the next, never a half-written one. Throttled so copyin
 the run's time so far (the next copy's cost estimated from the file size and the last copy's speed, plus a
 small allowance so a small database is published at once), and copies are at least `min_interval_s` apart.
 A 100,000-call database (61 MB) copies in about 1 s on 2 cores: one snapshot per ~20 s of run. A new run's row
-is published once committed, the interval aside (`run_started`): models load and paths are probed before the
-first chunk, and until then readers would find no run. The snapshot is removed once the writer has closed the
+is published once committed, the throttle aside (`run_started`: one copy per run): models load and paths are
+probed before the first chunk, and until then readers would find no run. The snapshot is removed once the writer has closed the
 main file.
 
 Reader: the snapshot's note (table `toolaudit_snapshot`) says which process wrote it, when, and how far the run
@@ -85,10 +85,10 @@ class SnapshotPublisher:
             self.publish()
 
     def run_started(self) -> None:
-        """A new run's row is committed: publish without waiting out the interval (the share still bounds the
-        cost), so that readers learn which run is being written before its first chunk is stored."""
-        if self.due(interval=False):
-            self.publish()
+        """A new run's row is committed: publish now, throttle aside (one copy per run), so that readers learn
+        which run is being written before its first chunk is stored. Not left to the share: that compares
+        measured copy times with the run's age, so on a loaded machine a run could start unannounced."""
+        self.publish()
 
     def due(self, interval: bool = True) -> bool:
         now = time.monotonic()
