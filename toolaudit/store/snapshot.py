@@ -30,7 +30,9 @@ import duckdb
 NOTE_TABLE = "toolaudit_snapshot"
 _ATTACHED = "_ta_snapshot"
 FIRST_BYTES_PER_S = 50e6  # copy speed assumed before the first copy (measured: ~60 MB/s on 2 cores)
-ALLOWANCE_S = 0.1  # copy time allowed beyond the share: a small database is published from the start
+# Copy time allowed beyond the share, so that a small database is published from the start: 0.5 s, not 0.1, since
+# a loaded machine's first copies of even a small file took 0.1-0.2 s, and a run's early snapshots then went unmade.
+ALLOWANCE_S = 0.5
 
 
 def snapshot_path(db: str | Path) -> Path:
