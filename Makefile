@@ -9,7 +9,7 @@ TRACING_STAMP := $(VENV)/.tracing-$(shell cat pyproject.toml Makefile | cksum | 
 
 .PHONY: demo test test-avx2 test-gpu gpu-pack gpu-pack-check gpu-pack-vllm install vllm bench cli-docs clean
 
-# Installs go through scripts/install.py: uv with pip's configuration (the same versions, ~15 s where pip took ~2
+# Installs go through scripts/install.py: uv with pip's configuration (the same versions, ~40 s where pip took ~2
 # minutes on a fresh machine), pip itself wherever uv is missing or fails.
 INSTALL := $(BIN)/python scripts/install.py -q
 

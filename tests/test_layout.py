@@ -18,7 +18,7 @@ TESTS = Path(__file__).resolve().parent
 # across them (the canary history, the real instrumentation libraries' spans, CUDA) and the plug-in distributions
 # the tests install; at the top, the support modules the folders share and a few tests that cut across wings
 # (this one; secrets, which follows a key through every wing).
-CROSS_CUTTING_FOLDERS = {"history", "tracing", "gpu", "plugins"}
+CROSS_CUTTING_FOLDERS = {"history", "tracing", "gpu", "plugins", "scripts"}
 MAX_TOP_LEVEL_TESTS = 3
 
 

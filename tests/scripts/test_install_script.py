@@ -28,6 +28,7 @@ def test_pip_configuration_reaches_uv(monkeypatch):
     assert ("--extra-index-url", "file:///a/simple") in pairs and ("--extra-index-url", "file:///b/simple") in pairs
     assert ("--find-links", "/srv/wheels") in pairs and ("--constraint", "/etc/c.txt") in pairs
     assert ("--index-strategy", "unsafe-best-match") in pairs  # pip's search: the best version of every index
+    assert "--compile-bytecode" in cmd  # as pip does: with PYTHONDONTWRITEBYTECODE, imports would never cache it
     assert "--timeout" not in cmd and env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca.crt"
 
 

@@ -1,0 +1,1 @@
+"""Tests of the tooling under scripts/: the installer, the device packs."""
