@@ -71,7 +71,7 @@ def test_fp32_speculative_equals_target_token_for_token(model_available):
     # The static-shape cache (the GPU layout, exact shapes on CPU) decodes the same tokens on the real model.
     static = TorchEngine(replace(paths["spec-ngram"], dtype="float32", batch_size=4, max_tokens=48,
                                  options={"kv_cache": "static"}))
-    reqs = requests(8)
+    reqs = requests(4)  # one batch of 4: every row decodes beside the same three as in the target's batch
     a, b, c = target.generate(reqs), spec.generate(reqs), static.generate(reqs)
     assert [r.error for r in a + b + c] == [None] * (3 * len(reqs))
     assert [r.token_ids for r in b] == [r.token_ids for r in a] == [r.token_ids for r in c]
