@@ -267,7 +267,7 @@ def test_redos_pattern_finishes_in_seconds(tmp_path, db_path, where):
     store = Store(db_path)
     run_id, counts = compare_logs(store, write_jsonl(tmp_path / "b.jsonl", [rec]),
                                   write_jsonl(tmp_path / "c.jsonl", [rec]), CompareOptions(schema_dir=None))
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # ~0.3 s here; backtracking or quadratic scans take hours
     row = store.rows("SELECT * FROM calls WHERE run_id = ?", [run_id])[0]
     assert row["drift_kind"] == "identical" and row["baseline_valid"] is False  # it does not match: invalid
 
@@ -376,5 +376,5 @@ def test_unclosed_code_fence_before_a_million_spaces_parses_in_linear_time(tmp_p
     compare_logs(store, write_jsonl(tmp_path / "b.jsonl", [good]),
                  write_jsonl(tmp_path / "c.jsonl", [line(session="s", content=hostile)]),
                  CompareOptions(schema_dir=None))
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # ~0.3 s here; backtracking or quadratic scans take hours
     assert store.rows("SELECT drift_kind FROM calls")[0]["drift_kind"] == "call_count_changed"

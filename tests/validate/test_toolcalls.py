@@ -156,7 +156,7 @@ def test_five_megabyte_argument_string():
     elapsed = time.perf_counter() - start
     assert out.calls[0].arguments["document"] == blob and out.calls[0].raw_arguments is raw
     assert text_out.calls[0].arguments["document"] == blob
-    assert elapsed < 2.0, elapsed
+    assert elapsed < 30.0, elapsed  # 0.04 s here: a guard against super-linear parsing (hours), not a speed bar
 
 
 def test_unicode_names_and_arguments():
