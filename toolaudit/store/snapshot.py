@@ -9,8 +9,8 @@ the run's time so far (the next copy's cost estimated from the file size and the
 small allowance so a small database is published at once), and copies are at least `min_interval_s` apart.
 A 100,000-call database (61 MB) copies in about 1 s on 2 cores: one snapshot per ~20 s of run. A new run's row
 is published once committed, the throttle aside (`run_started`: one copy per run): models load and paths are
-probed before the first chunk, and until then readers would find no run. The snapshot is removed once the writer has closed the
-main file.
+probed before the first chunk, and until then readers would find no run. The snapshot is removed once the
+writer has closed the main file.
 
 Reader: the snapshot's note (table `toolaudit_snapshot`) says which process wrote it, when, and how far the run
 was. It is used only while that process holds the main file: after a kill -9 the main file opens again and the
