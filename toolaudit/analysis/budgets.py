@@ -63,6 +63,17 @@ class BudgetOption:
 
 # The budget options the CLI generates (`cli.common.budget_options`); their values come back as `Budget` keywords.
 BUDGET_OPTIONS = (
+    BudgetOption("max_call_drift", points=False, help={
+        "check": "Largest allowed share of drifted calls (0.015 or 1.5%).",
+        "frontier": "Call drift budget for the recommendation (1.5%)."}),
+    BudgetOption("max_session_drift", points=False, help={
+        "check": "Largest allowed share of sessions with any drifted call (judged as 1-(1-p)^calls per session).",
+        "frontier": "Session drift budget for the recommendation."}),
+    BudgetOption("max_shifted_calls", points=False, help={
+        "check": "Sampled runs: largest allowed share of tested calls whose outcome distribution shifted "
+                 "(distribution_shift, BH q=0.05; 0.05 or 5%).",
+        "frontier": "A sampled matrix: the budget on the share of calls whose outcome distribution shifted "
+                    "(distribution_shift, BH q=0.05), e.g. 5%."}),
     BudgetOption("max_excess", points=True, help={
         "check": "Largest allowed drift beyond the run's noise floor, paired by call (0.01, 1pp or 1%): the "
                  "candidate's own doing, batching noise set apart (needs a run with --noise-floor).",

@@ -166,10 +166,6 @@ def _report_history(db: str, run_ref: str | None, customers: tuple[str, ...], al
 CHECK_OPTIONS = option_group(
     db_option,
     run_option(),
-    click.option("--max-call-drift", type=Proportion(),
-                 help="Largest allowed share of drifted calls (0.015 or 1.5%)."),
-    click.option("--max-session-drift", type=Proportion(),
-                 help="Largest allowed share of sessions with any drifted call (judged as 1-(1-p)^calls per session)."),
     budget_options("check"),
     click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for --max-session-drift "
                  "(default: the traces' mean, else the run's, as `frontier`)."),
@@ -181,9 +177,6 @@ CHECK_OPTIONS = option_group(
                       "rise is also significant."),
     click.option("--expect-fingerprint", metavar="FP",
                  help="Fail unless the candidate path has this fingerprint (or an 8+ character prefix)."),
-    click.option("--max-shifted-calls", type=Proportion(),
-                 help="Sampled runs: largest allowed share of tested calls whose outcome distribution shifted "
-                      "(distribution_shift, BH q=0.05; 0.05 or 5%)."),
     click.option("--max-valid-drop", type=Proportion(points=True),
                  help="Sampled runs: largest allowed drop of the schema-valid rate, baseline minus candidate paired by "
                       "call (0.02, 2% or 2pp), judged on the 95% interval by --rule."),
@@ -205,9 +198,8 @@ CHECK_OPTIONS = option_group(
 @click.command(epilog=example("toolaudit check --run nightly --max-call-drift 1.5% --against nightly "
                              "--max-increase 0.5pp --db audit.duckdb"))
 @CHECK_OPTIONS
-def check(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
-          session_calls: float | None, against_ref: str | None, max_increase: float | None,
-          expect_fingerprint: str | None, max_shifted_calls: float | None, max_valid_drop: float | None,
+def check(db: str, run_ref: str | None, session_calls: float | None, against_ref: str | None,
+          max_increase: float | None, expect_fingerprint: str | None, max_valid_drop: float | None,
           expect_numerics: str | None, probe_path: str | None, probe_paths: str | None, rule: str | None,
           use_upper_bound: bool, allow_errors: int, fmt: str, **budgets: float | None) -> None:
     """Gate a run on drift bounds: exit 0 within all, 1 when one is broken, 2 on usage errors.
@@ -220,9 +212,9 @@ def check(db: str, run_ref: str | None, max_call_drift: float | None, max_sessio
     from toolaudit.analysis.budgets import Bounds, GateUsageError, gate
 
     # `against` holds the text until the store is open (validate() asks only whether it was given)
-    bounds = Bounds(max_call_drift, max_session_drift, gate_rule(rule, use_upper_bound), max_shifted_calls,
-                    against=against_ref, max_increase=max_increase, expect_fingerprint=expect_fingerprint,
-                    allow_errors=allow_errors, session_calls=session_calls, max_valid_drop=max_valid_drop, **budgets)
+    bounds = Bounds(rule=gate_rule(rule, use_upper_bound), against=against_ref, max_increase=max_increase,
+                    expect_fingerprint=expect_fingerprint, allow_errors=allow_errors, session_calls=session_calls,
+                    max_valid_drop=max_valid_drop, **budgets)
     only_probe = bool(expect_numerics) and not bounds.given  # the probe alone is a bound too
     try:
         if not only_probe:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import click
 
 from toolaudit.cli.common import (
-    Proportion,
     budget_options,
     db_option,
     example,
@@ -24,18 +23,13 @@ from toolaudit.cli.show import show_matrix
                                                "--db audit.duckdb"))
 @db_option
 @run_option(what="Matrix run (or any run):")
-@click.option("--max-call-drift", type=Proportion(), help="Call drift budget for the recommendation (1.5%).")
-@click.option("--max-session-drift", type=Proportion(), help="Session drift budget for the recommendation.")
+@budget_options("frontier")
 @click.option("--session-calls", type=click.FloatRange(1), help="Calls per session for session drift (default: "
               "each customer's mean).")
-@click.option("--max-shifted-calls", type=Proportion(), help="A sampled matrix: the budget on the share of calls "
-              "whose outcome distribution shifted (distribution_shift, BH q=0.05), e.g. 5%.")
-@budget_options("frontier")
 @rule_option
 @output_options
 @friendly_errors
-def frontier_cmd(db: str, run_ref: str | None, max_call_drift: float | None, max_session_drift: float | None,
-                 session_calls: float | None, max_shifted_calls: float | None, rule: str | None, fmt: str,
+def frontier_cmd(db: str, run_ref: str | None, session_calls: float | None, rule: str | None, fmt: str,
                  **budgets: float | None) -> None:
     """Candidates of a remedy matrix side by side, and per customer the fastest one within the budget.
 
@@ -47,7 +41,7 @@ def frontier_cmd(db: str, run_ref: str | None, max_call_drift: float | None, max
     from toolaudit.analysis.sampled import NotSampled
     from toolaudit.cli.common import gate_rule
 
-    budget = Budget(max_call_drift, max_session_drift, gate_rule(rule), max_shifted_calls, **budgets)
+    budget = Budget(rule=gate_rule(rule), **budgets)
     with reading(db) as store:
         try:
             show_matrix(store, resolve_run(store, run_ref), fmt, budget, session_calls)
