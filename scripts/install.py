@@ -8,6 +8,10 @@ URLs, constraints, the CA file; the `PIP_*` variables included) is passed on, an
 searches them (the best version across all of them). Where uv is missing or fails, pip itself runs the same request, so
 the outcome never depends on uv.
 
+uv's cache lives inside the venv (`.venv/.uv-cache`), not in ~/.cache/uv: on one filesystem with the venv, uv
+hardlinks the installed files to it, so the cache costs almost no disk. In ~/.cache it can sit on another mount,
+where uv silently copies instead and the 4 GB cache doubles the venv: a CI machine ran out of disk that way.
+
     .venv/bin/python scripts/install.py [-q] ARGS...   # as `.venv/bin/pip install ARGS...`
 """
 
@@ -56,6 +60,8 @@ def uv_command(uv: str, args: list[str], config: dict[str, list[str]]) -> tuple[
         for value in config.get(option, []):
             cmd += [flag, value]
     env = dict(os.environ)
+    if "UV_CACHE_DIR" not in env:  # the user's choice stands
+        env["UV_CACHE_DIR"] = str(Path(sys.prefix) / ".uv-cache")
     cert = config.get("cert")
     if cert and "SSL_CERT_FILE" not in env:
         env["SSL_CERT_FILE"] = cert[0]

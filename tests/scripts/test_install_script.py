@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import REPO
 
@@ -30,6 +31,14 @@ def test_pip_configuration_reaches_uv(monkeypatch):
     assert ("--index-strategy", "unsafe-best-match") in pairs  # pip's search: the best version of every index
     assert "--compile-bytecode" in cmd  # as pip does: with PYTHONDONTWRITEBYTECODE, imports would never cache it
     assert "--timeout" not in cmd and env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca.crt"
+
+
+def test_the_cache_sits_inside_the_venv_so_installs_hardlink_to_it(monkeypatch, tmp_path):
+    monkeypatch.delenv("UV_CACHE_DIR", raising=False)
+    _, env = install.uv_command("uv", ["x"], {})
+    assert Path(env["UV_CACHE_DIR"]) == Path(sys.prefix) / ".uv-cache"
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path))  # the user's own cache stands
+    assert install.uv_command("uv", ["x"], {})[1]["UV_CACHE_DIR"] == str(tmp_path)
 
 
 def test_pip_runs_the_request_where_uv_fails(monkeypatch):
