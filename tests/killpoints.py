@@ -199,6 +199,12 @@ class Launcher:
             here.close()
 
 
-def points(seed: int, total: int, n: int = 20) -> list[int]:
-    """`n` seeded kill points in 1..total (every point when there are fewer)."""
-    return sorted(random.Random(seed).sample(range(1, total + 1), min(n, total)))
+def points(seed: int, total: int, n: int = 12) -> list[int]:
+    """`n` seeded kill points in 1..total, one drawn from each of `n` equal stretches of it (every point when there
+    are fewer). Stratified rather than `n` draws from the whole: the points cannot bunch up, so every part of
+    the command's work (start, each chunk, the commit, the end) is hit by fewer kills than a plain sample needs."""
+    if total <= n:
+        return list(range(1, total + 1))
+    rng = random.Random(seed)
+    edges = [1 + total * i // n for i in range(n + 1)]  # stretch i: edges[i] .. edges[i + 1] - 1, never empty
+    return [rng.randrange(edges[i], edges[i + 1]) for i in range(n)]

@@ -1,6 +1,6 @@
-"""kill -9 anywhere: `compare`, `replay` (torch engine: 10 points call-major, 10 path-major), `merge` and
-`batch import`, each SIGKILLed at 20 seeded points of its progress (`killpoints.py`: just before its N-th SQL
-statement, N drawn from 1..the statements of an uninterrupted run), then recovered as a user would: `replay
+"""kill -9 anywhere: `compare`, `replay` (torch engine: 6 points call-major, 6 path-major), `merge` and
+`batch import`, each SIGKILLed at 12 seeded points of its progress (`killpoints.py`: just before its N-th SQL
+statement, one N drawn from each twelfth of the statements of an uninterrupted run), then recovered as a user would: `replay
 --resume RUN` (or the command again, when the kill came before the run row), the same `compare`, `merge` or
 `batch import` again.
 
@@ -12,7 +12,7 @@ Promise checked, at every point:
   finish holds no rows (rolled back by the next writer: `toolaudit.store.recovery`).
 
 Each test prints a table: kill points, where the kills left the run, how it was recovered, and what was equal.
-vLLM replays are not killed here (vLLM on CPU takes ~30 s per start, and 20 points need 40 starts): the
+vLLM replays are not killed here (vLLM on CPU takes ~30 s per start, and 12 points need 24 starts): the
 path-major torch replay runs the schedule they run, and what reaches the database does not depend on the engine.
 """
 
@@ -38,7 +38,7 @@ from replay.test_batch import batch_output
 from toolaudit.analysis.figures import run_summary
 from toolaudit.store import Store
 
-POINTS = 20
+POINTS = 12  # one per twelfth of the command's statements (killpoints.points)
 SEED = 2025
 DEMO = REPO / "traces" / "demo.jsonl"
 # wall-clock columns and figures, and run ids (`frontier` names a run's own id as its matrix), left out of every
@@ -263,7 +263,7 @@ def tiny_paths(tiny_model) -> Path:
 
 @pytest.mark.parametrize("schedule", [None, "path-major"])
 def test_kill_torch_replay_anywhere_then_resume(tmp_path, launcher, inputs, tiny_paths, show_table, schedule):
-    """20 points in all, 10 per schedule: call-major (both paths per chunk, as torch runs) and path-major (one
+    """12 points in all, 6 per schedule: call-major (both paths per chunk, as torch runs) and path-major (one
     path over every call, its results staged, then the other: how vLLM replays run, its engines not being held
     together). Half each keeps the suite in its time budget; the replay's statements are the same per chunk."""
     demo = tmp_path / "demo6.jsonl"  # 6 calls: 3 chunks of 2
