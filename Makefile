@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d
 VLLM_STAMP := $(VENV)/.vllm-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 TRACING_STAMP := $(VENV)/.tracing-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-avx2 test-gpu gpu-pack gpu-pack-check gpu-pack-vllm install vllm bench cli-docs clean
+.PHONY: demo test test-setup chromium test-avx2 test-gpu gpu-pack gpu-pack-check gpu-pack-vllm install vllm bench cli-docs clean
 
 # Installs go through scripts/install.py: uv with pip's configuration (the same versions, ~40 s where pip took ~2
 # minutes on a fresh machine), pip itself wherever uv is missing or fails.
@@ -45,7 +45,7 @@ vllm: $(VLLM_STAMP)
 
 # The receiver's extra, the four instrumentation libraries the reader tests run for real (pinned in pyproject) and
 # Ray for the `--ray` tests (a local Ray on 2 CPUs).
-$(TRACING_STAMP): $(STAMP)
+$(TRACING_STAMP): $(STAMP) | $(VLLM_STAMP)  # after vLLM's install (order only): never two installs at once
 	$(INSTALL) -e '.[collect,tracing,ray]'
 	touch $(TRACING_STAMP)
 
@@ -56,11 +56,20 @@ demo: $(STAMP)
 # Two workers (pytest-xdist): most tests wait on a subprocess, a server or DuckDB on one core. Tests that share a
 # session fixture run on one worker (tests/conftest.py schedules them). TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
-test: $(STAMP) $(VLLM_STAMP) $(TRACING_STAMP)
-	# Headless Chromium renders the HTML report in a test (Debian package; best effort, the test skips without it).
+# Bytecode is cached for the run (these machines set PYTHONDONTWRITEBYTECODE): each of the suite's several hundred
+# CLI children and both workers then compile toolaudit and the test modules once, not each time.
+test:
+	@$(MAKE) --no-print-directory -j2 test-setup
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
+
+# What the suite needs, in two lanes at once: Chromium from Debian (~25 s on a fresh machine) beside the venv's
+# installs, which run one after another (each install sees the last one's packages).
+test-setup: chromium $(TRACING_STAMP)
+
+# Headless Chromium renders the HTML reports in three tests (Debian package; best effort: they skip without it).
+chromium:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
-		|| echo "chromium unavailable: the HTML render test will be skipped"
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
+		|| echo "chromium unavailable: the HTML render tests will be skipped"
 
 # The suite as a 2-core AVX2-only CPU runs it, on any x86-64 CPU: ATen's kernels at AVX2, MKL at AVX2 and oneDNN
 # capped at AVX2 (so no bf16 matmul: `auto` numerics emulates bf16, fp32_precision='bf16' changes nothing, prepacked
