@@ -1,7 +1,7 @@
 """kill -9 of a vLLM replay, then `replay --resume`: the tables equal the uninterrupted float32 run of the
 session (`conftest.vllm_replays`, same paths, calls and chunks).
 
-One seeded point, not twenty: each point costs three vLLM model loads (~25-30 s each on 2 cores), and what a
+One seeded point, not twelve: each point costs three vLLM model loads (~25-30 s each on 2 cores), and what a
 vLLM replay writes goes through the path-major schedule that tests/store/test_kill.py kills at 12 points with the torch
 engine. The point is the one only a real vLLM run has: the baseline path wholly decoded and staged, released,
 the candidate loaded and one of its two chunks paired, the other not. The kill is keyed to the replay's own
