@@ -86,6 +86,28 @@ def settled(before: set[str], timeout: float = 30.0) -> set[str]:
     return child_processes() - before
 
 
+@pytest.fixture(scope="package", autouse=True)
+def vllm_helpers_uncompiled():
+    """vLLM's own torch.compile'd helpers run eagerly in these tests, in process and in every child vLLM starts.
+
+    Why: with `enforce_eager` the model is not compiled, but vLLM still compiles a few helpers with inductor at
+    the first `generate` (the logprob-rank count `batched_count_greater_than`, spec-decode bookkeeping): a C++
+    build of 13 s per process with a cold cache and ~3 s with a warm one on 2 cores, about 30 s of the suite's
+    seven vLLM starts. The rank count is an integer count, equal eager or compiled. The product leaves vLLM as
+    users run it; toolaudit's own compiled decode step is a CUDA feature (tests/gpu)."""
+    import torch._dynamo
+
+    before = os.environ.get("TORCH_COMPILE_DISABLE"), torch._dynamo.config.disable
+    os.environ["TORCH_COMPILE_DISABLE"] = "1"
+    torch._dynamo.config.disable = True
+    yield
+    if before[0] is None:
+        del os.environ["TORCH_COMPILE_DISABLE"]
+    else:
+        os.environ["TORCH_COMPILE_DISABLE"] = before[0]
+    torch._dynamo.config.disable = before[1]
+
+
 @dataclass
 class Recorder:
     """What the vLLM engines did during a replay, by path name: results in call order, and per close of a
