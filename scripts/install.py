@@ -10,7 +10,7 @@ the outcome never depends on uv.
 
 uv's cache lives inside the venv (`.venv/.uv-cache`), not in ~/.cache/uv: on one filesystem with the venv, uv
 hardlinks the installed files to it, so the cache costs almost no disk. In ~/.cache it can sit on another mount,
-where uv silently copies instead and the 4 GB cache doubles the venv: a CI machine ran out of disk that way.
+where uv silently copies instead and the 4 GB cache doubles the venv (the likely cause of a CI run out of disk).
 
     .venv/bin/python scripts/install.py [-q] ARGS...   # as `.venv/bin/pip install ARGS...`
 """

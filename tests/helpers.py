@@ -287,6 +287,17 @@ def smollm2_dir() -> Path:
         pytest.skip(str(exc))
 
 
+def vllm_child_env() -> dict[str, str]:
+    """The environment of a vLLM server or `run_batch` started by a test: 1 GB of KV cache, the xdist worker's
+    core (tests/conftest.py), and the worker kept in the engine core. VLLM_ENABLE_V1_MULTIPROCESSING=0 is what
+    keeps `--distributed-executor-backend uni`: vLLM's CPU platform turns `uni` into `mp` without it, a worker
+    process of its own (~11 s more of imports on one core). The engine core is still a process of its own (the
+    server's and run_batch's async client always starts one)."""
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0")
+    return dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=bind, PYTHONUNBUFFERED="1",
+                VLLM_ENABLE_V1_MULTIPROCESSING="0")
+
+
 def child_processes() -> set[str]:
     """This process's child processes, except multiprocessing's resource tracker (started once, kept for good)."""
     import psutil

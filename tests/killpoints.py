@@ -201,8 +201,8 @@ class Launcher:
 
 def points(seed: int, total: int, n: int = 12) -> list[int]:
     """`n` seeded kill points in 1..total, one drawn from each of `n` equal stretches of it (every point when there
-    are fewer). Stratified rather than `n` draws from the whole: the points cannot bunch up, so every part of
-    the command's work (start, each chunk, the commit, the end) is hit by fewer kills than a plain sample needs."""
+    are fewer). Stratified rather than `n` draws from the whole, which can bunch up: every part of the command's
+    work (start, each chunk, the commit, the end) gets a kill with fewer points."""
     if total <= n:
         return list(range(1, total + 1))
     rng = random.Random(seed)

@@ -1,8 +1,8 @@
 """kill -9 anywhere: `compare`, `replay` (torch engine: 6 points call-major, 6 path-major), `merge` and
 `batch import`, each SIGKILLed at 12 seeded points of its progress (`killpoints.py`: just before its N-th SQL
-statement, one N drawn from each twelfth of the statements of an uninterrupted run), then recovered as a user would: `replay
---resume RUN` (or the command again, when the kill came before the run row), the same `compare`, `merge` or
-`batch import` again.
+statement, one N drawn from each twelfth of the statements of an uninterrupted run), then recovered as a user
+would: `replay --resume RUN` (or the command again, when the kill came before the run row), the same `compare`,
+`merge` or `batch import` again.
 
 Promise checked, at every point:
 - right after the kill: no call row lacks its outputs rows, nothing is stored twice, and a run that says

