@@ -16,6 +16,7 @@ run starts in milliseconds instead of paying the imports (a kill suite runs ~200
 
 from __future__ import annotations
 
+import gc
 import itertools
 import multiprocessing
 import os
@@ -117,7 +118,34 @@ def echo_engine() -> None:
 SETUPS = {"path-major": path_major, "echo-engine": echo_engine}  # run in the child before the command
 
 
+def _start_forkserver(preload: list[str]) -> None:
+    """Start the process's fork server with `preload`, and this folder on its PYTHONPATH. Python 3.11's fork
+    server takes the parent's `sys.path` but never applies it (`forkserver.main` ignores `sys_path`), so the tests'
+    own preload modules (`killpoints`, `killwarm`) failed to import there, silently, and every child filled the
+    caches again (the trace formats' entry points, the tiny model: ~1 s a command). The fork server is one per
+    process: one another module's launcher started with another preload is stopped first."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_pid is not None and server._preload_modules != preload:
+        server._stop()
+    server.set_forkserver_preload(preload)
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), before]))
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
 def _child(argv: list[str], kill_at: int | None, conn, log: str, setup: str | None, once: bool) -> None:
+    # The fork server's objects (torch, transformers, toolaudit: ~400k) are out of the child's garbage
+    # collections: a full collection would walk and write every one of them, copying the server's memory page by
+    # page into the child (most of a command's time, measured).
+    gc.freeze()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -154,8 +182,8 @@ class Launcher:
 
     def __init__(self, logs: Path, preload: list[str] = PRELOAD):
         self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(preload)
         self.logs = logs
+        _start_forkserver(preload)
         self.runs = itertools.count(1)  # names each run's log; runs may be started from several threads
 
     def run(self, argv: list[str], kill_at: int | None = None, setup: str | None = None,
