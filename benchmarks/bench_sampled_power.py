@@ -93,9 +93,12 @@ def paths_toml(temperature: float, top_p: float, max_tokens: int, batch: int, dt
 
 def power_table(workdir: Path, calls: int, samples: int, temperature: float = 0.7, top_p: float = 0.9,
                 max_tokens: int = 64, dtype: str = "float32", candidates: list[str] | None = None,
-                device: str = "cpu", db: Path | None = None, draft: str = DRAFT_MODEL) -> tuple[list[Row], float]:
+                device: str = "cpu", db: Path | None = None, draft: str = DRAFT_MODEL,
+                batch: int | None = None) -> tuple[list[Row], float]:
     """Replay the matrix and read each candidate's sampled figures; returns the rows and the replay's seconds.
-    `db` keeps the database (every sample of every path) for a later look; by default it lives in `workdir`."""
+    `db` keeps the database (every sample of every path) for a later look; by default it lives in `workdir`.
+    `batch`: rows decoded together (default max(16, samples)); a small run decodes fastest with all its
+    calls' samples in one batch (no short last batch paying a step's fixed cost for a few rows)."""
     from toolaudit.analysis.floor import is_noise_floor
     from toolaudit.analysis.sampled import sampled_summary
     from toolaudit.store import Store
@@ -103,8 +106,8 @@ def power_table(workdir: Path, calls: int, samples: int, temperature: float = 0.
     names = candidates or list(CANDIDATES)
     site = install_plugin(workdir)
     paths = workdir / "paths.toml"
-    paths.write_text(paths_toml(temperature, top_p, max_tokens, batch=max(16, samples), dtype=dtype, device=device,
-                                draft=draft))
+    paths.write_text(paths_toml(temperature, top_p, max_tokens, batch=batch or max(16, samples), dtype=dtype,
+                                device=device, draft=draft))
     db = db or workdir / "power.duckdb"
     args = [sys.executable, "-m", "toolaudit", "replay", str(DEMO), "--paths", str(paths), "--baseline", "target",
             *[a for n in [*names, "target"] for a in ("--candidate", n)], "--samples", str(samples),

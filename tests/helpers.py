@@ -274,6 +274,19 @@ class AppThread:
         self.thread.join(timeout=5)
 
 
+def short_demo_requests(n: int) -> list:
+    """The `n` demo calls whose prompts (messages and tools, as JSON) are shortest, as engine requests, in trace
+    order. Real calls with real tools; short because prefill is most of a real-model test's time on a CPU (~4 ms
+    a prompt token on one AVX2 core, float32), and the demo's prompts run from 600 to 2,700 characters."""
+    from toolaudit.engines.base import EngineRequest
+
+    rows = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()]
+    size = [len(json.dumps(r["request"]["messages"])) + len(json.dumps(r["request"].get("tools", []))) for r in rows]
+    chosen = sorted(sorted(range(len(rows)), key=lambda i: (size[i], i))[:n])
+    return [EngineRequest(key=f"demo-{i}", messages=rows[i]["request"]["messages"],
+                          tools=rows[i]["request"].get("tools", [])) for i in chosen]
+
+
 def smollm2_dir() -> Path:
     """The converted SmolLM2-135M directory (built on first use), or skip the test when it cannot be built."""
     import pytest

@@ -21,7 +21,7 @@ CALLS, SAMPLES = 3, 6
 
 def test_a_sampled_replay_catches_a_broken_sampler_and_not_the_calibration(tmp_path):
     rows, seconds = power_table(tmp_path, CALLS, SAMPLES, temperature=1.0, top_p=0.95, max_tokens=64,
-                                candidates=["argmax-verify"])
+                                candidates=["argmax-verify"], batch=CALLS * SAMPLES)  # one batch a path
     print(f"\n{CALLS} demo calls, N = {SAMPLES}, temperature 1.0, top_p 0.95, float32; replay {seconds:.0f} s")
     print(format_table(rows))
     by_name = {r.sampler: r for r in rows}

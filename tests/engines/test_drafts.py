@@ -18,12 +18,11 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from click.testing import CliRunner  # noqa: E402
-from helpers import DEMO, smollm2_dir  # noqa: E402
+from helpers import short_demo_requests, smollm2_dir  # noqa: E402
 
 from toolaudit import ConfigError  # noqa: E402
 from toolaudit.cli import cli  # noqa: E402
 from toolaudit.engines import drafts, models  # noqa: E402
-from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import SpeculativeConfig, builtin_paths  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -31,12 +30,6 @@ pytestmark = pytest.mark.slow
 # The draft of the engine tests: deep enough that the draft's greedy token often is the target's (2 layers
 # propose almost nothing the target keeps), so verification accepts and rolls back proposals in every pass.
 ENGINE_DRAFT = "smollm2-135m:first24"
-
-
-def demo_requests(n: int) -> list[EngineRequest]:
-    rows = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()][:n]
-    return [EngineRequest(key=f"demo-{i}", messages=r["request"]["messages"], tools=r["request"].get("tools", []))
-            for i, r in enumerate(rows)]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +81,7 @@ def test_torch_fp32_draft_model_gives_the_target_tokens(source):
     base = replace(builtin_paths()["target"], dtype="float32", batch_size=2, max_tokens=24)
     draft = replace(base, name="draft", speculative=SpeculativeConfig(
         method="draft_model", model=ENGINE_DRAFT, num_speculative_tokens=3))
-    reqs = demo_requests(2)
+    reqs = short_demo_requests(2)
     a, b = TorchEngine(base).generate(reqs), TorchEngine(draft).generate(reqs)
     assert [r.error for r in a + b] == [None] * 4
     assert [r.token_ids for r in b] == [r.token_ids for r in a]
@@ -105,7 +98,7 @@ def test_hf_assistant_model_from_the_draft(source):
     target = make_engine(parse_path("hf", common))
     spec = make_engine(parse_path("hf-draft", {**common, "speculative": {
         "method": "draft_model", "model": ENGINE_DRAFT, "num_speculative_tokens": 3}}))
-    reqs = demo_requests(2)
+    reqs = short_demo_requests(2)
     try:
         a, b = target.generate(reqs), spec.generate(reqs)
     finally:

@@ -9,10 +9,10 @@ package; a few minutes on a shared 2-core CPU.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from helpers import short_demo_requests
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -20,13 +20,12 @@ pytest.importorskip("transformers")
 from toolaudit.engines import (
     make_engine,  # noqa: E402
     )
-from toolaudit.engines.base import EngineRequest  # noqa: E402
 from toolaudit.engines.paths import parse_path  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 DEMO = Path(__file__).resolve().parents[3] / "traces" / "demo.jsonl"
-CALLS = 4  # enough to show the evidence; each hf generate() call costs seconds on a 2-core CPU
+CALLS = 2  # enough to show the evidence: the demo calls with the shortest prompts (each hf call ~5 s on one core)
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -37,9 +36,7 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 
 
 def test_fp32_hf_generate_vs_torch_target(model_available, record_property):
-    rows = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()][::10][:CALLS]
-    requests = [EngineRequest(key=f"demo-{i}", messages=r["request"]["messages"], tools=r["request"].get("tools", []))
-                for i, r in enumerate(rows)]
+    requests = short_demo_requests(CALLS)
     common = {"model": "smollm2-135m", "dtype": "float32", "max_tokens": 40}
     target = make_engine(parse_path("target", {**common, "engine": "torch", "batch_size": CALLS}))
     hf = make_engine(parse_path("hf", {**common, "engine": "hf"}))

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers import short_demo_requests
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -38,11 +39,10 @@ FALLBACK = ["What is the current price of AMZN?", "Cancel order 12857.", "How mu
 
 
 def requests(n: int) -> list[EngineRequest]:
-    """Tool-call prompts: every 10th call of traces/demo.jsonl when present, else a few written here."""
+    """Tool-call prompts: the demo calls with the shortest prompts when the trace is there, else a few written
+    here."""
     if DEMO.is_file():
-        rows = [json.loads(line) for line in DEMO.read_text().splitlines() if line.strip()][::10][:n]
-        return [EngineRequest(key=f"demo-{i}", messages=r["request"]["messages"], tools=r["request"].get("tools", []))
-                for i, r in enumerate(rows)]
+        return short_demo_requests(n)
     return [EngineRequest(key=f"q{i}", messages=[{"role": "user", "content": q}], tools=TOOLS)
             for i, q in enumerate(FALLBACK[:n])]
 
