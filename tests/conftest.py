@@ -114,6 +114,16 @@ def model_available():
         pytest.skip(str(exc))
 
 
+def pytest_runtest_teardown(item, nextitem):
+    """The Ray tests' local Ray stops once the next test is not one of theirs (or none is left)."""
+    from scheduling import unit_of
+
+    if unit_of(item.nodeid) == "ray" and (nextitem is None or unit_of(nextitem.nodeid) != "ray"):
+        from ray_support import stop_local_ray
+
+        stop_local_ray()
+
+
 # -- running the suite on several workers (pytest-xdist, `make test`) ------------------------------------------
 # Units and their order: tests/scheduling.py. (xdist's own `--dist loadgroup` marks do not take with pytest 9.2,
 # whose node ids no longer come from `_nodeid`.)

@@ -1,29 +1,43 @@
-"""A local Ray for a test module, and the gate actor the killed-worker tests hold later work on (no timing)."""
+"""The session's local Ray, and the gate actor the killed-worker tests hold later work on (no timing)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from conftest import REPO
 
 
-def local_ray(tmp_path_factory, module: str, env: dict[str, str] | None = None) -> Iterator:
-    """Ray on 2 CPUs for the module's tests. The module (its gated scans or factories) and this one (the gate)
-    travel to the workers by value: the workers import toolaudit from the checkout, not the tests."""
+def local_ray(tmp_path_factory) -> Any:
+    """Ray on 2 CPUs for the Ray tests, started once for both Ray test modules (tests/scheduling.py keeps them on
+    one worker, one after the other: one start, ~5 s, and one pool of worker processes) and stopped as soon as
+    the next test is not one of theirs (tests/conftest.py), so no idle Ray shares the cores with later tests."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _temp_dir=str(tmp_path_factory.mktemp("ray")),
+                 runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}})
+    return ray
+
+
+def stop_local_ray() -> None:
+    """Stop the tests' local Ray, if one runs."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+def by_value(module: str) -> None:
+    """The test module (its gated scans or factories) and this one (the gate) travel to the workers by value:
+    the workers import toolaudit from the checkout, not the tests."""
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[module])
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path_factory.mktemp("ray")),
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), **(env or {})}})
-    yield ray
-    ray.shutdown()
 
 
 def open_gate_actor():
