@@ -5,6 +5,7 @@ the trace's recorded response in a replay, the baseline log's in a compare, neve
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -112,3 +113,8 @@ def test_a_replay_keys_by_the_traces_recorded_calls_whatever_the_decode_path_nam
     text = CliRunner().invoke(cli, ["summary", "--db", db, "--run", str(spec), "--all"]).output
     assert not any(row.startswith(("2025_q4", "sell_304.5", "(other)")) for row in text.splitlines()), text
     assert any(row.startswith("search_tickets ") for row in text.splitlines()), text
+    # the worst example too is named by its recorded call's tool (its detail shows the decoded names)
+    worst = re.search(r"^worst example: session \S+ call \d+ \((\w+), ([^)]+)\): tool_name_changed: 2025_q4 -> "
+                      r"sell_304\.5", text, re.M)
+    assert worst and worst.group(2) in {"search_tickets", "close_ticket"}, text
+    assert data["worst_example"]["recorded_tool"] == worst.group(2)

@@ -222,8 +222,9 @@ def worst_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
     worst = s.get("worst_example")
     if not worst:
         return []
+    tool = worst.get("recorded_tool") or worst["tool_name"]  # the recorded call's tool, not a decoded name
     lines = [f"worst example: session {worst['session_id']} call {worst['call_index']} "
-             f"({worst['customer']}, {worst['tool_name']}): {worst['drift_kind']}: {worst['detail']}"]
+             f"({worst['customer']}, {tool}): {worst['drift_kind']}: {worst['detail']}"]
     evidence = s.get("drifted_with_token_evidence")
     median = (f"median {s['median_drift_margin']:.3f} logits over the {evidence} drifted calls with token evidence"
               if evidence else "")
