@@ -117,4 +117,4 @@ def test_a_replay_keys_by_the_traces_recorded_calls_whatever_the_decode_path_nam
     worst = re.search(r"^worst example: session \S+ call \d+ \((\w+), ([^)]+)\): tool_name_changed: 2025_q4 -> "
                       r"sell_304\.5", text, re.M)
     assert worst and worst.group(2) in {"search_tickets", "close_ticket"}, text
-    assert data["worst_example"]["recorded_tool"] == worst.group(2)
+    assert data["worst_example"]["tool_key"] == worst.group(2)

@@ -222,7 +222,7 @@ def worst_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
     worst = s.get("worst_example")
     if not worst:
         return []
-    tool = worst.get("recorded_tool") or worst["tool_name"]  # the recorded call's tool, not a decoded name
+    tool = worst["tool_key"] or "no tool call"  # the per-tool tables' key: the recorded call's tool where known
     lines = [f"worst example: session {worst['session_id']} call {worst['call_index']} "
              f"({worst['customer']}, {tool}): {worst['drift_kind']}: {worst['detail']}"]
     evidence = s.get("drifted_with_token_evidence")

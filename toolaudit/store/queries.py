@@ -201,13 +201,15 @@ def margin_evidence(store: Store, run_id: int) -> dict[str, Any]:
 
 def worst_example(store: Store, run_id: int) -> dict[str, Any] | None:
     """The most severe drifted call (see `records.SEVERITY`) with both outputs and its argument diffs.
-    `tool_name` is run A's (the baseline's) tool; `recorded_tool` the recorded call's, the name to show it by."""
+    `tool_name` is run A's (the baseline's) tool; `tool_key` the one the per-tool tables put the call under
+    (`tool_key_sql`: the recorded call's tool where the run has them; None: the recorded answer called none)."""
     order = " ".join(f"WHEN '{k.value}' THEN {i}" for i, k in enumerate(SEVERITY))
-    rows = store.rows(f"""SELECT session_id, call_index, customer, tool_name, recorded_tool, drift_kind, detail,
-        first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin
+    ctes, key, params = tool_key_sql(run_id)
+    rows = store.rows(f"""WITH {ctes} SELECT session_id, call_index, customer, tool_name, {key} AS tool_key,
+        drift_kind, detail, first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin
         FROM calls WHERE run_id = ? AND drifted
         ORDER BY CASE drift_kind {order} ELSE 9 END, baseline_margin DESC NULLS LAST, session_id, call_index
-        LIMIT 1""", [run_id])
+        LIMIT 1""", [*params, run_id])
     if not rows:
         return None
     example = rows[0]
