@@ -106,6 +106,13 @@ def test_a_replay_keys_by_the_traces_recorded_calls_whatever_the_decode_path_nam
         globex = customer_report(store, spec, "globex")
     assert globex["tool_key"] == "recorded"
     assert keyed(globex["tools"]) == {"search_tickets": 1, "close_ticket": 1, "(no tool call)": 1}
+    # the report's worst examples are named as its tables are: by the recorded call's tool
+    assert globex["examples"] and {x["tool_name"] for x in globex["examples"]} == {"2025_q4"}
+    assert {x["tool_key"] for x in globex["examples"]} <= {"search_tickets", "close_ticket", "(no tool call)"}
+    from toolaudit.report.markdown import render_markdown
+
+    heads = re.findall(r"^### \d+\. `([^`]+)`", render_markdown(globex), re.M)
+    assert heads and set(heads) <= {"search_tickets", "close_ticket", "(no tool call)"}, heads
     data = json.loads(CliRunner().invoke(cli, ["summary", "--db", db, "--run", str(spec), "--json"]).output)
     assert data["tool_key"] == "recorded"
     assert keyed(data["tools"]) == {"search_tickets": 3, "close_ticket": 2, None: 1}

@@ -333,7 +333,7 @@ def _example(i: int, x: dict) -> str:
         body = table(["baseline output", "candidate output"],
                      [[mono(x["baseline_output"]), mono(x["candidate_output"])]],
                      classes={0: "val before", 1: "val after"})
-    return (f'<div class="example"><h3>{i}. {code(x["tool_name"])} '
+    return (f'<div class="example"><h3>{i}. {code(x["tool_key"])} '
             f'<span class="badge {kind}">{e(x["drift_kind"].replace("_", " "))}</span> '
             f'<span class="badge {attribution}">{e(x["attribution"])}</span></h3>'
             f'<p class="where">Session {code(x["session_id"])}, call {e(x["call_index"])} · '

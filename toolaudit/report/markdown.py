@@ -145,7 +145,7 @@ def _md_examples(r: dict) -> list[str]:
     if not r["examples"]:
         return out + ["No drifted calls.", ""]
     for i, e in enumerate(r["examples"], 1):
-        out += [f"### {i}. {md_cell(e['tool_name'], True)}: {e['drift_kind']} ({e['attribution']})", "",
+        out += [f"### {i}. {md_cell(e['tool_key'], True)}: {e['drift_kind']} ({e['attribution']})", "",
                 f"Session {md_cell(e['session_id'], True)}, call {e['call_index']}. {md_cell(e['detail'])}", ""]
         if e["baseline_margin"] is not None:
             out += [(f"First divergence at token {e['first_divergence']}: baseline "

@@ -97,13 +97,17 @@ def drifted_margins(store: Store, rid: int, customer: str) -> list[float | None]
 
 def worst_calls(store: Store, rid: int, customer: str, near_tie_margin: float,
                         limit: int) -> list[dict[str, Any]]:
-    return store.rows(f"""
-        SELECT session_id, call_index, coalesce(tool_name, '(no tool call)') AS tool_name, drift_kind, detail,
+    """The customer's worst drifted calls. `tool_name` is run A's tool; `tool_key` the one the per-tool tables put
+    the call under (`tool_key_sql`: the recorded call's tool where the run has them), the name to show it by."""
+    ctes, key, params = tool_key_sql(rid)
+    return store.rows(f"""WITH {ctes}
+        SELECT session_id, call_index, coalesce(tool_name, '(no tool call)') AS tool_name,
+               coalesce({key}, '(no tool call)') AS tool_key, drift_kind, detail,
                first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin
         FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND drifted AND {_CUSTOMER}
         ORDER BY coalesce(baseline_margin >= ?, false) DESC, (drift_kind = '{SCHEMA_BROKEN}') DESC,
                  baseline_margin DESC NULLS LAST, arg_diff_count DESC, session_id, call_index
-        LIMIT ?""", [rid, customer, near_tie_margin, limit])
+        LIMIT ?""", [*params, rid, customer, near_tie_margin, limit])
 
 
 # The picked calls (already the customer's own), as parallel lists of session ids and call indexes.
