@@ -1,4 +1,4 @@
-"""The session's local Ray, and the gate actor the killed-worker tests hold later work on (no timing)."""
+"""The Ray tests' local Ray, and the gate actor the killed-worker tests hold later work on (no timing)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,18 @@ import pytest
 from conftest import REPO
 
 
-def local_ray(tmp_path_factory) -> Any:
+def local_ray(tmp_path_factory, module: str) -> Any:
     """Ray on 2 CPUs for the Ray tests, started once for both Ray test modules (tests/scheduling.py keeps them on
     one worker, one after the other: one start, ~5 s, and one pool of worker processes) and stopped as soon as
-    the next test is not one of theirs (tests/conftest.py), so no idle Ray shares the cores with later tests."""
+    the next test is not one of theirs (tests/conftest.py), so no idle Ray shares the cores with later tests.
+    `module` (its gated scans or factories) and this one (the gate) travel to the workers by value: the workers
+    import toolaudit from the checkout, not the tests."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[module])
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
                  _temp_dir=str(tmp_path_factory.mktemp("ray")),
@@ -29,15 +35,6 @@ def stop_local_ray() -> None:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
-
-
-def by_value(module: str) -> None:
-    """The test module (its gated scans or factories) and this one (the gate) travel to the workers by value:
-    the workers import toolaudit from the checkout, not the tests."""
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[module])
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def open_gate_actor():

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from conftest import REPO, write_jsonl
 from format_records import otlp, span
 from ingest.test_otlp_inherit import _records
-from ray_support import KillFirstWorker, by_value, open_gate_actor
+from ray_support import KillFirstWorker, open_gate_actor
 from ray_support import local_ray as start_local_ray
 
 from compare.test_shards import TABLES, rows_of
@@ -38,8 +38,7 @@ RUNS = "SELECT run_id, name, kind, status, baseline_name, candidate_name, baseli
 
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
-    by_value(__name__)
-    return start_local_ray(tmp_path_factory)
+    return start_local_ray(tmp_path_factory, __name__)
 
 
 def invoke(*args: str) -> str:

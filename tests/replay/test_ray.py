@@ -15,7 +15,7 @@ import pytest
 from compare.test_shards import TABLES, rows_of, summary_json
 from conftest import REPO
 from helpers import build_tiny_model
-from ray_support import KillFirstWorker, by_value, open_gate_actor
+from ray_support import KillFirstWorker, open_gate_actor
 from ray_support import local_ray as start_local_ray
 
 from toolaudit.engines import make_engine
@@ -30,8 +30,7 @@ TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "reused_prefill_s", "
 
 @pytest.fixture(scope="module")
 def local_ray(tmp_path_factory):
-    by_value(__name__)
-    return start_local_ray(tmp_path_factory)
+    return start_local_ray(tmp_path_factory, __name__)
 
 
 @pytest.fixture(scope="module")

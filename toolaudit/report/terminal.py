@@ -15,7 +15,7 @@ from toolaudit.report.floor import (
 from toolaudit.report.numbers import pct
 from toolaudit.report.output import format_table, json_value
 from toolaudit.report.terminal_sampled import sampled_lines
-from toolaudit.store.vocabulary import ArgDiffKind
+from toolaudit.store.vocabulary import NO_TOOL_CALL, ArgDiffKind
 
 
 def problem_lines(s: dict, db: str | None = None) -> list[str]:
@@ -189,12 +189,12 @@ def tool_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
     tool = "declared tool" if s.get("tool_key") == "declared" else "tool"
     if floor:
         table = format_table([tool, "calls", "drift", *TOOL_COLUMNS],
-                             [[t["tool_name"] or "(no tool call)", t["calls"], pct(t["drift_rate"]), *tool_cells(t)]
+                             [[t["tool_name"] or NO_TOOL_CALL, t["calls"], pct(t["drift_rate"]), *tool_cells(t)]
                               for t in rows])
     else:
         table = format_table(
             [tool, "calls", "drifted", "drift", "95% CI"],
-            [[t["tool_name"] or "(no tool call)", t["calls"], t["drifted_calls"], pct(t["drift_rate"]),
+            [[t["tool_name"] or NO_TOOL_CALL, t["calls"], t["drifted_calls"], pct(t["drift_rate"]),
               f"{pct(t['ci_low'])}-{pct(t['ci_high'])}"] for t in rows])
     return [table, *more_line(hidden, "tools", s, db)]
 
@@ -222,7 +222,7 @@ def worst_lines(s: dict, db: str | None, all_rows: bool) -> list[str]:
     worst = s.get("worst_example")
     if not worst:
         return []
-    tool = worst["tool_key"] or "no tool call"  # the per-tool tables' key: the recorded call's tool where known
+    tool = worst["tool_key"] or NO_TOOL_CALL  # the per-tool tables' key: the recorded call's tool where known
     lines = [f"worst example: session {worst['session_id']} call {worst['call_index']} "
              f"({worst['customer']}, {tool}): {worst['drift_kind']}: {worst['detail']}"]
     evidence = s.get("drifted_with_token_evidence")

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from toolaudit.store.db import Store
 from toolaudit.store.queries import NONE_CUSTOMER, tool_key_sql
-from toolaudit.store.vocabulary import DRIFTED_KINDS, DriftKind, MatchStatus
+from toolaudit.store.vocabulary import DRIFTED_KINDS, NO_TOOL_CALL, DriftKind, MatchStatus
 
 # The per-tool rows' drift-kind columns, in DriftKind declaration order.
 KIND_COLUMNS: tuple[str, ...] = tuple(str(k) for k in DRIFTED_KINDS)
@@ -68,7 +68,7 @@ def tool_rows(store: Store, rid: int, customer: str, fold_unknown_tools: bool = 
     kinds = ", ".join(f"count(*) FILTER (drift_kind = '{k}') AS {k}" for k in KIND_COLUMNS)
     ctes, key, params = tool_key_sql(rid, fold_unknown_tools)
     return store.rows(f"""WITH {ctes}
-        SELECT coalesce({key}, '(no tool call)') AS tool_name, count(*) AS calls,
+        SELECT coalesce({key}, '{NO_TOOL_CALL}') AS tool_name, count(*) AS calls,
                count(*) FILTER (drifted) AS drifted_calls, {kinds}
         FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND {_CUSTOMER}
         GROUP BY 1 ORDER BY drifted_calls DESC, calls DESC, tool_name""", [*params, rid, customer])
@@ -101,8 +101,8 @@ def worst_calls(store: Store, rid: int, customer: str, near_tie_margin: float,
     the call under (`tool_key_sql`: the recorded call's tool where the run has them), the name to show it by."""
     ctes, key, params = tool_key_sql(rid)
     return store.rows(f"""WITH {ctes}
-        SELECT session_id, call_index, coalesce(tool_name, '(no tool call)') AS tool_name,
-               coalesce({key}, '(no tool call)') AS tool_key, drift_kind, detail,
+        SELECT session_id, call_index, coalesce(tool_name, '{NO_TOOL_CALL}') AS tool_name,
+               coalesce({key}, '{NO_TOOL_CALL}') AS tool_key, drift_kind, detail,
                first_divergence, baseline_token, candidate_token, baseline_margin, candidate_margin
         FROM calls c WHERE run_id = ? AND match_status = '{MATCHED}' AND drifted AND {_CUSTOMER}
         ORDER BY coalesce(baseline_margin >= ?, false) DESC, (drift_kind = '{SCHEMA_BROKEN}') DESC,

@@ -16,6 +16,7 @@ LENGTH = "length"  # the finish reason of an answer cut at max_tokens (OpenAI's 
 # How each truncated pair is explained in `calls.detail`; the one-sided texts end with the other side's reason.
 TRUNCATED_BOTH = f"both outputs stopped at max_tokens (finish_reason '{LENGTH}')"
 TRUNCATED_ONE = "{side} output stopped at max_tokens (finish_reason '" + LENGTH + "'); {other} finished: "
+NO_TOOL_CALL = "(no tool call)"  # the per-tool key shown for calls whose recorded (or run A's) answer called none
 MISMATCHES_SHOWN = 5  # mismatched pairs named in the run's counts (all are rows: calls.detail says why)
 
 
