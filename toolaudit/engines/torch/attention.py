@@ -18,7 +18,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from . import kernel
-from .numerics import ROUND_TO, round_to
+from .numerics import ROUND_TO, round_to, rounded
 
 ATTENTION = "toolaudit"  # the attention kernel the embedded engine runs (see `grouped_attention`)
 SHORT_QUERY = 16  # queries up to this length (decode steps, verification passes) take the matmul path
@@ -54,7 +54,7 @@ class SplitLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         if self.rounding is not None:
-            key_states = round_to(key_states, self.rounding)
+            key_states = rounded(key_states, self.rounding)
         self.keys = torch.cat([self.keys, key_states], dim=-2)
         self.values = torch.cat([self.values, value_states], dim=-2)
         if self.base_keys is not None:  # handed to the attention call that follows, with the keys it gets
@@ -111,7 +111,7 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
     """
     rounding = getattr(module, ROUND_TO, None)
     rnd = _same if rounding is None else partial(round_to, dtype=rounding)
-    query = rnd(query)
+    query = query if rounding is None else rounded(query, rounding)
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     scale = scaling if scaling is not None else dim ** -0.5

@@ -43,6 +43,8 @@ from toolaudit import ConfigError
 
 from .config import NUMERICS
 
+ROUNDED = "toolaudit_rounded"  # attribute of a tensor whose values are already rounded to that dtype (RoPE's output)
+SIGNED_SIN = "toolaudit_signed_sin"  # attribute of a forward pass's sin: sin with its first half negated (RoPE)
 ROUND_TO = "toolaudit_round_to"  # attribute of an emulated model and of its attention modules: the dtype
 LOW_PRECISION = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 # /proc/cpuinfo flags of CPUs whose matmuls run the dtype natively (oneDNN's avx512_core_bf16/amx/_fp16 kernels)
@@ -191,13 +193,37 @@ def _patch_rope(modeling) -> None:
 
 
 def _rounded_rope(q, k, cos, sin, dtype, rotate_half, unsqueeze_dim: int = 1):
-    """transformers' apply_rotary_pos_emb with the three roundings of eager bf16: each product and the sum."""
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    """transformers' apply_rotary_pos_emb with the three roundings of eager bf16: each product and the sum.
 
-    def rope(x):
-        return round_to(round_to(x * cos, dtype) + round_to(rotate_half(x) * sin, dtype), dtype)
+    The same bits in fewer operations (a decode step runs these 30 times, each op costing more in dispatch than in
+    arithmetic): q and k go through together, and rotate_half(x) * sin is x rolled by half its width times sin with
+    its first half negated (negation is exact, so each product is the same). The results carry `ROUNDED` so the
+    attention and the cache skip rounding them again.
+    """
+    if unsqueeze_dim != 1 or q.shape[:1] != k.shape[:1] or q.shape[2:] != k.shape[2:]:
+        def rope(x):
+            return round_to(round_to(x * cos_u, dtype) + round_to(rotate_half(x) * sin_u, dtype), dtype)
 
-    return rope(q), rope(k)
+        cos_u, sin_u = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        return rope(q), rope(k)
+    signed = getattr(sin, SIGNED_SIN, None)  # the same sin serves every layer of a forward pass: made once
+    if signed is None:
+        half = sin.shape[-1] // 2
+        signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+        setattr(sin, SIGNED_SIN, signed)
+    x = torch.cat((q, k), dim=1)
+    out = round_to(round_to(x * cos.unsqueeze(1), dtype) + round_to(x.roll(x.shape[-1] // 2, -1) * signed, dtype),
+                   dtype)
+    heads = q.shape[1]
+    q_out, k_out = out[:, :heads], out[:, heads:]
+    setattr(q_out, ROUNDED, dtype)
+    setattr(k_out, ROUNDED, dtype)
+    return q_out, k_out
+
+
+def rounded(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`round_to(t, dtype)`, skipped for a tensor that says it holds `dtype` values already (`ROUNDED`)."""
+    return t if getattr(t, ROUNDED, None) is dtype else round_to(t, dtype)
 
 
 def _rms_norm(self, hidden_states: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
