@@ -50,12 +50,11 @@ def batch(rows: int = 6, q_len: int = 1, columns: int = 200, dim: int = 64, seed
     return query, keys, values, mask, first
 
 
-@pytest.mark.parametrize("q_len", [1, 6])
-def test_the_kernel_matches_torchs_ops_up_to_summation_order(q_len):
-    """Decode steps (1 query) and verification passes (6): bf16-rounded outputs are mostly bit-identical to the
-    torch path's; where they differ it is by bf16 rounding steps of float32 sums taken in another order, so the
-    kernel is no farther from the float64 truth than torch's ops are."""
-    query, keys, values, mask, _ = batch(q_len=q_len)
+def test_a_decode_step_matches_torchs_ops_up_to_summation_order():
+    """A decode step (1 query, eager numerics): bf16-rounded outputs mostly bit-identical to torch's path; where
+    they differ it is by bf16 rounding steps of float32 sums taken in another order, so the kernel is no farther
+    from the float64 truth than torch's ops are."""
+    query, keys, values, mask, _ = batch(q_len=1)
     ours = attend(True, query, keys, values, mask, split=150)
     theirs = attend(False, query, keys, values, mask, split=150)
     assert ours.shape == theirs.shape
@@ -63,6 +62,23 @@ def test_the_kernel_matches_torchs_ops_up_to_summation_order(q_len):
     truth = attend(False, query.double(), keys.double(), values.double(), mask, split=150)  # no rounding at all
     ulp = truth.abs().clamp_min(2 ** -20) * 2 ** -7
     assert ((ours.double() - truth).abs() / ulp).max() <= 2.5 * ((theirs.double() - truth).abs() / ulp).max() + 1
+
+
+@pytest.mark.parametrize("q_len", [6, 16])
+def test_a_verification_block_has_the_prefill_kernels_numerics(q_len):
+    """Several queries per row (a verification pass): flash numerics, those of the emulated prefill
+    (`attention._flash_rounded`: unrounded scores, exp rounded before the value product, one division at the
+    end), up to float32 summation order."""
+    from functools import partial
+
+    from toolaudit.engines.torch.attention import _flash_rounded
+
+    query, keys, values, mask, _ = batch(q_len=q_len, columns=700)
+    ours = attend(True, query, keys, values, mask, split=600)
+    prefill = _flash_rounded(query, keys, values, mask, 0.125, partial(numerics.round_to, dtype=BF16)).transpose(1, 2)
+    assert (ours == prefill).float().mean() > 0.999
+    eager = attend(False, query, keys, values, mask, split=600)  # torch's decode-style ops: other numerics
+    assert (ours != eager).float().mean() > 0.01
 
 
 def test_a_rows_output_is_its_own():
@@ -84,15 +100,16 @@ def test_a_rows_output_is_its_own():
         torch.set_num_threads(before)
 
 
-def test_a_verification_position_equals_the_decode_step_at_that_position():
-    """A query in a 6-wide verification block gets the bits a one-query decode step at its position gets (the
-    same columns in the same order): verification and decoding differ in the linears only, not in attention."""
+def test_in_eager_numerics_a_query_gets_the_same_bits_in_a_block_as_alone():
+    """The kernel's eager numerics computes each query row on its own: a query in a 6-wide block gets the bits of
+    a one-query call at its position (the same columns in the same order). The engine runs verification blocks
+    in flash numerics instead (serving's prefill kernel); this is what a batch-invariant verification would be."""
     query, keys, values, mask, _ = batch(rows=4, q_len=6, columns=180)
-    block = attend(True, query, keys, values, mask, split=100)  # [rows, 6, heads, dim]
+    block = kernel.attention(query, keys, values, None, mask, 0.125)  # [rows, 6, heads, dim]
     for j in (0, 3, 5):
         end = 180 - 5 + j  # position j sees the columns up to its own
-        step = attend(True, query[:, :, j:j + 1], keys[:, :, :end], values[:, :, :end], mask[:, :, j:j + 1, :end],
-                      split=100)
+        step = kernel.attention(query[:, :, j:j + 1], keys[:, :, :end], values[:, :, :end], None,
+                                mask[:, :, j:j + 1, :end], 0.125)
         assert torch.equal(step[:, 0], block[:, j])
 
 
@@ -109,12 +126,21 @@ def test_masked_columns_are_never_read():
 
 @pytest.mark.parametrize("dim,scaling", [(16, 0.25), (8, 8 ** -0.5)])
 def test_small_heads_and_a_scale_that_is_not_a_power_of_two(dim, scaling):
-    """Tiny test models have 8- and 16-wide heads; 1/sqrt(8) is not a power of two, so the rounded scores are
-    scaled in float32 afterwards, as torch's path does."""
-    query, keys, values, mask, _ = batch(dim=dim, q_len=3)
+    """Tiny test models have 8- and 16-wide heads; 1/sqrt(8) is not a power of two, so the scores are scaled in
+    float32 after the product, as torch's paths do: a decode step against torch's ops, a 3-query block against
+    the emulated prefill's flash numerics."""
+    from functools import partial
+
+    from toolaudit.engines.torch.attention import _flash_rounded
+
+    query, keys, values, mask, _ = batch(dim=dim, q_len=1)
     ours = attend(True, query, keys, values, mask, split=90, scaling=scaling)
     theirs = attend(False, query, keys, values, mask, split=90, scaling=scaling)
     assert (ours == theirs).float().mean() > 0.99
+    query, keys, values, mask, _ = batch(dim=dim, q_len=3)
+    ours = attend(True, query, keys, values, mask, split=90, scaling=scaling)
+    prefill = _flash_rounded(query, keys, values, mask, scaling, partial(numerics.round_to, dtype=BF16))
+    assert (ours == prefill.transpose(1, 2)).float().mean() > 0.99
 
 
 def test_without_a_compiler_torchs_ops_run_and_the_fingerprint_says_so(tmp_path):

@@ -1,21 +1,23 @@
-"""A compiled attention kernel for emulated bf16 decode steps (C, AVX2 + FMA, loaded with ctypes).
+"""A compiled attention kernel for emulated bf16 decode steps and verification passes (C, AVX2 + FMA, ctypes).
 
 Why: on a CPU without native bf16 matmuls the demo's paths emulate bf16 (`numerics`), and a decode step's
 attention ran as torch ops: batched matmuls over the float32 KV cache (padding columns included) with 3 query
 rows per key/value head, the softmax, the mask and five rounding copies, ~1.6 ms of a 16-row step's ~6 ms per
 layer. This kernel reads each row's valid columns once with mask, softmax and roundings fused: a 16-row decode
-step ~18% faster (docs/benchmarks.md).
+step ~18% faster, a 6-position verification pass ~16% (docs/benchmarks.md).
 
-Where it runs: one-token decode steps of emulated bf16 paths on a CPU (`grouped_attention`). Verification passes
-(several query positions per row) keep torch's ops, as serving engines run one kernel for decode steps and
-another for multi-token blocks (FlashInfer's decode and prefill kernels): the two reduce in different orders,
-the effect toolaudit measures. The kernel itself handles any number of query positions (its tests use that).
-
-Numerics (see the C source): the same roundings as torch's path, with float32 sums in another order (~99.9% of
-outputs bit-identical), and a row's output depends on nothing but the row: not its batch neighbours, the padding,
-the thread count or where the cache splits. So a path's decode steps are batch-invariant here, and its noise
-floor (the same path at another batch size) comes out at zero where the linears are batch-invariant too
-(oneDNN's are on these CPUs). A path's fingerprint names the kernel (`attention_kernel`).
+Two numerics, as serving engines run a decode kernel for one-token steps and a prefill kernel for multi-token
+blocks (FlashInfer's two; vLLM's verification passes go the prefill way too):
+- one-token decode steps: eager attention's roundings (scores, probabilities, output), as torch's path;
+- verification passes (up to `attention.SHORT_QUERY` positions): flash attention's, those of the emulated
+  prefill (`attention._flash_rounded`: float32 scores, exp(score - running max) rounded before the value
+  product, key blocks of `attention.KV_BLOCK` columns, one division at the end).
+So speculation's verification reduces in another order than the steps it stands in for, the effect toolaudit
+measures. Either way the float32 sums run in another order than torch's (~99.9% of outputs bit-identical), and a
+row's output depends on nothing but the row: not its batch neighbours, the padding, the thread count or where
+the cache splits. A path's decode steps are therefore batch-invariant here, and its noise floor (the same path at
+another batch size) comes out at zero where the linears are batch-invariant too (oneDNN's are on these CPUs).
+A path's fingerprint names the kernel (`attention_kernel`).
 
 It is built on first use with the system's C compiler (`$CC`, else `cc`; about a second) into the user's cache
 (`~/.cache/toolaudit/kernels`, keyed by the source and the flags) and linked against the OpenMP runtime torch
@@ -38,8 +40,8 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "attention.c"
-FLAGS = ("-O2", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
-NAME = "c-avx2-1"  # fingerprint name: change it with any change to the kernel's numerics
+FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
+NAME = "c-avx2-2"  # fingerprint name: change it with any change to the kernel's numerics
 ENV = "TOOLAUDIT_ATTENTION_KERNEL"  # "torch": never use the kernel
 KERNEL = "toolaudit_attention_kernel"  # attribute of an attention module that runs the kernel
 
@@ -96,7 +98,7 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.ta_attention.restype = i32
     lib.ta_attention.argtypes = [pointer, i64, i64, i32, i32, i32, *([pointer, pointer, i64, i64, i64] * 2),
-                                 pointer, i64, ctypes.c_float, pointer]
+                                 pointer, i64, ctypes.c_float, i32, pointer]
     return lib, ""
 
 
@@ -138,10 +140,12 @@ def applies(module, query: torch.Tensor, key: torch.Tensor, base_keys) -> bool:
 
 
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, base: tuple | None,
-              mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+              mask: torch.Tensor | None, scale: float, flash_block: int = 0) -> torch.Tensor:
     """Attention output [rows, q_len, heads, head_dim] for bf16-rounded `query` [rows, heads, q_len, head_dim]
     over the cache's recent `key`/`value` and its older `base` part (or None), `mask` boolean
-    [rows or 1, 1, q_len, columns] (True = attend) or None (every column)."""
+    [rows or 1, 1, q_len, columns] (True = attend) or None (every column). `flash_block` 0: eager numerics
+    (rounded scores, softmax, rounded probabilities); N > 0: flash numerics over key blocks of N columns, those of
+    `attention._flash_rounded`."""
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
@@ -164,6 +168,6 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, base:
     else:
         args += [None, 0]
     out = torch.empty(batch, q_len, heads, dim, dtype=torch.float32)
-    if _library().ta_attention(*args, 1.0 if exact else scale, out.data_ptr()) != 0:
+    if _library().ta_attention(*args, 1.0 if exact else scale, flash_block, out.data_ptr()) != 0:
         raise MemoryError("attention kernel: out of memory for its scratch buffers")
     return out

@@ -23,8 +23,8 @@ Where `emulate` rounds, for Llama-style layers (the order of a layer's forward p
                         products are added in float32 before the output's rounding (as flash-decoding kernels
                         combine partials; native rounds each product); prefill: flash-style, exp(score -
                         running max) rounded before it multiplies the values, then the output
-                        (`attention._flash_rounded`). bf16 decode steps run the same roundings in a compiled
-                        kernel where one can be built (`kernel.py`: float32 sums in another order, per row)
+                        (`attention._flash_rounded`). Where the compiled kernel is built (`kernel.py`, bf16):
+                        decode steps there with these roundings, verification passes with prefill's (flash)
   residual sums         after attention: in place, as `post_attention_layernorm` receives it (the same
                         tensor is the layer's next residual); after the MLP: the decoder layer's output
   MLP                   SiLU output, and the SiLU x up product as `down_proj` receives it
