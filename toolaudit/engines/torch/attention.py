@@ -17,7 +17,6 @@ from transformers import AttentionInterface
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from . import kernel
 from .numerics import ROUND_TO, round_to, rounded
 
 ATTENTION = "toolaudit"  # the attention kernel the embedded engine runs (see `grouped_attention`)
@@ -106,9 +105,7 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
     mask function. In float64 this equals sdpa exactly (the tests in tests/engines/torch run both).
     An emulating model's attention modules carry the dtype to round to (`numerics.ROUND_TO`): the query (after
     RoPE), the scores and probabilities, and the output are rounded where a native bf16 run writes bf16, and
-    long queries take `_flash_rounded` (native sdpa's rounding) instead of float32 sdpa. An emulating bf16
-    model's short queries go to the compiled kernel where it is built (`kernel.py`): decode steps with these
-    roundings, verification passes with `_flash_rounded`'s, as a serving engine's prefill kernel.
+    long queries take `_flash_rounded` (native sdpa's rounding) instead of float32 sdpa.
     """
     rounding = getattr(module, ROUND_TO, None)
     rnd = _same if rounding is None else partial(round_to, dtype=rounding)
@@ -138,12 +135,6 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
         return out.transpose(1, 2).contiguous(), None
     if attention_mask is None and q_len > 1:
         attention_mask = _causal(q_len, total, query.device)
-    if rounding is torch.bfloat16 and kernel.applies(module, query, key, base_keys):
-        # Emulated bf16 in the compiled kernel: a one-token decode step in eager numerics, a verification block in
-        # flash numerics (the prefill kernel's), as serving engines run a decode kernel for one-token steps and a
-        # prefill kernel for multi-token blocks (`kernel.py`).
-        base = None if base_keys is None else (base_keys, base_values)
-        return kernel.attention(query, key, value, base, attention_mask, scale, 0 if q_len == 1 else KV_BLOCK), None
     group = heads // kv_heads
     q = query.reshape(batch, kv_heads, group * q_len, dim)  # heads of a group share their keys and values
     # Scaling q first by a power of two gives the same bits as scaling the scores (rounded to bf16 or not; fp16's

@@ -31,7 +31,6 @@ from .config import CAPABILITIES, ENGINE
 from .gemm import DEFAULT as DEFAULT_GEMM
 from .gemm import kernel as gemm_kernel
 from .graphs import StepGraphs
-from .kernel import kernel_name as attention_kernel
 from .layout import Layout, kv_bytes_per_token, resolve_layout
 from .loop import DecodeSettings, decode
 from .models import load_model
@@ -220,9 +219,6 @@ class TorchEngine(LocalEngine):
         # earlier fingerprints.
         gemm = gemm_kernel(numerics, p.device, p.dtype)
         kernel = {} if gemm == DEFAULT_GEMM else {"gemm": gemm}
-        attention = attention_kernel(numerics, p.dtype, p.device, self.layout.batch_invariant)
-        if attention is not None:  # the compiled attention (`kernel.py`); paths on torch's ops add nothing
-            kernel["attention_kernel"] = attention
         return {
             "torch": torch.__version__,
             "transformers": transformers.__version__,

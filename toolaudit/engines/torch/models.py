@@ -37,7 +37,6 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
         from .attention import use_grouped_attention
         from .gemm import PREPACKED, kernel, prepack_linears
         from .invariant import tile_linears, use_invariant_attention
-        from .kernel import use_attention_kernel
         from .numerics import emulate
 
         directory = converted_dir(resolve(spec))
@@ -51,8 +50,6 @@ def load_model(spec: str, dtype: str = "bfloat16", device: str = "cpu",
         (use_invariant_attention if invariant else use_grouped_attention)(model)
         if numerics == "emulated":
             emulate(model, torch_dtype)
-            if not invariant:
-                use_attention_kernel(model)
         if kernel(numerics, device, dtype) == PREPACKED:
             prepack_linears(model)
         if invariant:

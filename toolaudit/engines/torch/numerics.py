@@ -16,15 +16,14 @@ Where `emulate` rounds, for Llama-style layers (the order of a layer's forward p
   every nn.Linear       its output: q/k/v/o, gate/up/down projections and the LM head (the logits)
   RoPE                  q*cos, rotate_half(q)*sin and their sum, for q and k, as eager native bf16 does
                         (`_rounded_rope`, used when cos carries the dtype: emulating models only)
-  q, k after RoPE       again (a no-op) in `attention.grouped_attention` and as `attention.SplitLayer` caches
-                        keys: there for models whose RoPE ran elsewhere
+  q, k after RoPE       again in `attention.grouped_attention` and as `attention.SplitLayer` caches keys, for
+                        models whose RoPE ran elsewhere (`_rounded_rope`'s outputs say they are rounded: skipped)
   attention             decode steps and verification passes (the matmul path): scores, probabilities and
                         output, as the native path writes them, except that a split cache's two partial value
                         products are added in float32 before the output's rounding (as flash-decoding kernels
                         combine partials; native rounds each product); prefill: flash-style, exp(score -
                         running max) rounded before it multiplies the values, then the output
-                        (`attention._flash_rounded`). Where the compiled kernel is built (`kernel.py`, bf16):
-                        decode steps there with these roundings, verification passes with prefill's (flash)
+                        (`attention._flash_rounded`)
   residual sums         after attention: in place, as `post_attention_layernorm` receives it (the same
                         tensor is the layer's next residual); after the MLP: the decoder layer's output
   MLP                   SiLU output, and the SiLU x up product as `down_proj` receives it
