@@ -41,6 +41,11 @@ def test_sampled_replay_stores_every_sample_and_a_test_per_call(tmp_path, paths_
         assert {r[3] for r in rows} == set(range(N))
         tests = _tests(store, run_id)
         assert len(tests) == 8
+        # each call's test is keyed by the recorded call's tool, as the greedy views key theirs (the random model's
+        # own samples call none or invent names)
+        keys = store.query("""SELECT s.tool_name, c.recorded_tool FROM sampled_calls s JOIN calls c
+                              USING (run_id, session_id, call_index) WHERE run_id = ?""", [run_id])[1]
+        assert len(keys) == 8 and all(a == b for a, b in keys) and any(a is not None for a, _ in keys)
         # the calls/outputs rows are sample 0's
         texts0 = {(r[0], r[1], r[2]): r[5] for r in rows if r[3] == 0}
         outputs = store.query("SELECT session_id, call_index, side, text FROM outputs WHERE run_id = ?", [run_id])[1]

@@ -238,13 +238,13 @@ def _most_shifted(calls: list[_Call], top: int = TOP) -> list[dict[str, Any]]:
 
 
 def _slices(calls: list[_Call], key: str, tests: dict, n: int) -> list[dict[str, Any]]:
-    """Per tool (the baseline's most frequent) or customer: calls, tested, shifted (the run-wide BH verdicts) and
-    the slice's own global test."""
+    """Per tool (the recorded call's, `sampled_calls.tool_name`; None: it called none) or customer: calls,
+    tested, shifted (the run-wide BH verdicts) and the slice's own global test."""
     groups: dict[str, list[_Call]] = {}
     for call in calls:
         groups.setdefault(call.row[key], []).append(call)
     out = []
-    for name, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    for name, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0] is None, kv[0] or "")):
         rate = _shifted_rate(members)
         p = tests[(key, name)].p_value
         out.append({key: name, "calls": len(members), "calls_tested": rate.n, "shifted_calls": rate.k,

@@ -11,7 +11,7 @@ import hashlib
 
 from toolaudit.compare.distributions import call_test
 from toolaudit.compare.outcomes import SampleOutcome
-from toolaudit.compare.pairs import SideOutput
+from toolaudit.compare.pairs import SideOutput, recorded_tool
 from toolaudit.engines import EngineResult
 from toolaudit.engines.paths import PathConfig
 from toolaudit.ingest.traces import TraceCall
@@ -49,10 +49,15 @@ def write_call_test(rows: RowBuffer, m: Member, call: TraceCall, base: list[Samp
     """The call's `sampled_calls` row: the test over the samples a test may use (not truncated, not failed)."""
     b = [o.outcome for o in base if o.kind.tested]
     c = [o.outcome for o in cand if o.kind.tested]
-    tools = [o.tool_name for o in base if o.tool_name and o.kind.tested]
-    modal = max(sorted(set(tools)), key=tools.count) if tools else None
+    # Keyed by the recorded call's tool, as the greedy views key theirs (`calls.recorded_tool`), not by a name one
+    # decode path invented; where nothing was recorded, the baseline's most frequent tool.
+    if call.response_message is not None:
+        tool = recorded_tool(call.response_message)
+    else:
+        tools = [o.tool_name for o in base if o.tool_name and o.kind.tested]
+        tool = max(sorted(set(tools)), key=tools.count) if tools else None
     test = call_test(b, c, seed=test_seed(call))
     rows.add("sampled_calls", run_id=m.run_id, session_id=call.session_id, call_index=call.call_index,
-             customer=call.customer, tool_name=modal, n_baseline=test.n_baseline, n_candidate=test.n_candidate,
+             customer=call.customer, tool_name=tool, n_baseline=test.n_baseline, n_candidate=test.n_candidate,
              outcomes=test.outcomes, statistic=test.statistic, p_value=test.p_value, tv=test.tv,
              tv_low=test.tv_low, tv_high=test.tv_high)

@@ -24,6 +24,7 @@ from toolaudit.report.text import (
     shifted_call_head,
     tools_rest,
 )
+from toolaudit.store.vocabulary import NO_TOOL_CALL
 
 CSS = """
 :root { --ink: #1f2937; --muted: #6b7280; --line: #e5e7eb; --soft: #f9fafb; --blue: #2563eb;
@@ -209,7 +210,7 @@ def _sampled(r: dict) -> str:
                                    f"Outcomes of session {call['session_id']} call {call['call_index']}: baseline "
                                    "and candidate")
         out.append(f'<div class="example shifted-call" data-session="{e(call["session_id"])}" '
-                   f'data-call="{e(call["call_index"])}"><h3>{i}. {code(call["tool_name"])} '
+                   f'data-call="{e(call["call_index"])}"><h3>{i}. {code(call["tool_name"] or NO_TOOL_CALL)} '
                    f'<span class="badge {badge}">{"distribution shift" if call["shifted"] else "not shifted"}'
                    f'</span></h3><p class="where">Session {code(call["session_id"])}, call {e(call["call_index"])} · '
                    f"{e(shifted_call_head(call))}</p>{chart}"

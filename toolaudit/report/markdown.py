@@ -23,6 +23,7 @@ from toolaudit.report.text import (
     shifted_call_head,
     tools_rest,
 )
+from toolaudit.store.vocabulary import NO_TOOL_CALL
 
 
 def md_cell(value: Any, code: bool = False) -> str:
@@ -133,7 +134,8 @@ def _md_sampled(r: dict) -> list[str]:
     if s["most_shifted"]:
         out += ["### Most-shifted calls", "", "This customer's calls with the lowest p: samples per outcome.", ""]
     for i, call in enumerate(s["most_shifted"], 1):
-        out += [f"{i}. {md_cell(call['tool_name'], True)}, session {md_cell(call['session_id'], True)}, call "
+        tool = md_cell(call['tool_name'] or NO_TOOL_CALL, True)
+        out += [f"{i}. {tool}, session {md_cell(call['session_id'], True)}, call "
                 f"{call['call_index']}: {md_cell(shifted_call_head(call))}", ""]
         out += md_table(["outcome", "baseline samples", "candidate samples"],
                         [[md_cell(o, True), str(b), str(c)] for o, b, c in outcome_rows(call)], numeric=(1, 2))

@@ -7,6 +7,7 @@ from typing import Any
 
 from toolaudit.report.numbers import interval, p_value, pct, signed_points, span, tv
 from toolaudit.report.output import format_table
+from toolaudit.store.vocabulary import NO_TOOL_CALL
 
 TOOLS_SHOWN = 10  # tool-choice rows in the terminal
 
@@ -100,7 +101,8 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
     if s["most_shifted"]:
         lines.append("most-shifted calls (lowest p)")
         for c in s["most_shifted"]:
-            lines += [f"  session {c['session_id']} call {c['call_index']} ({c['customer']}, {c['tool_name']}): "
+            lines += [f"  session {c['session_id']} call {c['call_index']} ({c['customer']}, "
+                      f"{c['tool_name'] or NO_TOOL_CALL}): "
                       f"p {p_value(c['p_value'])}, q {p_value(c['q_value'])}"
                       f"{' distribution_shift' if c['shifted'] else ''}, "
                       f"TV {tv(c['tv'])} ({tv(c['tv_low'])}-{tv(c['tv_high'])})",
@@ -112,9 +114,10 @@ def sampled_lines(s: dict[str, Any] | None, db: str | None = None) -> list[str]:
         rows = s["tools" if key == "tool_name" else "customers"]
         if not rows:
             continue
+        names = [(r[key] or NO_TOOL_CALL) if key == "tool_name" else r[key] for r in rows]
         lines += [format_table([title, "calls", "tested", "shifted", "shifted share", "global p", "finding"],
-                               [[r[key], r["calls"], r["calls_tested"], r["shifted_calls"], pct(r["shifted_share"]),
-                                 p_value(r["global_p"]), r["verdict"]["state"]] for r in rows]), ""]
+                               [[name, r["calls"], r["calls_tested"], r["shifted_calls"], pct(r["shifted_share"]),
+                                 p_value(r["global_p"]), r["verdict"]["state"]] for name, r in zip(names, rows)]), ""]
     return lines
 
 
