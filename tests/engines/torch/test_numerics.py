@@ -157,6 +157,28 @@ def test_float32_models_are_untouched_by_the_rope_wrapper():
     assert torch.equal(got[1], k * cos[:, None] + half(k) * sin[:, None])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("unsqueeze_dim", [1, 2])
+def test_rope_in_one_pass_gives_the_three_roundings_bits(dtype, unsqueeze_dim):
+    """`_rounded_rope` (q and k together, rotate_half(x) * sin as x rolled times sin half-negated) equals eager
+    native RoPE's three roundings, q*cos, rotate_half(q)*sin and their sum, bit for bit, in either layout (heads
+    on axis 1 or 2), with 9 query and 3 key heads; its outputs say they are rounded, so nothing rounds them again."""
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    torch.manual_seed(0)
+    heads_axis = unsqueeze_dim
+    shape = lambda h: (4, h, 5, 64) if heads_axis == 1 else (4, 5, h, 64)  # noqa: E731
+    q, k = (numerics.round_to(torch.randn(*shape(h)) * 3, dtype) for h in (9, 3))
+    cos, sin = (numerics.round_to(torch.randn(4, 5, 64), dtype) for _ in range(2))
+    r = lambda t: numerics.round_to(t, dtype)  # noqa: E731
+    c, s_ = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    got = numerics._rounded_rope(q, k, cos, sin, dtype, unsqueeze_dim)
+    for out, x in zip(got, (q, k)):
+        assert torch.equal(out, r(r(x * c) + r(rotate_half(x) * s_)))
+        assert numerics.rounded(out, dtype) is out
+    assert numerics.rounded(q, dtype) is not q  # an unmarked tensor is rounded (a copy)
+
+
 # ---------------------------------------------------------------------------------------------- selection
 
 @pytest.mark.parametrize(("flags", "dtype", "device", "requested", "expected"), [

@@ -109,7 +109,8 @@ def grouped_attention(module, query, key, value, attention_mask, scaling=None, d
     """
     rounding = getattr(module, ROUND_TO, None)
     rnd = _same if rounding is None else partial(round_to, dtype=rounding)
-    query = query if rounding is None else rounded(query, rounding)
+    if rounding is not None:
+        query = rounded(query, rounding)  # a no-op for `_rounded_rope`'s output
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     scale = scaling if scaling is not None else dim ** -0.5

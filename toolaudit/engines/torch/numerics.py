@@ -185,13 +185,13 @@ def _patch_rope(modeling) -> None:
         dtype = getattr(cos, ROUND_TO, None)
         if dtype is None:
             return original(q, k, cos, sin, *args, **kwargs)
-        return _rounded_rope(q, k, cos, sin, dtype, modeling.rotate_half, *args, **kwargs)
+        return _rounded_rope(q, k, cos, sin, dtype, *args, **kwargs)
 
     setattr(apply_rotary_pos_emb, ROUND_TO, True)
     modeling.apply_rotary_pos_emb = apply_rotary_pos_emb
 
 
-def _rounded_rope(q, k, cos, sin, dtype, rotate_half, unsqueeze_dim: int = 1):
+def _rounded_rope(q, k, cos, sin, dtype, unsqueeze_dim: int = 1):
     """transformers' apply_rotary_pos_emb with the three roundings of eager bf16: each product and the sum.
 
     The same bits in fewer operations (a decode step runs these 30 times, each op costing more in dispatch than in
@@ -199,22 +199,16 @@ def _rounded_rope(q, k, cos, sin, dtype, rotate_half, unsqueeze_dim: int = 1):
     its first half negated (negation is exact, so each product is the same). The results carry `ROUNDED` so the
     attention and the cache skip rounding them again.
     """
-    if unsqueeze_dim != 1 or q.shape[:1] != k.shape[:1] or q.shape[2:] != k.shape[2:]:
-        def rope(x):
-            return round_to(round_to(x * cos_u, dtype) + round_to(rotate_half(x) * sin_u, dtype), dtype)
-
-        cos_u, sin_u = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-        return rope(q), rope(k)
     signed = getattr(sin, SIGNED_SIN, None)  # the same sin serves every layer of a forward pass: made once
     if signed is None:
         half = sin.shape[-1] // 2
-        signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+        signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         setattr(sin, SIGNED_SIN, signed)
-    x = torch.cat((q, k), dim=1)
-    out = round_to(round_to(x * cos.unsqueeze(1), dtype) + round_to(x.roll(x.shape[-1] // 2, -1) * signed, dtype),
-                   dtype)
-    heads = q.shape[1]
-    q_out, k_out = out[:, :heads], out[:, heads:]
+    x = torch.cat((q, k), dim=unsqueeze_dim)  # the heads' axis: the one cos and sin are broadcast over
+    products = (round_to(x * cos.unsqueeze(unsqueeze_dim), dtype)
+                + round_to(x.roll(x.shape[-1] // 2, -1) * signed.unsqueeze(unsqueeze_dim), dtype))
+    out = round_to(products, dtype)
+    q_out, k_out = out.split([q.shape[unsqueeze_dim], k.shape[unsqueeze_dim]], dim=unsqueeze_dim)
     setattr(q_out, ROUNDED, dtype)
     setattr(k_out, ROUNDED, dtype)
     return q_out, k_out
