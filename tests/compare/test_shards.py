@@ -216,7 +216,7 @@ def test_replay_shards_merge_to_the_unsharded_replay(tmp_path):
     with Store(tmp_path / "one.duckdb", read_only=True) as a, Store(tmp_path / "all.duckdb", read_only=True) as m:
         for table in ("calls", "outputs", "arg_diffs", "sessions", "trace_errors", "call_drift", "session_drift",
                       "customer_drift", "tool_drift", "argument_drift"):
-            timing = ("latency_s", "ttft_s", "tokens_per_s")  # wall-clock dependent
+            timing = ("latency_s", "ttft_s", "tokens_per_s", "wall_share_s")  # wall-clock dependent
             assert rows_of(a, table, 1, timing) == rows_of(m, table, 1, timing), table
         assert rows_of(m, "trace_errors", 1) and rows_of(m, "arg_diffs", 1)
         one_counts, all_counts = (json.loads(s.run_row(1)["counts"]) for s in (a, m))

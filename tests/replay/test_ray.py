@@ -25,7 +25,7 @@ from toolaudit.store import Store
 
 DEMO = REPO / "traces" / "demo.jsonl"
 # wall-clock dependent columns: everything else must be equal
-TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "reused_prefill_s", "speedup")
+TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "reused_prefill_s", "speedup", "wall_share_s")
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from replay.test_replay import _Interrupting, options, paths_file, tiny_model_di
 from toolaudit import ConfigError
 from toolaudit.replay.replayer import replay_traces
 from toolaudit.store import Store
+from toolaudit.store.queries import path_rows
 
 N = 3
 
@@ -56,6 +57,22 @@ def test_sampled_replay_stores_every_sample_and_a_test_per_call(tmp_path, paths_
             by_call.setdefault((s, c, side), set()).add(text)
         assert sum(len(v) > 1 for v in by_call.values()) > len(by_call) // 2
         assert store.run_row(run_id)["options"] and '"samples":3' in store.run_row(run_id)["options"].replace(" ", "")
+        # what the speed views need to count every sample (tests/analysis/test_sampled.py checks the views on
+        # matched calls; the random model's answers are all cut at max_tokens): each call's share of the engine's
+        # time, and every sample's tokens and speculative counters, adding up to the engine's own accounting
+        engine = {r["side"]: r for r in path_rows(store, run_id)}
+        stored = {side: (share, tokens, drafted, accepted, passes) for side, share, tokens, drafted, accepted, passes
+                  in store.query("""SELECT side, sum(o.wall_share_s), sum(s.tokens), sum(s.drafted),
+                                    sum(s.accepted), sum(s.passes)
+                                    FROM outputs o JOIN (SELECT run_id, session_id, call_index, side,
+                                        sum(completion_tokens) AS tokens, sum(drafted_tokens) AS drafted,
+                                        sum(accepted_tokens) AS accepted, sum(forward_passes) AS passes
+                                        FROM samples GROUP BY ALL) s USING (run_id, session_id, call_index, side)
+                                    WHERE run_id = ? GROUP BY side""", [run_id])[1]}
+        for side, e in engine.items():
+            assert stored[side][0] == pytest.approx(e["wall_s"], rel=1e-9)
+            assert stored[side][1:] == (e["completion_tokens"], e["drafted_tokens"], e["accepted_tokens"],
+                                        round(e["completion_tokens"] / e["tokens_per_forward_pass"]))
         # a rerun draws the same samples: sample i is seeded from (seed, call, i), not from its batch
         again, _ = replay_traces(store, sampled(paths_file, chunk=8))
         assert [r[:5] + (r[5],) for r in _samples(store, again)] == rows

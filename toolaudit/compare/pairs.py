@@ -30,7 +30,7 @@ from toolaudit.validate.toolcalls import parse_message
 
 # Engine evidence columns of `outputs` (replays fill them; recorded logs have none).
 EVIDENCE_COLUMNS = ("token_ids", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "tokens_per_s",
-                    "drafted_tokens", "accepted_tokens", "forward_passes", "error")
+                    "wall_share_s", "drafted_tokens", "accepted_tokens", "forward_passes", "error")
 
 
 class Outcome(NamedTuple):

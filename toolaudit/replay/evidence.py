@@ -26,6 +26,7 @@ def side_output(result: EngineResult, path: PathConfig, wall_share: float,
         "token_ids": result.token_ids or None, "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens, "latency_s": result.latency_s, "ttft_s": result.ttft_s,
         "tokens_per_s": result.completion_tokens / wall_share if wall_share > 0 else None,
+        "wall_share_s": wall_share if wall_share > 0 else None,
         "drafted_tokens": result.drafted_tokens, "accepted_tokens": result.accepted_tokens,
         "forward_passes": result.forward_passes, "error": result.error,
     }

@@ -40,7 +40,8 @@ def write_samples(rows: RowBuffer, m: Member, call: TraceCall, side: str, path: 
                  tool_name=outcome.tool_name,
                  arguments=None if outcome.arguments is None else json_text(outcome.arguments),
                  text=out.raw, completion_tokens=result.completion_tokens, finish_reason=result.finish_reason,
-                 error=result.error)
+                 error=result.error, drafted_tokens=result.drafted_tokens, accepted_tokens=result.accepted_tokens,
+                 forward_passes=result.forward_passes)
     return outcomes
 
 

@@ -16,6 +16,15 @@ SCHEMA_MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations ("
                            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
 _MATRIX_COLUMN = "ALTER TABLE runs ADD COLUMN matrix_id BIGINT;\n"
 _PREFILL_COLUMN = "ALTER TABLE replay_chunks ADD COLUMN reused_prefill_s DOUBLE;\n"
+# A call's share of its engine call's wall time, stored (it was only implied, by completion_tokens / tokens_per_s,
+# which a call without a token lost), and each sample's speculative counters: a sampled run's speed and acceptance
+# count every sample, as `path_performance` does.
+_SPEED_COLUMNS = """
+ALTER TABLE outputs ADD COLUMN wall_share_s DOUBLE;
+ALTER TABLE samples ADD COLUMN drafted_tokens INTEGER;
+ALTER TABLE samples ADD COLUMN accepted_tokens INTEGER;
+ALTER TABLE samples ADD COLUMN forward_passes INTEGER;
+"""
 _CHUNKS_RENAMED = """
 ALTER TABLE replay_batches RENAME TO replay_chunks;
 ALTER TABLE replay_chunks RENAME COLUMN batch_no TO chunk_no;
@@ -340,6 +349,8 @@ ALTER TABLE calls ADD COLUMN recorded_tool VARCHAR;
     # part of wall_s (`engines.charged_seconds`), and named here. NULL in the rows written before.
     (15, "each path charged its own prompts' prefill: replay_chunks.reused_prefill_s",
      _PREFILL_COLUMN + views_sql(("path_performance",), version=15)),
+    (16, "a sampled run's speed and acceptance over every sample: outputs.wall_share_s, samples' counters",
+     _SPEED_COLUMNS + views_sql(("frontier", "customer_frontier"), version=16)),
 ]
 
 # A new file runs the migrations in one transaction with each reporting view created once, at its latest
@@ -348,7 +359,7 @@ ALTER TABLE calls ADD COLUMN recorded_tool VARCHAR;
 # about half the time (a new file took ~115 ms, two thirds of it re-creating views 6 times; the suite makes
 # thousands), and a file that is either fully created or not at all.
 TABLES_ONLY = {4: "", 6: "", 7: _MATRIX_COLUMN, 8: _CHUNKS_RENAMED + replay_batches_alias(), 13: "", 14: "",
-               15: _PREFILL_COLUMN}
+               15: _PREFILL_COLUMN, 16: _SPEED_COLUMNS}
 
 
 def create_schema(con: Any, applied_at: dt.datetime) -> None:

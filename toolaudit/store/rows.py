@@ -30,6 +30,7 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "latency_s": pa.float64(), "ttft_s": pa.float64(), "tokens_per_s": pa.float64(),
         "drafted_tokens": pa.int32(), "accepted_tokens": pa.int32(), "forward_passes": pa.int32(),
         "error": pa.string(), "finish_reason": pa.string(), "request_digest": pa.string(),
+        "wall_share_s": pa.float64(),
     },
     "arg_diffs": {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "call_position": pa.int32(),
@@ -61,7 +62,8 @@ TABLE_COLUMNS: dict[str, dict[str, pa.DataType]] = {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "side": pa.string(),
         "sample_index": pa.int32(), "path_name": pa.string(), "outcome": pa.string(), "outcome_kind": pa.string(),
         "tool_name": pa.string(), "arguments": pa.string(), "text": pa.string(), "completion_tokens": pa.int32(),
-        "finish_reason": pa.string(), "error": pa.string(),
+        "finish_reason": pa.string(), "error": pa.string(), "drafted_tokens": pa.int32(),
+        "accepted_tokens": pa.int32(), "forward_passes": pa.int32(),
     },
     "sampled_calls": {
         "run_id": pa.int64(), "session_id": pa.string(), "call_index": pa.int32(), "customer": pa.string(),

@@ -21,11 +21,12 @@ from toolaudit.store.vocabulary import DRIFTED_KINDS, MatchStatus
 
 MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
 # The migration that last changed a view; builders given an older `version` create the view as it was then.
-LATEST = 15
+LATEST = 16
 NAMES_SPLIT = 8  # replay_batches -> replay_chunks; the two compounded figures named apart
 SPEED_UNIFIED = 13  # the frontier views' tokens/s and acceptance: every decoded call (`analysis.speed`)
 FLOOR_APART = 14  # the frontier views name the noise-floor member and leave it out of `pareto` (a reference)
 PREFILL_CHARGED = 15  # replay_chunks.reused_prefill_s: the part of wall_s that is prefill other paths ran
+EVERY_SAMPLE = 16  # the frontier views' speed: every sample of a sampled call, over the call's stored wall share
 # A run of the baseline against itself (`analysis.floor.is_noise_floor`): the same path names, or its options say so.
 IS_FLOOR = ("(coalesce(baseline_name = candidate_name, false) "
             "OR coalesce(json_extract_string(options, '$.noise_floor') = 'true', false))")
@@ -150,7 +151,10 @@ def _frontier(per_customer: bool, version: int = LATEST) -> str:
     floor_col = f", {IS_FLOOR} AS noise_floor" if apart else ""
     not_floor = " AND NOT o.noise_floor" if apart else ""
     floor_null = "b.noise_floor OR " if apart else ""
-    by_speed = f"""by_speed AS (
+    if version >= EVERY_SAMPLE:
+        by_speed = _speed_every_sample(ccust)
+    else:
+        by_speed = f"""by_speed AS (
     SELECT o.run_id, {ccust}{speed("baseline")} AS baseline_tokens_per_s,
            {speed("candidate")} AS candidate_tokens_per_s,
            sum(o.accepted_tokens) FILTER (o.side = 'candidate')
@@ -206,6 +210,36 @@ VIEW_BUILDERS = {"call_drift": lambda v: _call_drift(), "session_drift": lambda 
 # The views before migration 7 (runs.matrix_id): migrations 4 and 6 create exactly these, so a fresh file
 # migrates in order (the frontier views need the column that migration 7 adds).
 CORE_VIEWS = ("call_drift", "session_drift", "tool_drift", "customer_drift", "argument_drift", "path_performance")
+
+
+def _speed_every_sample(ccust: str) -> str:
+    """Speed since migration 16: each decoded call's tokens over its share of its engine call's wall time
+    (`outputs.wall_share_s`; before it, implied by completion_tokens / tokens_per_s), where a sampled call's
+    tokens and speculative counters are every sample's (`samples`), not sample 0's: a sampled run's figures equal
+    `path_performance`'s. Older rows: a NULL share falls back to the implied one, NULL sample counters to sample
+    0's (as those runs read before)."""
+    def tps(side: str) -> str:
+        return (f"sum(tokens) FILTER (side = '{side}' AND share > 0) "
+                f"/ nullif(sum(share) FILTER (side = '{side}' AND share > 0), 0)")
+    cand = "FILTER (side = 'candidate')"
+    return f"""per_sample AS (
+    SELECT run_id, session_id, call_index, side, sum(completion_tokens) AS tokens, sum(drafted_tokens) AS drafted,
+           sum(accepted_tokens) AS accepted, sum(forward_passes) AS passes
+    FROM samples GROUP BY ALL),
+per_call AS (
+    SELECT o.run_id, {ccust}o.side, coalesce(s.tokens, o.completion_tokens) AS tokens,
+           coalesce(o.wall_share_s, o.completion_tokens / nullif(o.tokens_per_s, 0)) AS share,
+           coalesce(s.drafted, o.drafted_tokens) AS drafted, coalesce(s.accepted, o.accepted_tokens) AS accepted,
+           coalesce(s.passes, o.forward_passes) AS passes,
+           CASE WHEN s.passes IS NULL THEN o.completion_tokens ELSE s.tokens END AS pass_tokens
+    FROM outputs o JOIN calls c USING (run_id, session_id, call_index)
+    LEFT JOIN per_sample s USING (run_id, session_id, call_index, side)),
+by_speed AS (
+    SELECT run_id, {"customer, " if ccust else ""}{tps("baseline")} AS baseline_tokens_per_s,
+           {tps("candidate")} AS candidate_tokens_per_s,
+           sum(accepted) {cand} / nullif(sum(drafted) {cand}, 0) AS acceptance_rate,
+           sum(pass_tokens) {cand} / nullif(sum(passes) {cand}, 0) AS tokens_per_forward_pass
+    FROM per_call GROUP BY ALL)"""
 
 
 def views_sql(names: tuple[str, ...] | None = None, version: int = LATEST) -> str:

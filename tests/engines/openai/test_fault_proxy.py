@@ -31,7 +31,7 @@ SEED = 25
 TOKEN_IDS = "{ return_tokens_as_token_ids = true }"
 # wall-clock columns. Left out of the comparison: replay_chunks and path_performance (its sums), which record
 # the work each invocation did (a resumed run did more: the first attempt's error calls count there too)
-TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "reused_prefill_s", "speedup")
+TIMING = ("latency_s", "ttft_s", "tokens_per_s", "wall_s", "reused_prefill_s", "speedup", "wall_share_s")
 TABLES = ["calls", "outputs", "arg_diffs", "sessions", "trace_errors", "schema_issues", "call_drift",
           "session_drift", "customer_drift", "tool_drift", "argument_drift"]
 # what an error row must say for a fault that never lets up
