@@ -232,10 +232,19 @@ def test_summary_text_of_a_sampled_run(sampled_db):
     assert head.startswith("sampled run: shifted: ") and "drift" not in head  # the finding in words first
     assert counts.startswith(f"  {N} samples per call; ")
     assert "calls shifted (distribution_shift, BH q=0.05); global p = " in counts
-    for text in ("power (80%", "schema-valid rate", "most-shifted calls", "FROM sampled_call_shifts"):
+    for text in ("power (80%", "schema-valid rate", "most-shifted call: ", "distribution_shift, TV"):
         assert text in out.output
     reach = next(line for line in out.output.splitlines() if "proposals accepted" in line)
     assert "2.00% (40 of 2000 drafted tokens" in reach and "says little about the sampler" in reach
+    # one screen: a few rows per table, the rest behind the command that shows them all
+    assert len(lines) <= 36, out.output
+    every = f"toolaudit summary --run {sampled_db['run']} --all --db {sampled_db['db']}"
+    assert f"more slices: {every}" in out.output or "slices: " in out.output
+    full = invoke("summary", "--db", sampled_db["db"], "--run", str(sampled_db["run"]), "--all")
+    assert full.exit_code == 0, full.output
+    for text in ("most-shifted calls (lowest p)", "FROM sampled_call_shifts", "global test", "median TV distance"):
+        assert text in full.output
+    assert len(full.output.splitlines()) > len(lines)
     plain = invoke("summary", "--db", sampled_db["db"], "--run", str(sampled_db["plain"]), "--as", "json")
     assert json.loads(plain.output)["samples_per_call"] == 1 and json.loads(plain.output)["sampled"] is None
 
@@ -299,3 +308,58 @@ def test_a_sampled_slice_says_what_its_evidence_allows():
     assert enough["state"] == NO_SHIFT and "can detect TV >= 0.50" in enough["text"]
     assert verdict(8, 4, 1, 0.5)["state"] == SHIFTED and verdict(8, 4, 0, 0.01)["state"] == SHIFTED
     assert verdict(64, 0, 0, None)["state"] == INCONCLUSIVE  # nothing tested: nothing shown
+
+
+def test_a_sampled_runs_speed_counts_every_sample_in_every_view(tmp_path):
+    """tokens/s, acceptance and tokens per pass of a sampled run are every sample's over the calls' shares of the
+    engine's time: the frontier views (`summary`, reports, `history`) equal the engine's own accounting
+    (`path_performance`), where they once read sample 0's tokens over every sample's time (16x too slow). A run
+    written before the shares and counters were stored (NULLs) still reads as it did: sample 0's counters."""
+    from toolaudit.analysis.speed import speed
+    from toolaudit.store.queries import path_rows
+
+    with Store(tmp_path / "speed.duckdb") as store:
+        runs = []
+        for legacy in (False, True):
+            run_id = store.create_run("replay", f"sampled-{legacy}", "target", "spec-ngram", "t.jsonl", "t.jsonl",
+                                      {"samples": 4, "temperature": 0.7})
+            buf = RowBuffer()
+            for side, path, share in (("baseline", "target", 2.0), ("candidate", "spec-ngram", 1.0)):
+                tokens = drafted = accepted = passes = 0
+                for call in range(3):
+                    per_sample = [(10 + call + i, 5 * i, 2 * i, 10 - i) for i in range(4)]  # tokens, drafted, ...
+                    if side == "baseline":
+                        per_sample = [(t, 0, 0, t) for t, *_ in per_sample]
+                    first = per_sample[0]
+                    for i, (t, d, a, f) in enumerate(per_sample):
+                        counters = ({} if legacy else
+                                    {"drafted_tokens": d, "accepted_tokens": a, "forward_passes": f})
+                        buf.add("samples", run_id=run_id, session_id="s", call_index=call, side=side,
+                                sample_index=i, path_name=path, outcome="x", outcome_kind="tool_call",
+                                completion_tokens=t, **counters)
+                    buf.add("outputs", run_id=run_id, session_id="s", call_index=call, side=side, path_name=path,
+                            completion_tokens=first[0], tokens_per_s=first[0] / share,
+                            wall_share_s=None if legacy else share, drafted_tokens=first[1],
+                            accepted_tokens=first[2], forward_passes=first[3])
+                    tokens += sum(s[0] for s in per_sample)
+                    drafted += sum(s[1] for s in per_sample)
+                    accepted += sum(s[2] for s in per_sample)
+                    passes += sum(s[3] for s in per_sample)
+                buf.add("replay_chunks", run_id=run_id, chunk_no=0, side=side, path_name=path, calls=3,
+                        wall_s=3 * share, completion_tokens=tokens, drafted_tokens=drafted, accepted_tokens=accepted,
+                        forward_passes=passes, errors=0)
+            for call in range(3):
+                sample_zero_call(buf, run_id, "s", call, "acme", SEARCH, False)
+            store.write_rows(buf)
+            store.finish_run(run_id, {})
+            runs.append(run_id)
+        new, legacy = (speed(store, r) for r in runs)
+        engine = {r["side"]: r for r in path_rows(store, runs[0])}
+        assert new.baseline_tokens_per_s == pytest.approx(engine["baseline"]["tokens_per_s"])
+        assert new.candidate_tokens_per_s == pytest.approx(engine["candidate"]["tokens_per_s"])
+        assert new.acceptance_rate == pytest.approx(engine["candidate"]["acceptance_rate"])
+        assert new.tokens_per_forward_pass == pytest.approx(engine["candidate"]["tokens_per_forward_pass"])
+        # the legacy run: every sample's tokens over the shares implied by sample 0, sample 0's counters
+        assert legacy.candidate_tokens_per_s == pytest.approx(new.candidate_tokens_per_s)
+        assert legacy.acceptance_rate is None  # sample 0 drafted nothing (5 * 0)
+        assert legacy.tokens_per_forward_pass == pytest.approx((10 + 11 + 12) / 30)

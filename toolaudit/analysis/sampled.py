@@ -164,15 +164,35 @@ def sampled_gate(store: Store, run_id: int) -> SampledGate:
     return SampledGate(r.run["run_id"], _shifted_rate(r.calls), valid_figure(r.calls))
 
 
+def _choice(calls: list[_Call], called: Callable[[str | None], bool]) -> dist.PairedFigure:
+    """The share of a call's samples whose tool satisfies `called`, over the calls where either side has one."""
+    mine = [c for c in calls if any(called(s[2]) for side in c.sides() for s in side)]
+    return _paired(mine, lambda side: sum(called(s[2]) for s in side) / len(side) if side else None)
+
+
 def _tool_choice(calls: list[_Call]) -> list[dict[str, Any]]:
-    """Per tool name, the share of a call's samples calling it, over the calls where either side called it."""
+    """Per tool name, the share of a call's samples calling it, over the calls where either side called it.
+    `recorded`: whether it is the recorded tool of a call of the run (a name no recorded call used is one a
+    decode path chose, often invented by a small model sampling hot)."""
     tools = sorted({s[2] for call in calls for side in call.sides() for s in side if s[2] is not None})
-    out = []
-    for tool in tools:
-        mine = [c for c in calls if any(s[2] == tool for side in c.sides() for s in side)]
-        fig = _paired(mine, lambda side, t=tool: sum(s[2] == t for s in side) / len(side) if side else None)
-        out.append({"tool_name": tool, **fig.as_dict()})
+    recorded = _recorded_tools(calls)
+    out = [{"tool_name": tool, "recorded": tool in recorded, **_choice(calls, lambda t, x=tool: t == x).as_dict()}
+           for tool in tools]
     return sorted(out, key=lambda t: (-t["calls"], t["tool_name"]))
+
+
+def _recorded_tools(calls: list[_Call]) -> set[str]:
+    return {c.row["tool_name"] for c in calls if c.row["tool_name"] is not None}
+
+
+def _other_tools_choice(calls: list[_Call]) -> dict[str, Any] | None:
+    """The names no recorded call used, folded: the share of a call's samples calling any of them, over the calls
+    where either side did (None when every sampled name is a recorded call's tool)."""
+    recorded = _recorded_tools(calls)
+    names = {s[2] for call in calls for side in call.sides() for s in side if s[2] is not None} - recorded
+    if not names:
+        return None
+    return {"tools": len(names), **_choice(calls, lambda t: t is not None and t not in recorded).as_dict()}
 
 
 def _arg_values(side: list[Sample], tool: str) -> list[dict[str, str]] | None:
@@ -299,6 +319,7 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
         "samples_left_out": r.excluded,
         "candidate_acceptance": candidate_acceptance(store, run_id),
         "tool_choice": _tool_choice(calls),
+        "other_tools_choice": _other_tools_choice(calls),
         "argument_values": _argument_shares(calls),
         "most_shifted": _most_shifted(calls),
         "tools": _slices(calls, "tool_name", tests, n),

@@ -252,7 +252,9 @@ def summary_lines(s: dict, db: str | None = None, all_rows: bool = False) -> lis
     """A run's summary as text that fits one screen (`all_rows`: every row of every table). A sampled run is
     judged on its distributions: no drift-style figures, tables or worst example."""
     if s.get("sampled"):
-        return [head_lines(s, db)[0], *sampled_lines(s["sampled"], db), *path_lines(s)]
+        if all_rows:
+            return [head_lines(s, db)[0], *sampled_lines(s["sampled"], db, True), *path_lines(s)]
+        return [head_lines(s, db)[0], *sampled_lines(s["sampled"], db, more=more_command(s, db), paths=s["paths"])]
     lines = [*head_lines(s, db), ""]
     for block in (path_lines(s), tool_lines(s, db, all_rows), customer_lines(s, db, all_rows)):
         if block:
