@@ -242,7 +242,7 @@ DEMO_OPTIONS = option_group(
     click.option("--samples", type=click.IntRange(2), default=DEMO_SAMPLES, show_default=True,
                  help="With --sampled: samples per call and path."),
     click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
-                 help="Decode the baseline a second time with other batch neighbours (batch 32 against 16) and show "
+                 help="Decode the baseline a second time with other batch neighbours (64 rows against 32) and show "
                       "the drift beside that floor (the demo's calls cost about a third more)."),
     click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
                  help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
@@ -275,7 +275,8 @@ def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_dr
     baseline, chosen = resolve_paths(options)
     components = make_engine(baseline).fingerprint_components()
     floor = chosen[-1] if options.noise_floor and not sampled else None
-    click.echo(f"{demo_description(options, floor, components['numerics'], components['cpu_capability'])}; "
+    rows = None if matrix else baseline.batch_size
+    click.echo(f"{demo_description(options, floor, components['numerics'], components['cpu_capability'], rows)}; "
                f"results in {db}", err=True)
     budget = None
     if matrix:

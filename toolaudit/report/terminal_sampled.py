@@ -9,6 +9,7 @@ from toolaudit.report.numbers import interval, p_value, pct, signed_points, span
 from toolaudit.report.output import format_table
 from toolaudit.store.vocabulary import NO_TOOL_CALL
 
+
 def _paired(f: dict[str, Any]) -> str:
     """`92.10% -> 85.30%: -6.80pp (95% CI -9.10pp to -4.50pp), 200 calls`."""
     if not f["calls"]:
