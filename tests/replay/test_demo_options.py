@@ -28,8 +28,11 @@ def test_the_sampled_demo_shares_the_paths_and_the_matrix_keeps_the_built_in_rem
     sampled = demo_options(DemoChoice(sampled=True))
     baseline, (candidate, _calibration) = resolve_paths(sampled)
     assert baseline.batch_size == candidate.batch_size == 32 and baseline.temperature > 0 and baseline.samples > 1
+    assert baseline.max_tokens == candidate.max_tokens == 96  # sampled answers run longer: fewer cut at 96
+    assert resolve_paths(demo_options(DemoChoice(sampled=True, max_tokens=40)))[0].max_tokens == 40
     matrix = demo_options(DemoChoice(matrix=True))
     first, rest = resolve_paths(matrix)
     paths = [first, *rest]
     builtin = builtin_paths()
     assert all(replace(p, max_tokens=96, options=builtin[p.name].options) == builtin[p.name] for p in paths)
+    assert {p.max_tokens for p in paths} == {64}

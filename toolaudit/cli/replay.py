@@ -30,6 +30,7 @@ from toolaudit.replay.demo import (
     DEMO_CALLS,
     DEMO_MAX_TOKENS,
     DEMO_SAMPLED_CALLS,
+    DEMO_SAMPLED_MAX_TOKENS,
     DEMO_SAMPLES,
     DEMO_TEMPERATURE,
 )
@@ -244,9 +245,9 @@ DEMO_OPTIONS = option_group(
     click.option("--noise-floor/--no-noise-floor", default=True, show_default=True,
                  help="Decode the baseline a second time with other batch neighbours (64 rows against 32) and show "
                       "the drift beside that floor (the demo's calls cost about a third more)."),
-    click.option("--max-tokens", type=click.IntRange(1), default=DEMO_MAX_TOKENS, show_default=True,
-                 help="Generated tokens per call at most, on every path (an answer cut there is truncated, not "
-                      "compared)."),
+    click.option("--max-tokens", type=click.IntRange(1),
+                 help=f"Generated tokens per call at most, on every path (an answer cut there is truncated, not "
+                      f"compared; default {DEMO_MAX_TOKENS}, --sampled {DEMO_SAMPLED_MAX_TOKENS})."),
     click.option("--probe/--no-probe", "probe", default=False, show_default=True,
                  help="Probe the paths first, as `replay` does (a probe fingerprint per path stored with the run; "
                       "seconds per path). Off in the demo: the probe is not the demo's finding, and `toolaudit "
@@ -261,7 +262,7 @@ DEMO_OPTIONS = option_group(
 @friendly_errors
 @interruptible
 def demo(db: str, limit: int | None, numerics: str, matrix: bool, max_session_drift: float, sampled: bool,
-         samples: int, noise_floor: bool, max_tokens: int, probe: bool, verbose: bool, fmt: str) -> None:
+         samples: int, noise_floor: bool, max_tokens: int | None, probe: bool, verbose: bool, fmt: str) -> None:
     """Replay 120 demo calls (2 per session) through target vs spec-ngram (bf16); print drift beside its floor."""
     from toolaudit.engines import make_engine
     from toolaudit.replay.demo import DemoChoice, demo_description, demo_options
