@@ -329,3 +329,50 @@ def test_small_chunks_and_commits_give_the_same_tables(tmp_path, monkeypatch):
     assert len(whole["calls"]) == 3000 and len(whole["outputs"]) == 3000 + len(candidate)
     # a call missing from a candidate session shifts that session's later (implicit) indices: more drift
     assert whole_counts["baseline_only"] == 31 and whole_counts["drifted"] > 59
+
+
+def test_a_tool_the_request_did_not_offer_is_invalid(tmp_path, db_path):
+    """A call to a name the request never offered cannot run in the agent's runtime: invalid, with an error that
+    names the tools offered (identical pairs share the baseline's verdict). A request that offered no tools cannot
+    judge a name: its validity stays unknown (NULL)."""
+    ok = {"query": "a"}
+    baseline = [line(session="renamed", calls=[tool_call("search_tickets", ok)]),
+                line(session="both", calls=[tool_call("get_meta", {"type": "json"})]),
+                line(session="untooled", calls=[tool_call("get_meta", {})], tools=[])]
+    candidate = [line(session="renamed", calls=[tool_call("search_tickets_v2", ok)]),
+                 line(session="both", calls=[tool_call("get_meta", {"type": "json"})]),
+                 line(session="untooled", calls=[tool_call("get_meta", {})], tools=[])]
+    store, run_id, counts = run_compare(tmp_path, db_path, baseline, candidate)
+    rows = calls_by_key(store, run_id)
+    verdict = {s: (rows[(s, 0)]["drift_kind"], rows[(s, 0)]["baseline_valid"], rows[(s, 0)]["candidate_valid"])
+               for s in ("renamed", "both", "untooled")}
+    assert verdict == {"renamed": ("tool_name_changed", True, False), "both": ("identical", False, False),
+                       "untooled": ("identical", None, None)}
+    errors = {(r[0], r[1]): r[2] for r in store.query(
+        "SELECT session_id, side, schema_errors FROM outputs WHERE run_id = ?", [run_id])[1]}
+    assert json.loads(errors[("renamed", "candidate")]) == [
+        {"tool": "search_tickets_v2", "errors": ["not a tool the request offered (close_ticket, search_tickets)"]}]
+    assert errors[("renamed", "baseline")] is None and errors[("both", "candidate")] == errors[("both", "baseline")]
+
+
+def test_a_sample_calling_a_tool_not_offered_is_invalid_and_keeps_its_signature():
+    """Sampled: the invented call counts against the schema-valid rate, and its label stays its signature (which
+    name a path invents is part of its distribution); a declared call with bad arguments is one `schema_invalid`."""
+    from conftest import CLOSE_TOOL, SEARCH_TOOL
+
+    from toolaudit.compare.outcomes import OutcomeKind
+    from toolaudit.compare.pairs import Analyzer, SideOutput
+    from toolaudit.validate.schemas import SchemaRegistry
+    from toolaudit.validate.toolcalls import parse_text
+
+    analyzer = Analyzer(1, SchemaRegistry(None))
+
+    def outcome(text: str):
+        return analyzer.sample_outcome([SEARCH_TOOL, CLOSE_TOOL], SideOutput(parse_text(text), text, "p"))
+
+    invented = outcome('<tool_call>{"name": "get_meta", "arguments": {"type": "json"}}</tool_call>')
+    assert invented.kind == OutcomeKind.SCHEMA_INVALID and invented.outcome.startswith("get_meta{")
+    bad = outcome('<tool_call>{"name": "close_ticket", "arguments": {"ticket_id": "x"}}</tool_call>')
+    assert (bad.kind, bad.outcome) == (OutcomeKind.SCHEMA_INVALID, "schema_invalid")
+    good = outcome('<tool_call>{"name": "close_ticket", "arguments": {"ticket_id": 4}}</tool_call>')
+    assert good.kind == OutcomeKind.TOOL_CALL and good.outcome.startswith("close_ticket{")

@@ -50,9 +50,13 @@ def signature_label(calls: tuple[ToolCall, ...]) -> str:
 
 
 def sample_outcome(parsed: ParsedOutput, finish_reason: str | None, error: str | None,
-                   validate: Callable[[ToolCall], bool | None]) -> SampleOutcome:
+                   validate: Callable[[ToolCall], bool | None],
+                   not_offered: Callable[[ToolCall], bool] = lambda call: False) -> SampleOutcome:
     """The outcome of one sample. `validate(call)` is True/False where a schema judges the call, None where none
-    can (then the call counts as valid: an unknown schema is not an invalid answer)."""
+    can (then the call counts as valid: an unknown schema is not an invalid answer). A call to a tool the request
+    did not offer (`not_offered`) makes the sample schema-invalid but keeps its signature as the label: which name
+    a path invents is part of its distribution (one `schema_invalid` label for all of them would hide a sampler
+    that changes them)."""
     if error is not None:
         return SampleOutcome(OutcomeKind.ERROR.value, OutcomeKind.ERROR)
     first = parsed.calls[0] if parsed.calls else None
@@ -64,6 +68,8 @@ def sample_outcome(parsed: ParsedOutput, finish_reason: str | None, error: str |
         return SampleOutcome(OutcomeKind.UNPARSEABLE.value, OutcomeKind.UNPARSEABLE, name, args)
     if not parsed.calls:
         return SampleOutcome(OutcomeKind.NO_TOOL_CALL.value, OutcomeKind.NO_TOOL_CALL)
-    if any(validate(c) is False for c in parsed.calls):
+    invented = [not_offered(c) for c in parsed.calls]
+    if any(validate(c) is False for c, x in zip(parsed.calls, invented) if not x):
         return SampleOutcome(OutcomeKind.SCHEMA_INVALID.value, OutcomeKind.SCHEMA_INVALID, name, args)
-    return SampleOutcome(signature_label(parsed.calls), OutcomeKind.TOOL_CALL, name, args)
+    kind = OutcomeKind.SCHEMA_INVALID if any(invented) else OutcomeKind.TOOL_CALL
+    return SampleOutcome(signature_label(parsed.calls), kind, name, args)

@@ -23,10 +23,12 @@ from toolaudit.compare.outcomes import SampleOutcome, sample_outcome
 from toolaudit.compare.request_digest import describe_difference
 from toolaudit.ingest import deepjson
 from toolaudit.store import RowBuffer, json_text
-from toolaudit.store.vocabulary import CallDiff, DriftKind, MatchStatus
+from toolaudit.store.vocabulary import NOT_OFFERED, CallDiff, DriftKind, MatchStatus
 from toolaudit.validate.records import ParsedOutput, ToolCall
 from toolaudit.validate.schemas import CompiledSchema, SchemaRegistry, tool_schemas_from_request
 from toolaudit.validate.toolcalls import parse_message
+
+OFFERED_NAMED = 5  # the offered tools an error names, of a call to a tool the request did not offer
 
 # Engine evidence columns of `outputs` (replays fill them; recorded logs have none).
 EVIDENCE_COLUMNS = ("token_ids", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "tokens_per_s",
@@ -200,9 +202,21 @@ class Analyzer:
                 self._issue(found.tool_name, found.source, "invalid", found.invalid_reason)
         return found
 
+    @staticmethod
+    def not_offered(schemas: dict[str, CompiledSchema | None], call: ToolCall, compiled: CompiledSchema | None) -> bool:
+        """A call to a name the request did not offer (it offered some) and no schemas/ file describes."""
+        return compiled is None and bool(schemas) and call.name not in schemas
+
     def validate_call(self, schemas: dict[str, CompiledSchema | None], call: ToolCall, errors: list) -> bool | None:
-        """True/False when the call's schema can judge it (appending `{tool, errors}` when invalid), else None."""
+        """True/False when the call's schema can judge it (appending `{tool, errors}` when invalid), else None.
+        A tool the request did not offer, where it offered some and no schemas/ file describes it, is invalid:
+        an agent's runtime cannot run it (a small model, sampling hot above all, invents such names)."""
         compiled = self._schema(schemas, call.name)
+        if self.not_offered(schemas, call, compiled):
+            offered = ", ".join(sorted(schemas)[:OFFERED_NAMED])
+            more = f" and {len(schemas) - OFFERED_NAMED} more" if len(schemas) > OFFERED_NAMED else ""
+            errors.append({"tool": call.name, "errors": [f"{NOT_OFFERED} ({offered}{more})"]})
+            return False
         if compiled is None or call.arguments_error is not None:
             return None
         errs = compiled.errors(call.arguments)
@@ -216,7 +230,8 @@ class Analyzer:
         """One sample's outcome (`compare.outcomes`), validated against the request's schemas."""
         schemas = self.schemas_for(tools)
         return sample_outcome(side.parsed, side.finish_reason, error,
-                              lambda call: self.validate_call(schemas, call, []))
+                              lambda call: self.validate_call(schemas, call, []),
+                              lambda call: self.not_offered(schemas, call, self._schema(schemas, call.name)))
 
     def _issue(self, tool: str, source: str, severity: str, message: str) -> None:
         self.pending_issues.append({"tool_name": tool, "schema_source": source, "severity": severity,

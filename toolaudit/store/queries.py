@@ -11,7 +11,7 @@ from typing import Any
 
 from toolaudit import RunNotFound
 from toolaudit.store.db import Store
-from toolaudit.store.vocabulary import SEVERITY, MatchStatus
+from toolaudit.store.vocabulary import NOT_OFFERED, SEVERITY, MatchStatus
 
 NONE_CUSTOMER = "(none)"
 _MATCHED = f"match_status = '{MatchStatus.MATCHED.value}'"
@@ -306,9 +306,14 @@ def paired_drift(store: Store, run_a: int, run_b: int, customer: str | None = No
 OTHER_TOOLS = "(other)"
 # The tool names a schema judged in a run: a call's name checked against a schema (the request's declared tool or a
 # --schema-dir file; `baseline_valid` is NULL where none knew it), or a declared tool whose schema had an issue.
-# A decoded answer's invented name (`2025_q4`, `sell_304.5`) is in neither.
-_KNOWN_TOOLS = """known AS (SELECT tool_name FROM calls WHERE run_id = ? AND baseline_valid IS NOT NULL
-                            AND tool_name IS NOT NULL
+# A decoded answer's invented name (`2025_q4`, `sell_304.5`) is in neither: no schema judged it, or (rows written
+# since 2026-11-29) its only verdict is that the request did not offer it.
+_KNOWN_TOOLS = f"""known AS (SELECT c.tool_name FROM calls c LEFT JOIN outputs o ON o.run_id = c.run_id
+                                AND o.session_id = c.session_id AND o.call_index = c.call_index
+                                AND o.side = 'baseline'
+                            WHERE c.run_id = ? AND c.baseline_valid IS NOT NULL AND c.tool_name IS NOT NULL
+                              AND NOT coalesce(contains(o.schema_errors, '{{"tool":' || to_json(c.tool_name)
+                                                        || ',"errors":["{NOT_OFFERED}'), false)
                             UNION SELECT tool_name FROM schema_issues WHERE run_id = ?)"""
 
 

@@ -16,6 +16,8 @@ LENGTH = "length"  # the finish reason of an answer cut at max_tokens (OpenAI's 
 # How each truncated pair is explained in `calls.detail`; the one-sided texts end with the other side's reason.
 TRUNCATED_BOTH = f"both outputs stopped at max_tokens (finish_reason '{LENGTH}')"
 TRUNCATED_ONE = "{side} output stopped at max_tokens (finish_reason '" + LENGTH + "'); {other} finished: "
+# The schema error of a call to a tool its request did not offer (`compare.pairs.Analyzer.validate_call`).
+NOT_OFFERED = "not a tool the request offered"
 NO_TOOL_CALL = "(no tool call)"  # the per-tool key shown for calls whose recorded (or run A's) answer called none
 MISMATCHES_SHOWN = 5  # mismatched pairs named in the run's counts (all are rows: calls.detail says why)
 
