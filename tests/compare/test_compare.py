@@ -24,6 +24,12 @@ def calls_by_key(store, run_id):
     return {(r["session_id"], r["call_index"]): r for r in rows}
 
 
+def schema_errors(store, run_id):
+    """`outputs.schema_errors` by (session, side)."""
+    return {(r[0], r[1]): r[2] for r in store.query(
+        "SELECT session_id, side, schema_errors FROM outputs WHERE run_id = ?", [run_id])[1]}
+
+
 def test_reformatting_is_not_drift(tmp_path, db_path):
     args = {"query": "open", "limit": 50, "filters": {"status": ["open", "pending"]}}
     baseline = [line(calls=[tool_call("search_tickets", json.dumps(args), "a")])]
@@ -239,8 +245,7 @@ def test_identical_pairs_get_each_sides_own_schema_verdict(tmp_path, db_path):
     assert rows[("tools", 0)]["match_status"] == "mismatched" and rows[("tools", 0)]["drift_kind"] is None
     assert rows[("tools", 0)]["detail"] == ("different requests: tools differ (candidate only: close_ticket; "
                                               "definitions differ: search_tickets)")
-    errors = {(r[0], r[1]): r[2] for r in store.query(
-        "SELECT session_id, side, schema_errors FROM outputs WHERE run_id = ?", [run_id])[1]}
+    errors = schema_errors(store, run_id)
     assert errors[("invalid", "baseline")] and errors[("invalid", "baseline")] == errors[("invalid", "candidate")]
     assert errors[("order", "baseline")] and errors[("order", "baseline")] == errors[("order", "candidate")]
     assert errors[("ok", "baseline")] is None and errors[("ok", "candidate")] is None
@@ -348,8 +353,7 @@ def test_a_tool_the_request_did_not_offer_is_invalid(tmp_path, db_path):
                for s in ("renamed", "both", "untooled")}
     assert verdict == {"renamed": ("tool_name_changed", True, False), "both": ("identical", False, False),
                        "untooled": ("identical", None, None)}
-    errors = {(r[0], r[1]): r[2] for r in store.query(
-        "SELECT session_id, side, schema_errors FROM outputs WHERE run_id = ?", [run_id])[1]}
+    errors = schema_errors(store, run_id)
     assert json.loads(errors[("renamed", "candidate")]) == [
         {"tool": "search_tickets_v2", "errors": ["not a tool the request offered (close_ticket, search_tickets)"]}]
     assert errors[("renamed", "baseline")] is None and errors[("both", "candidate")] == errors[("both", "baseline")]

@@ -185,14 +185,13 @@ def _recorded_tools(calls: list[_Call]) -> set[str]:
     return {c.row["tool_name"] for c in calls if c.row["tool_name"] is not None}
 
 
-def _other_tools_choice(calls: list[_Call]) -> dict[str, Any] | None:
-    """The names no recorded call used, folded: the share of a call's samples calling any of them, over the calls
-    where either side did (None when every sampled name is a recorded call's tool)."""
-    recorded = _recorded_tools(calls)
-    names = {s[2] for call in calls for side in call.sides() for s in side if s[2] is not None} - recorded
+def _other_tools_choice(calls: list[_Call], choice: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The names no recorded call used (`choice`: `_tool_choice`'s rows), folded: the share of a call's samples
+    calling any of them, over the calls where either side did (None when every sampled name is a recorded one's)."""
+    names = {t["tool_name"] for t in choice if not t["recorded"]}
     if not names:
         return None
-    return {"tools": len(names), **_choice(calls, lambda t: t is not None and t not in recorded).as_dict()}
+    return {"tools": len(names), **_choice(calls, lambda t: t in names).as_dict()}
 
 
 def _arg_values(side: list[Sample], tool: str) -> list[dict[str, str]] | None:
@@ -311,6 +310,7 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
     g = tests.get("run", dist.GlobalTest(0.0, None, 0))
     figures = _figures(calls, n, g)
     tested = figures["calls_tested"]
+    choice = _tool_choice(calls)
     figures["power"]["samples_needed_run"] = dist.samples_needed(POWER_TV, tested) if tested else None
     return {
         "run_id": r.run["run_id"],
@@ -318,8 +318,8 @@ def sampled_summary(store: Store, run_id: int) -> dict[str, Any]:
         "calls_without_test_row": r.without_test_row,
         "samples_left_out": r.excluded,
         "candidate_acceptance": candidate_acceptance(store, run_id),
-        "tool_choice": _tool_choice(calls),
-        "other_tools_choice": _other_tools_choice(calls),
+        "tool_choice": choice,
+        "other_tools_choice": _other_tools_choice(calls, choice),
         "argument_values": _argument_shares(calls),
         "most_shifted": _most_shifted(calls),
         "tools": _slices(calls, "tool_name", tests, n),

@@ -231,7 +231,8 @@ class Analyzer:
         schemas = self.schemas_for(tools)
         return sample_outcome(side.parsed, side.finish_reason, error,
                               lambda call: self.validate_call(schemas, call, []),
-                              lambda call: self.not_offered(schemas, call, self._schema(schemas, call.name)))
+                              lambda call: call.name not in schemas
+                              and self.not_offered(schemas, call, self._schema(schemas, call.name)))
 
     def _issue(self, tool: str, source: str, severity: str, message: str) -> None:
         self.pending_issues.append({"tool_name": tool, "schema_source": source, "severity": severity,

@@ -58,7 +58,7 @@ def demo_options(choice: DemoChoice) -> ReplayOptions:
     max_tokens = choice.max_tokens or (DEMO_SAMPLED_MAX_TOKENS if choice.sampled else DEMO_MAX_TOKENS)
     common = dict(traces=[str(DEMO_TRACES)], baseline="target", numerics=choice.numerics, max_tokens=max_tokens,
                   schema_dir=str(SCHEMAS) if SCHEMAS.is_dir() else None)
-    paths = {"paths_file": str(DEMO_PATHS)} if DEMO_PATHS.is_file() else {}
+    paths = {"paths_file": str(DEMO_PATHS)}
     if choice.sampled:
         calls = choice.limit or DEMO_SAMPLED_CALLS
         return ReplayOptions(**common, **paths, candidate="spec-ngram", limit=calls, calls_per_session=1, chunk=calls,

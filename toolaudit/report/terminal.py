@@ -13,7 +13,7 @@ from toolaudit.report.floor import (
     tool_cells,
 )
 from toolaudit.report.numbers import pct
-from toolaudit.report.output import format_table, json_value
+from toolaudit.report.output import format_table, json_value, more_rows
 from toolaudit.report.terminal_sampled import sampled_lines
 from toolaudit.store.vocabulary import NO_TOOL_CALL, ArgDiffKind
 
@@ -78,7 +78,7 @@ def more_command(s: dict, db: str | None) -> str:
 
 
 def more_line(n: int, what: str, s: dict, db: str | None) -> list[str]:
-    return [f"  and {n} more {what}: {more_command(s, db)}"] if n else []
+    return more_rows(n, what, more_command(s, db))
 
 
 def _lengths(s: dict) -> str:

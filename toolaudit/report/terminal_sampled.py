@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolaudit.report.numbers import interval, p_value, pct, signed_points, span, tv
-from toolaudit.report.output import format_table
+from toolaudit.report.output import format_table, more_rows
 from toolaudit.store.vocabulary import NO_TOOL_CALL
 
 
@@ -131,10 +131,6 @@ SLICE_ROWS_SCREEN = 2
 SCREEN_MIN_CALLS = 2  # a row over one call has a +-100 point interval: it says nothing on screen
 
 
-def _more(n: int, what: str, more: str) -> list[str]:
-    return [f"  and {n} more {what}: {more}"] if n > 0 else []
-
-
 def _tool_choice_screen(s: dict[str, Any], more: str) -> list[str]:
     """The recorded calls' tools over two or more calls, then one row for the names no recorded call used."""
     rows = s["tool_choice"]
@@ -150,7 +146,7 @@ def _tool_choice_screen(s: dict[str, Any], more: str) -> list[str]:
     if not table:
         return [f"tool choice: no tool called in {SCREEN_MIN_CALLS}+ calls; all {len(rows)}: {more}", ""]
     return [_table(["tool choice (share of samples)"], ["name"], table),
-            *_more(len(rows) - len(shown), "tools", more), ""]
+            *more_rows(len(rows) - len(shown), "tools", more), ""]
 
 
 def _argument_screen(s: dict[str, Any], more: str) -> list[str]:
@@ -162,7 +158,7 @@ def _argument_screen(s: dict[str, Any], more: str) -> list[str]:
         return [f"argument values: none given in {SCREEN_MIN_CALLS}+ calls; the {len(rows)} largest differences: "
                 f"{more}", ""]
     return [_table(["tool", "argument", "value (share of samples)"], ["tool_name", "argument", "value"], shown),
-            *_more(len(rows) - len(shown), "values", more), ""]
+            *more_rows(len(rows) - len(shown), "values", more), ""]
 
 
 def _most_shifted_screen(s: dict[str, Any], more: str) -> list[str]:
@@ -177,7 +173,7 @@ def _most_shifted_screen(s: dict[str, Any], more: str) -> list[str]:
     if c["shifted"]:
         lines += [f"    baseline  ({c['n_baseline']}): {_histogram(c['baseline'])}",
                   f"    candidate ({c['n_candidate']}): {_histogram(c['candidate'])}"]
-    return [*lines, *_more(len(calls) - 1, "calls", more), ""]
+    return [*lines, *more_rows(len(calls) - 1, "calls", more), ""]
 
 
 def _slices_screen(s: dict[str, Any], more: str) -> list[str]:
@@ -201,7 +197,7 @@ def _slices_screen(s: dict[str, Any], more: str) -> list[str]:
     return [format_table(["slice", "calls", "tested", "shifted", "global p", "finding"],
                          [[n, r["calls"], r["calls_tested"], r["shifted_calls"], p_value(r["global_p"]),
                            r["verdict"]["state"]] for n, r in shown]),
-            *_more(len(slices) - len(shown), "slices", more)]
+            *more_rows(len(slices) - len(shown), "slices", more)]
 
 
 def _all_lines(s: dict[str, Any], db: str | None) -> list[str]:
