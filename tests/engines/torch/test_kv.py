@@ -81,3 +81,40 @@ def test_a_row_admitted_into_a_finished_slot_continues_like_a_fresh_forward(targ
         for row, seq in enumerate([c + [30], b + [4, 5, 6, 7, 31]]):
             fresh = target(input_ids=torch.tensor([seq])).logits[0, -1]
             assert torch.allclose(got[row, 0], fresh, rtol=0, atol=1e-10)
+
+
+def test_rows_leaving_in_compaction_order_move_only_the_rows_past_the_end(target, prompts, monkeypatch):
+    """Rows 0 and 2 of five finish: `loop.compaction` keeps row 1 where it is and moves rows 3 and 4 (past the new
+    end) into the places of rows 0 and 2, and the cache copies only those two rows. The result equals gathering every kept row (the old way), bit for
+    bit: the same columns (leading padding trimmed, base and recent parts folded) and the same next logits."""
+    from toolaudit.engines.torch import kv as kv_module
+    from toolaudit.engines.torch.loop import compaction
+
+    order = compaction(5, [0, 2])
+    assert order == [3, 1, 4]
+    assert kv_module.compaction_moves(order) == ([0, 2], [3, 4])
+    assert kv_module.compaction_moves([1, 0, 2]) is None  # any other order gathers
+
+    seqs = [prompts[0][:14], prompts[1][:9], prompts[2][:11], prompts[1][:6], prompts[0][:8]]
+
+    def batch():
+        kv = KVBatch(target)
+        kv.admit(seqs)
+        for token in (4, 5, 6):  # recent columns after the prompts' base
+            kv.extend([[token]] * len(seqs))
+        return kv
+
+    with torch.inference_mode():
+        moved = batch()
+        moved.select(order)
+        monkeypatch.setattr(kv_module, "compaction_moves", lambda rows: None)
+        gathered = batch()
+        gathered.select(order)
+        assert moved.columns == gathered.columns < batch().columns  # the longest row left: padding trimmed
+        assert torch.equal(moved.valid, gathered.valid) and torch.equal(moved.lengths, gathered.lengths)
+        for mine, theirs in zip(moved.cache.layers, gathered.cache.layers):
+            assert all(torch.equal(x, y) for x, y in zip(_full(mine), _full(theirs)))
+        got = moved.extend([[7]] * 3)
+        assert torch.equal(got, gathered.extend([[7]] * 3))
+        fresh = target(input_ids=torch.tensor([seqs[4] + [4, 5, 6, 7]])).logits[0, -1]  # row 4, now in row 2
+        assert torch.allclose(got[2, 0], fresh, rtol=0, atol=1e-10)

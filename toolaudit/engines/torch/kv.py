@@ -59,22 +59,73 @@ def _set_layer(layer: DynamicLayer, keys: torch.Tensor, values: torch.Tensor) ->
     layer.keys, layer.values = keys, values
 
 
-def _right_aligned(parts: list[tuple[torch.Tensor, torch.Tensor]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack (keys, values) of several batches along rows, each right-aligned to `width` columns behind zeros:
-    one new tensor each, written once (padding each part first and concatenating copied everything twice)."""
+def _right_aligned(batches: list[list[tuple[torch.Tensor, torch.Tensor]]], width: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack several batches' (keys, values) along rows, each right-aligned to `width` columns behind zeros: one
+    new tensor each, every batch's parts (`_parts`: a split layer's base and recent columns) written into it
+    once (joining the parts first, or padding each batch and concatenating, copied everything twice)."""
     joined = []
     for side in (0, 1):
-        first = parts[0][side]
-        out = first.new_empty(sum(p[side].shape[0] for p in parts), first.shape[1], width, first.shape[3])
+        first = batches[0][0][side]
+        rows = sum(parts[0][side].shape[0] for parts in batches)
+        out = first.new_empty(rows, first.shape[1], width, first.shape[3])
         row = 0
-        for p in parts:
-            t = p[side]
-            rows, cols = t.shape[0], t.shape[2]
-            out[row:row + rows, :, :width - cols].zero_()
-            out[row:row + rows, :, width - cols:] = t
-            row += rows
+        for parts in batches:
+            n = parts[0][side].shape[0]
+            start = width - sum(p[side].shape[2] for p in parts)
+            out[row:row + n, :, :start].zero_()
+            for p in parts:
+                cols = p[side].shape[2]
+                out[row:row + n, :, start:start + cols] = p[side]
+                start += cols
+            row += n
         joined.append(out)
     return joined[0], joined[1]
+
+
+def _joined(parts: list[tuple[torch.Tensor, torch.Tensor]], lead: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's parts side by side without their first `lead` columns, in one copy (none where a single part
+    remains: a view, which a split layer makes dense once in `SplitLayer.set`)."""
+    joined = []
+    for side in (0, 1):
+        pieces, skip = [], lead
+        for part in parts:
+            t = part[side]
+            if skip < t.shape[2]:
+                pieces.append(t[:, :, skip:] if skip else t)
+            skip = max(0, skip - t.shape[2])
+        if not pieces:
+            pieces = [parts[-1][side][:, :, :0]]
+        joined.append(pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=2))
+    return joined[0], joined[1]
+
+
+def _write_row(parts: list[tuple[torch.Tensor, torch.Tensor]], slot: int,
+               row: list[tuple[torch.Tensor, torch.Tensor]], start: int) -> None:
+    """Write a one-row cache's parts, whose first column is the batch's column `start`, into row `slot` of the
+    batch's parts (each copied once: joining the row's parts first copied them twice)."""
+    src = start
+    for new_keys, new_values in row:
+        src_end = src + new_keys.shape[2]
+        offset = 0
+        for keys, values in parts:
+            lo, hi = max(src, offset), min(src_end, offset + keys.shape[2])
+            if lo < hi:
+                keys[slot, :, lo - offset:hi - offset] = new_keys[0, :, lo - src:hi - src]
+                values[slot, :, lo - offset:hi - offset] = new_values[0, :, lo - src:hi - src]
+            offset += keys.shape[2]
+        src = src_end
+
+
+def compaction_moves(rows: list[int]) -> tuple[list[int], list[int]] | None:
+    """For `select(rows)`: the (destination, source) rows that move when the staying rows can be compacted in
+    place (each row either stays where it is or comes from past the new end, as `loop.compaction` orders
+    them), else None."""
+    kept = len(rows)
+    if any(r != i and r < kept for i, r in enumerate(rows)):
+        return None
+    moved = [(i, r) for i, r in enumerate(rows) if r != i]
+    return [d for d, _ in moved], [s for _, s in moved]
 
 
 def real_positions_logits(head: torch.nn.Module, hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -148,15 +199,7 @@ class KVBatch:
             # calls. Other caches are written in place: admissions 8.6 s -> 3.3 s of the AVX2-kernel demo.
             fold = isinstance(mine, SplitLayer) and split_in_numerics(parts[0][0])
             for slot, row in zip(slots, rows):
-                new_keys, new_values = _full(row.cache.layers[index])
-                start = end - new_keys.shape[2]
-                offset = 0
-                for keys, values in parts:
-                    lo, hi = max(start, offset), min(end, offset + keys.shape[2])
-                    if lo < hi:
-                        keys[slot, :, lo - offset:hi - offset] = new_keys[0, :, lo - start:hi - start]
-                        values[slot, :, lo - offset:hi - offset] = new_values[0, :, lo - start:hi - start]
-                    offset += keys.shape[2]
+                _write_row(parts, slot, _parts(row.cache.layers[index]), end - row.columns)
             if fold:
                 _set_layer(mine, *_full(mine))
         for slot, row in zip(slots, rows):
@@ -198,7 +241,7 @@ class KVBatch:
         width = max(b.columns for b in parts)
         if len(parts) > 1:
             for layer_parts in zip(*(b.cache.layers for b in parts)):
-                _set_layer(layer_parts[0], *_right_aligned([_full(layer) for layer in layer_parts], width))
+                _set_layer(layer_parts[0], *_right_aligned([_parts(layer) for layer in layer_parts], width))
         elif parts[0].columns < width:
             parts[0]._pad_left(width - parts[0].columns)
         self.cache = parts[0].cache
@@ -209,9 +252,10 @@ class KVBatch:
     def _pad_left(self, width: int) -> None:
         """Prepend `width` invalid columns."""
         for layer in self.cache.layers:
-            keys, values = _full(layer)
+            parts = _parts(layer)
+            keys = parts[0][0]
             pad = keys.new_zeros(*keys.shape[:2], width, keys.shape[3])
-            _set_layer(layer, torch.cat([pad, keys], dim=2), torch.cat([pad, values], dim=2))
+            _set_layer(layer, *_joined([(pad, pad), *parts]))  # one copy of the parts behind the zeros
         self.valid = torch.cat([self.valid.new_zeros(self.rows, width), self.valid], dim=1)
         self.dense = False
 
@@ -311,21 +355,40 @@ class KVBatch:
         self.dense = bool(self.valid.all())
 
     def select(self, rows: list[int]) -> None:
-        """Keep only these rows (finished rows leave when no prompt is waiting for their slot)."""
+        """Keep only these rows, in this order (finished rows leave when no prompt is waiting for their slot).
+
+        Ordered as `loop.compaction` orders them, only the rows that move are copied, into the places of rows
+        that left, and the cache keeps its first rows; in any other order every kept row is gathered."""
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
-        self.cache.batch_select_indices(index)
         self.valid = self.valid[index]
         self.lengths = self.lengths[index]
-        self._trim_leading()
+        moves = compaction_moves(rows)
+        if moves is None:
+            self.cache.batch_select_indices(index)
+            self._trim_leading()
+            return
+        lead = self._lead()
+        destination, source = (torch.tensor(m, dtype=torch.long, device=self.device) for m in moves)
+        for layer in self.cache.layers:
+            parts = _parts(layer)
+            for keys, values in parts if moves[0] else ():
+                keys[destination], values[destination] = keys[source], values[source]
+            # Folded and trimmed in one copy, as a gather would have left them (the same columns, the same bits).
+            _set_layer(layer, *_joined([(k[: len(rows)], v[: len(rows)]) for k, v in parts], lead))
+        self.valid = self.valid[:, lead:]
+        self.dense = bool(self.valid.all())
+
+    def _lead(self) -> int:
+        """Leading columns no row uses."""
+        used = self.valid.any(0).nonzero()
+        return int(used[0]) if len(used) else 0
 
     def _trim_leading(self) -> None:
-        """Drop leading columns no row uses any more. A split layer copies its base once here (`SplitLayer.set`
-        keeps it dense for the step matmuls): ~1 s of a 180-call demo path; a plain layer keeps a view."""
-        used = self.valid.any(0).nonzero()
-        lead = int(used[0]) if len(used) else 0
+        """Drop leading columns no row uses any more. A split layer copies its parts once here (`SplitLayer.set`
+        keeps its base dense for the step matmuls); a plain layer keeps a view."""
+        lead = self._lead()
         if lead:
             for layer in self.cache.layers:
-                keys, values = _full(layer)
-                _set_layer(layer, keys[:, :, lead:], values[:, :, lead:])
+                _set_layer(layer, *_joined(_parts(layer), lead))
             self.valid = self.valid[:, lead:]
         self.dense = bool(self.valid.all())

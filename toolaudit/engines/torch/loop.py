@@ -152,7 +152,7 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
                 emit(rows[i], chosen[j][0], margins[j][0], pairs[j][0], tops[j][0] if tops else None)
             continue  # rows that finished on their first token make room before the next step
         if done:
-            keep_rows = [j for j, i in enumerate(active) if not rows[i].done]
+            keep_rows = compaction(len(active), done)
             kv.select(keep_rows)
             if proposer is not None:
                 proposer.select(keep_rows)
@@ -184,6 +184,20 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
         if proposer is not None:
             proposer.commit(accepted_counts, chosen)
     return [r.out for r in rows]
+
+
+def compaction(rows: int, leaving: list[int]) -> list[int]:
+    """The batch rows that stay when the rows `leaving` finish, in their new order: a staying row keeps its
+    place unless it sits past the new end, and then fills a leaving row's place. The cache then moves only
+    those rows (`KVBatch.select`) instead of copying every staying row; a row's numerics do not depend on its
+    place in the batch (each row is its own slice of every product)."""
+    gone = set(leaving)
+    kept = rows - len(gone)
+    order = [j for j in range(kept)]
+    movers = (j for j in range(kept, rows) if j not in gone)
+    for hole in (j for j in range(kept) if j in gone):
+        order[hole] = next(movers)
+    return order
 
 
 def _choose(logits: torch.Tensor, drafts: list[list[int]], rows: list[_Row], settings: DecodeSettings,
