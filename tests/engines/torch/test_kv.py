@@ -85,8 +85,9 @@ def test_a_row_admitted_into_a_finished_slot_continues_like_a_fresh_forward(targ
 
 def test_rows_leaving_in_compaction_order_move_only_the_rows_past_the_end(target, prompts, monkeypatch):
     """Rows 0 and 2 of five finish: `loop.compaction` keeps row 1 where it is and moves rows 3 and 4 (past the new
-    end) into the places of rows 0 and 2, and the cache copies only those two rows. The result equals gathering every kept row (the old way), bit for
-    bit: the same columns (leading padding trimmed, base and recent parts folded) and the same next logits."""
+    end) into the places of rows 0 and 2, and the cache copies only those two rows. The result equals gathering
+    every kept row (the old way), bit for bit: the same columns (leading padding trimmed, base and recent parts
+    folded) and the same next logits."""
     from toolaudit.engines.torch import kv as kv_module
     from toolaudit.engines.torch.loop import compaction
 
