@@ -30,6 +30,12 @@ def schema_errors(store, run_id):
         "SELECT session_id, side, schema_errors FROM outputs WHERE run_id = ?", [run_id])[1]}
 
 
+def verdicts(rows, sessions):
+    """Each session's first call as (drift kind, baseline valid, candidate valid)."""
+    return {s: (rows[(s, 0)]["drift_kind"], rows[(s, 0)]["baseline_valid"], rows[(s, 0)]["candidate_valid"])
+            for s in sessions}
+
+
 def test_reformatting_is_not_drift(tmp_path, db_path):
     args = {"query": "open", "limit": 50, "filters": {"status": ["open", "pending"]}}
     baseline = [line(calls=[tool_call("search_tickets", json.dumps(args), "a")])]
@@ -238,10 +244,8 @@ def test_identical_pairs_get_each_sides_own_schema_verdict(tmp_path, db_path):
                  line(session="only", calls=[tool_call("search_tickets", {"limit": 2})])]
     store, run_id, counts = run_compare(tmp_path, db_path, baseline, candidate)
     rows = calls_by_key(store, run_id)
-    verdicts = {s: (rows[(s, 0)]["drift_kind"], rows[(s, 0)]["baseline_valid"], rows[(s, 0)]["candidate_valid"])
-                for s in ("invalid", "order", "ok")}
-    assert verdicts == {"invalid": ("identical", False, False), "order": ("identical", False, False),
-                        "ok": ("identical", True, True)}
+    assert verdicts(rows, ("invalid", "order", "ok")) == {
+        "invalid": ("identical", False, False), "order": ("identical", False, False), "ok": ("identical", True, True)}
     assert rows[("tools", 0)]["match_status"] == "mismatched" and rows[("tools", 0)]["drift_kind"] is None
     assert rows[("tools", 0)]["detail"] == ("different requests: tools differ (candidate only: close_ticket; "
                                               "definitions differ: search_tickets)")
@@ -349,10 +353,9 @@ def test_a_tool_the_request_did_not_offer_is_invalid(tmp_path, db_path):
                  line(session="untooled", calls=[tool_call("get_meta", {})], tools=[])]
     store, run_id, counts = run_compare(tmp_path, db_path, baseline, candidate)
     rows = calls_by_key(store, run_id)
-    verdict = {s: (rows[(s, 0)]["drift_kind"], rows[(s, 0)]["baseline_valid"], rows[(s, 0)]["candidate_valid"])
-               for s in ("renamed", "both", "untooled")}
-    assert verdict == {"renamed": ("tool_name_changed", True, False), "both": ("identical", False, False),
-                       "untooled": ("identical", None, None)}
+    assert verdicts(rows, ("renamed", "both", "untooled")) == {
+        "renamed": ("tool_name_changed", True, False), "both": ("identical", False, False),
+        "untooled": ("identical", None, None)}
     errors = schema_errors(store, run_id)
     assert json.loads(errors[("renamed", "candidate")]) == [
         {"tool": "search_tickets_v2", "errors": ["not a tool the request offered (close_ticket, search_tickets)"]}]

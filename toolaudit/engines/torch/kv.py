@@ -371,8 +371,9 @@ class KVBatch:
         destination, source = (torch.tensor(m, dtype=torch.long, device=self.device) for m in moves)
         for layer in self.cache.layers:
             parts = _parts(layer)
-            for keys, values in parts if moves[0] else ():
-                keys[destination], values[destination] = keys[source], values[source]
+            if len(destination):
+                for keys, values in parts:
+                    keys[destination], values[destination] = keys[source], values[source]
             # Folded and trimmed in one copy, as a gather would have left them (the same columns, the same bits).
             _set_layer(layer, *_joined([(k[: len(rows)], v[: len(rows)]) for k, v in parts], lead))
         self.valid = self.valid[:, lead:]

@@ -193,7 +193,7 @@ def compaction(rows: int, leaving: list[int]) -> list[int]:
     place in the batch (each row is its own slice of every product)."""
     gone = set(leaving)
     kept = rows - len(gone)
-    order = [j for j in range(kept)]
+    order = list(range(kept))
     movers = (j for j in range(kept, rows) if j not in gone)
     for hole in (j for j in range(kept) if j in gone):
         order[hole] = next(movers)
