@@ -64,6 +64,30 @@ def test_draft_keeps_the_first_layers_and_shares_embedding_and_norm(source, tmp_
         models.draft_model("smollm2-135m:first30")
 
 
+def test_two_processes_deriving_one_draft_write_it_once(source, tmp_path):
+    """Both start before either finishes (a start barrier); the cache lock makes the second reuse the first's."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time\nfrom pathlib import Path\nfrom toolaudit.engines import drafts\n"
+            "write = drafts._write\n"
+            "def counted(*a):\n    print('wrote', flush=True)\n    write(*a)\n"
+            "drafts._write = counted\n"
+            "go = Path(sys.argv[3])\n"
+            "while not go.exists():\n    time.sleep(0.01)\n"
+            "print(drafts.derive(Path(sys.argv[1]), 4, Path(sys.argv[2])).layers)\n")
+    out, go = tmp_path / "draft", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(source), str(out), str(go)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    go.touch()
+    outputs = [p.communicate(timeout=300)[0].split() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert sorted(o[-1] for o in outputs) == ["4", "4"]
+    assert sum(o.count("wrote") for o in outputs) == 1
+    assert drafts.describe(out).layers == 4
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".draft-")]  # no half drafts left
+
+
 def test_draft_spec_resolves_without_deriving(source):
     spec = models.resolve("smollm2-135m:first8")
     assert spec.name == "smollm2-135m-first8" and spec.layers == 8 and spec.base == models.resolve("smollm2-135m")

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from toolaudit import ConfigError
 
+from . import cache_lock
+
 # Decoder-layer tensors: "model.layers.7.mlp.up_proj.weight" (Llama, Qwen, Mistral, ... all name them so).
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 # Config lists with one entry per layer, cut to the first N with the layers.
@@ -59,7 +61,9 @@ def derive(source: Path, layers: int, target: Path) -> DraftModel:
                           f"({total} layers; got {layers})")
     note = {"source": str(source), "layers": layers, "source_layers": total, "weights": _signature(source)}
     if _note(target) != note:
-        _write(source, config, layers, target, note)
+        with cache_lock.writing(target):
+            if _note(target) != note:  # not written by another process while this one waited
+                _write(source, config, layers, target, note)
     return describe(target)
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from toolaudit import ConfigError
 
+from . import cache_lock
 from .drafts import DraftModel, derive
 
 BUILTIN_MODELS = {
@@ -115,7 +116,9 @@ def converted_dir(source: ModelSource) -> Path:
     tag = hashlib.sha256(f"{source.gguf.name}:{source.gguf.stat().st_size}".encode()).hexdigest()[:10]
     target = cache_root() / f"{source.name}-{tag}"
     if not (target / "config.json").is_file():
-        _convert_gguf(source.gguf, target)
+        with cache_lock.writing(target):
+            if not (target / "config.json").is_file():  # not written by another process while this one waited
+                _convert_gguf(source.gguf, target)
     return target
 
 

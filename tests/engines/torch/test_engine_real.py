@@ -58,7 +58,10 @@ def test_conversion_cache_is_reused(model_available, monkeypatch):
 
     monkeypatch.setattr(models, "_convert_gguf", no_conversion)
     assert models.converted_dir(source) == first
-    assert not [p for p in first.parent.iterdir() if p.name.startswith(f".{first.name}-")]  # no half caches
+    # No half cache of this model left behind. mkdtemp's suffix is 8 characters: a sibling being converted by
+    # another worker right now (".<name>-first24-xxxxxxxx", a draft) is not this model's half cache.
+    half = re.compile(rf"\.{re.escape(first.name)}-[a-z0-9_]{{8}}")
+    assert not [p for p in first.parent.iterdir() if half.fullmatch(p.name)]
     assert len(models.model_identity("smollm2-135m")) == 16
 
 
