@@ -69,19 +69,23 @@ def test_two_processes_deriving_one_draft_write_it_once(source, tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, time\nfrom pathlib import Path\nfrom toolaudit.engines import drafts\n"
+    # Each child says "ready" once imported, then waits for a line on stdin; both are released together.
+    code = ("import sys\nfrom pathlib import Path\nfrom toolaudit.engines import drafts\n"
             "write = drafts._write\n"
             "def counted(*a):\n    print('wrote', flush=True)\n    write(*a)\n"
             "drafts._write = counted\n"
-            "go = Path(sys.argv[3])\n"
-            "while not go.exists():\n    time.sleep(0.01)\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
             "print(drafts.derive(Path(sys.argv[1]), 4, Path(sys.argv[2])).layers)\n")
-    out, go = tmp_path / "draft", tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(source), str(out), str(go)],
-                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    go.touch()
-    outputs = [p.communicate(timeout=300)[0].split() for p in procs]
-    assert [p.returncode for p in procs] == [0, 0]
+    out = tmp_path / "draft"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(source), str(out)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
+    for p in procs:  # both released before either is waited on
+        p.stdin.write("go\n")
+        p.stdin.close()
+    outputs = [p.stdout.read().split() for p in procs]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
     assert sorted(o[-1] for o in outputs) == ["4", "4"]
     assert sum(o.count("wrote") for o in outputs) == 1
     assert drafts.describe(out).layers == 4

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -26,3 +26,13 @@ def writing(target: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def once(target: Path, written: Callable[[], bool], write: Callable[[], None]) -> None:
+    """`write()` unless `written()`, checked again under the lock: a process that waited reuses what the
+    holder wrote instead of writing it a second time."""
+    if written():
+        return
+    with writing(target):
+        if not written():
+            write()

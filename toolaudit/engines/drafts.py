@@ -60,10 +60,7 @@ def derive(source: Path, layers: int, target: Path) -> DraftModel:
         raise ConfigError(f"draft layers (--layers, or :firstN) must be between 1 and {total - 1} for {source.name} "
                           f"({total} layers; got {layers})")
     note = {"source": str(source), "layers": layers, "source_layers": total, "weights": _signature(source)}
-    if _note(target) != note:
-        with cache_lock.writing(target):
-            if _note(target) != note:  # not written by another process while this one waited
-                _write(source, config, layers, target, note)
+    cache_lock.once(target, lambda: _note(target) == note, lambda: _write(source, config, layers, target, note))
     return describe(target)
 
 

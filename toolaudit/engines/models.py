@@ -115,10 +115,7 @@ def converted_dir(source: ModelSource) -> Path:
     assert source.gguf is not None
     tag = hashlib.sha256(f"{source.gguf.name}:{source.gguf.stat().st_size}".encode()).hexdigest()[:10]
     target = cache_root() / f"{source.name}-{tag}"
-    if not (target / "config.json").is_file():
-        with cache_lock.writing(target):
-            if not (target / "config.json").is_file():  # not written by another process while this one waited
-                _convert_gguf(source.gguf, target)
+    cache_lock.once(target, (target / "config.json").is_file, lambda: _convert_gguf(source.gguf, target))
     return target
 
 

@@ -68,7 +68,6 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-
 def more_rows(n: int, what: str, command: str) -> list[str]:
     """The line under a table cut to fit one screen: `and N more WHAT: COMMAND` (none when nothing was cut)."""
     return [f"  and {n} more {what}: {command}"] if n > 0 else []
