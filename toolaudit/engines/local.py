@@ -8,7 +8,8 @@
   fails as a whole is retried request by request, so only the culprit fails (at batch size 1: a different
   numerical path, but rows instead of a crash). An exception that means the engine itself is gone (`_lost`)
   fails the group instead.
-- text: prefill + decoded tokens, cut after the stop string (`completion.cut_after_stop`), on every engine.
+- text: prefill + decoded tokens, cut after the stop string or where a prefilled call's JSON closes
+  (`completion.cut_after_stop`), on every engine; its finish reason follows the cut (`_finish`).
 - fingerprint pieces every engine words the same way: weights, draft, dtype, speculative settings.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .base import Engine, EngineRequest, EngineResult, error_result
-from .completion import cut_after_stop, use_torch_threads
+from .completion import cut_after_stop, use_torch_threads, value_closed
 from .models import model_identity, resolve
 from .prompting import render
 from .threads import available_cores, choose
@@ -152,7 +153,23 @@ class LocalEngine(Engine):
     def _text(self, prefill: str, token_ids: list[int]) -> str:
         """The completion's text as every engine builds it: prefill + decoded tokens, cut after the stop string."""
         text = prefill + self._tokenizer.decode(token_ids, skip_special_tokens=True)
-        return cut_after_stop(text, len(prefill), self.path.stop_strings)
+        return cut_after_stop(text, len(prefill), self.path.stop_strings, self.path.value_end)
+
+    def _piece(self, token: int) -> str:
+        """Token id -> text, memoized: stop strings and a call's end are checked per token without decoding
+        whole outputs."""
+        pieces = self.__dict__.setdefault("_pieces", {})
+        piece = pieces.get(token)
+        if piece is None:
+            piece = pieces[token] = self._tokenizer.decode([token])
+        return piece
+
+    def _finish(self, text: str, prefill: str, reason: str | None) -> str | None:
+        """The engine's finish reason, except that an answer whose JSON value closed (`PathConfig.value_end`)
+        ended there: "stop", also where the engine decoded on past it to max_tokens (the text is cut there)."""
+        if reason == "length" and self.path.value_end and value_closed(text, len(prefill)):
+            return "stop"
+        return reason
 
     # -- identity -----------------------------------------------------------------------------------------
     def _weights(self) -> dict[str, Any]:

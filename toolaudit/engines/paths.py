@@ -84,7 +84,23 @@ class PathConfig:
         """The effective stop strings: explicit ones, or the close tag of a prefilled tool call."""
         if self.stop is not None:
             return self.stop
-        return ("</tool_call>",) if self.prompt.prefill.lstrip().startswith("<tool_call>") else ()
+        return ("</tool_call>",) if self._opens_call else ()
+
+    @property
+    def value_end(self) -> bool:
+        """Whether an answer also ends where the JSON value it opens with closes (`completion.ValueEnd`): by
+        default when the prefill opens a tool call, whose JSON is then the answer (the close tag that follows
+        carries no argument). Explicit `stop` strings keep only their own ends."""
+        return self.stop is None and self._opens_call
+
+    @property
+    def _opens_call(self) -> bool:
+        return self.prompt.prefill.lstrip().startswith("<tool_call>")
+
+    def end_components(self) -> dict[str, Any]:
+        """Where an answer ends, for fingerprints: the stop strings, and `value_end` where set (paths without it
+        keep their earlier fingerprints; a run recorded before answers ended at the value is another path)."""
+        return {"stop": list(self.stop_strings), **({"value_end": True} if self.value_end else {})}
 
     @property
     def sampled(self) -> bool:
@@ -107,7 +123,7 @@ class PathConfig:
         are as the engine's `EngineSpec.stored_options` gives them: never a secret (e.g. an auth header's value)."""
         data = asdict(self)
         data.pop("name")
-        data["stop"] = list(self.stop_strings)
+        data.update(self.end_components())
         spec = ENGINES.get(self.engine)
         if spec is not None and spec.stored_options is not None:
             data["options"] = spec.stored_options(data["options"])

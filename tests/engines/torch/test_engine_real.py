@@ -6,7 +6,6 @@ where drift appears, but the output must still be tool calls. Needs the model pa
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,9 @@ pytest.importorskip("transformers")
 
 from toolaudit.engines import models  # noqa: E402
 from toolaudit.engines.base import EngineRequest  # noqa: E402
+from toolaudit.engines.completion import value_closed  # noqa: E402
 from toolaudit.engines.paths import builtin_paths  # noqa: E402
+from toolaudit.validate.toolcalls import parse_text  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -91,11 +92,9 @@ def test_bf16_produces_tool_call_json(model_available):
     parsed = 0
     for r in results:
         assert r.error is None and r.text.startswith("<tool_call>\n")
-        match = re.search(r"<tool_call>\s*(\{.*\})\s*</tool_call>", r.text, re.S)
-        if match:
-            try:
-                parsed += isinstance(json.loads(match.group(1)).get("arguments"), dict)
-            except ValueError:
-                pass
+        out = parse_text(r.text)
+        parsed += out.status == "ok" and isinstance(out.calls[0].arguments, dict)
+        if value_closed(r.text, len("<tool_call>\n")):  # the answer ends where the call's JSON closes
+            assert r.text.endswith("}") and r.finish_reason == "stop"
         assert len(r.margins) == len(r.token_ids) == r.completion_tokens
     assert parsed >= len(reqs) * 0.6, [r.text for r in results]

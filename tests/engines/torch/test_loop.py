@@ -150,3 +150,24 @@ def test_seeded_sampling_repeats_exactly(peaked):
         again = [o.token_ids for o in decode(model, [prompt] * 3, settings, make())]
         assert first == again
         assert first != [o.token_ids for o in decode(model, [prompt] * 3, other, make())]
+
+
+def test_value_end_stops_every_path_where_the_answers_json_closes(target, prompts):
+    """A row ends at the token that closes the JSON value its answer opens with, also inside a verification
+    pass that accepted tokens past it."""
+    from toolaudit.engines.completion import ValueEnd
+
+    ref = greedy(target, prompts[:1])[0]
+    closer = next(t for t in ref[3:] if t != ref[0])  # the first token ref[0] is "{", `closer` is "}"
+
+    def piece(t):
+        return "{" if t == ref[0] else "}" if t == closer else "a"
+
+    scanner = ValueEnd()
+    close = next(i for i, t in enumerate(ref) if scanner.feed(piece(t)) is not None)
+    assert 0 < close < len(ref) - 1
+    settings = DecodeSettings(max_tokens=40, value_end=True, piece=piece)
+    for proposer in (None, NgramProposer(5), DraftModelProposer(target, 5)):
+        out = decode(target, prompts[:1], settings, proposer)[0]
+        assert out.token_ids == ref[: close + 1] and out.finish_reason == "stop"
+    assert decode(target, prompts[:1], DecodeSettings(max_tokens=40, piece=piece))[0].token_ids == ref[:40]

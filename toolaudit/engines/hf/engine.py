@@ -234,7 +234,8 @@ class HFEngine(LocalEngine):
         for row, prompt in enumerate(prompts):  # left padding: every row's last prompt token is at width - 1
             input_ids[row, width - len(prompt.ids):] = torch.tensor(prompt.ids, dtype=torch.long)
             attention_mask[row, width - len(prompt.ids):] = 1
-        recorder = Recorder(self._stop, self._eos, width, len(prompts), device)
+        recorder = Recorder(self._stop, self._eos, width, len(prompts), device,
+                            self._piece if p.value_end else None)
         kwargs = {**self.generate_kwargs(), "input_ids": input_ids.to(device),
                   "attention_mask": attention_mask.to(device), "eos_token_id": self._eos,
                   "pad_token_id": self._pad, "stopping_criteria": StoppingCriteriaList([recorder])}
@@ -278,15 +279,16 @@ class HFEngine(LocalEngine):
                 margins.append(values[0] - values[1])
                 top2.append((chosen, indices[1] if indices[0] == chosen else indices[0]))
             passes = len(recorder.calls) if speculative else n
+            text = self._text(prompt.prefill, token_ids)
             results.append(EngineResult(
-                key=req.key, text=self._text(prompt.prefill, token_ids), token_ids=token_ids,
+                key=req.key, text=text, token_ids=token_ids,
                 prompt_tokens=len(prompt.ids), completion_tokens=len(token_ids),
                 latency_s=recorder.time_at(width + n, end) - start,
                 ttft_s=(recorder.calls[0][1] if recorder.calls else end) - start,
                 drafted_tokens=counter.drafted if speculative else 0,
                 accepted_tokens=max(0, len(generated) - passes) if speculative else 0,
                 forward_passes=passes, margins=margins, top2=top2,
-                finish_reason="stop" if finished is not None else "length",
+                finish_reason=self._finish(text, prompt.prefill, "stop" if finished is not None else "length"),
                 top_logprobs=[step[row][:req.logprobs] for step in tops[:n]] if req.logprobs else [],
             ))
         return results
@@ -310,7 +312,7 @@ class HFEngine(LocalEngine):
             "generate_kwargs": self.generate_kwargs(),
             "assistant": self.assistant_settings(),
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_max", "model"),
-            "sampling": {"temperature": p.temperature, "seed": p.seed, "stop": list(p.stop_strings),
+            "sampling": {"temperature": p.temperature, "seed": p.seed, **p.end_components(),
                          **p.sampling_components()},
             "prompt": self._prompt(),
             "torch_threads": self.threads_identity,

@@ -5,6 +5,7 @@ per row from the row's own generator (`SeededDraw`, a logits processor)."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import torch
 from transformers import (
@@ -15,6 +16,8 @@ from transformers import (
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
+
+from ..completion import ValueEnd
 
 # generate() arguments that sampling reads; SeededDraw applies them itself (the call then runs greedy)
 SAMPLING_ARGS = frozenset({"do_sample", "temperature", "top_k", "top_p"})
@@ -29,8 +32,13 @@ class Recorder(StoppingCriteria):
     have been appended): every new position is checked, so a finish inside a pass is found at its token.
     """
 
-    def __init__(self, stop: StopStringCriteria | None, eos: list[int], width: int, rows: int, device):
+    def __init__(self, stop: StopStringCriteria | None, eos: list[int], width: int, rows: int, device,
+                 piece: Callable[[int], str] | None = None):
         self.stop, self.width = stop, width
+        # With `piece` (token id -> text), a row also finishes where the JSON value its answer opens with closes
+        # (`completion.ValueEnd`), as the torch engine's rows do.
+        self.piece = piece
+        self.values = [ValueEnd() for _ in range(rows)] if piece is not None else None
         self.eos = torch.tensor(eos, dtype=torch.long, device=device)
         self.finish: list[int | None] = [None] * rows  # generated tokens up to and including the finishing one
         self.seen = width
@@ -43,6 +51,10 @@ class Recorder(StoppingCriteria):
             done = torch.isin(input_ids[:, pos - 1], self.eos)
             if self.stop is not None:
                 done = done | self.stop(input_ids[:, :pos], scores).to(done.device)
+            if self.values is not None:
+                closed = [self.finish[row] is None and self.values[row].feed(self.piece(int(token))) is not None
+                          for row, token in enumerate(input_ids[:, pos - 1].tolist())]
+                done = done | torch.tensor(closed, dtype=torch.bool, device=done.device)
             for row in done.nonzero().flatten().tolist():
                 if self.finish[row] is None:
                     self.finish[row] = pos - self.width

@@ -161,7 +161,7 @@ class TorchEngine(LocalEngine):
         p = self.path
         return DecodeSettings(
             max_tokens=p.max_tokens, temperature=p.temperature, eos_ids=self._eos,
-            stop_strings=p.stop_strings, piece=self._piece,
+            stop_strings=p.stop_strings, value_end=p.value_end, piece=self._piece,
             seeds=tuple(row_seed(p.seed, r.key, r.sample) for r in requests), top_p=p.top_p, top_k=p.top_k,
             logprobs=max((r.logprobs for r in requests), default=0),
         )
@@ -197,13 +197,6 @@ class TorchEngine(LocalEngine):
 
         return fixed
 
-    def _piece(self, token: int) -> str:
-        """Token id -> text, memoized: stop strings are checked per token without decoding whole outputs."""
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._pieces[token] = self._tokenizer.decode([token])
-        return piece
-
     # ------------------------------------------------------------------ identity
 
     def path_components(self) -> dict[str, Any]:
@@ -234,7 +227,7 @@ class TorchEngine(LocalEngine):
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                                              "model"),
             "sampling": {"temperature": p.temperature, "seed": p.seed, "max_tokens": p.max_tokens,
-                         "stop": list(p.stop_strings), **p.sampling_components()},
+                         **p.end_components(), **p.sampling_components()},
             "prompt": self._prompt(),
             "device": device_name(p.device),
             "torch_threads": self.threads_identity,

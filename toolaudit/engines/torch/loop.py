@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from ..completion import ValueEnd
 from .kv import KVBatch
 from .prefix_cache import PathPrefix, PrefixCache
 from .proposers import NewKV, Proposer
@@ -34,7 +35,10 @@ class DecodeSettings:
     temperature: float = 0.0
     eos_ids: frozenset[int] = frozenset()
     stop_strings: tuple[str, ...] = ()
-    piece: Callable[[int], str] | None = None  # token id -> text, needed only for stop strings
+    # A row also ends where the JSON value its answer opens with closes (`completion.ValueEnd`): a prefilled
+    # tool call's JSON is the answer, and the close tag after it would cost ~6 more steps a row.
+    value_end: bool = False
+    piece: Callable[[int], str] | None = None  # token id -> text, needed for stop strings and `value_end`
     seeds: tuple[int, ...] | None = None
     top_p: float = 1.0
     top_k: int = 0
@@ -63,7 +67,7 @@ class RowOutput:
 class _Row:
     """Per-row bookkeeping: history (prompt + output), stop-string tail, output record, timing."""
 
-    __slots__ = ("history", "out", "tail", "done", "generator", "admitted")
+    __slots__ = ("history", "out", "tail", "done", "generator", "admitted", "value")
 
     def __init__(self, prompt: list[int], generator: torch.Generator | None):
         self.history = list(prompt)
@@ -72,6 +76,7 @@ class _Row:
         self.done = False
         self.generator = generator
         self.admitted = 0.0
+        self.value = ValueEnd()
 
 
 def decode(model: torch.nn.Module, prompts: list[list[int]], settings: DecodeSettings,
@@ -105,6 +110,7 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
     rows = [_Row(p, torch.Generator(device).manual_seed(int(s)) if sampling else None)
             for p, s in zip(prompts, seeds)]
     stop_len = max((len(s) for s in settings.stop_strings), default=0)
+    value_end = settings.value_end and settings.piece is not None
 
     def emit(row: _Row, token: int, margin: float, pair: tuple[int, int], top: list | None) -> bool:
         """Record one generated token; True when the row is finished (EOS, stop string, max_tokens)."""
@@ -116,6 +122,8 @@ def _decode(model, prompts, settings, proposer, prefix_cache, batch_size, kv):
             out.top_logprobs.append(top)
         row.history.append(token)
         if token in settings.eos_ids:
+            out.finish_reason, row.done = "stop", True
+        elif value_end and row.value.feed(settings.piece(token)) is not None:
             out.finish_reason, row.done = "stop", True
         elif stop_len and settings.piece is not None:
             row.tail = (row.tail + settings.piece(token))[-(stop_len + 32):]

@@ -225,8 +225,9 @@ class VLLMEngine(LocalEngine):
         results = [result_from_output(req.key, self._text(prompt.prefill, [int(t) for t in out.outputs[0].token_ids]),
                                       out, t0)
                    for req, prompt, out in zip(requests, prompts, outputs)]
-        for req, result, out in zip(requests, results, outputs):
+        for req, prompt, result, out in zip(requests, prompts, results, outputs):
             result.top_logprobs = ranked_logprobs(out, req.logprobs)
+            result.finish_reason = self._finish(result.text, prompt.prefill, result.finish_reason)
         if self.path.speculative is not None:
             drafted = after["drafted"] - before["drafted"]
             accepted = after["accepted"] - before["accepted"]
@@ -281,7 +282,7 @@ class VLLMEngine(LocalEngine):
             "speculative": self._speculative("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                                              "model"),
             "sampling": {"temperature": p.temperature, "seed": p.seed, "max_tokens": p.max_tokens,
-                         "stop": list(p.stop_strings), **p.sampling_components()},
+                         **p.end_components(), **p.sampling_components()},
             "prompt": {"format": o.prompt_format, **self._prompt()},
             "cpu_threads_bind": runtime.threads_bind() if device_type == "cpu" else None,
         }
