@@ -65,10 +65,22 @@ def test_result_fields_margins_and_text():
     ids = [ord(c) for c in '{"a": 1}\n</tool_call>\nxx'] + [0]
     results = engine(FakeLLM([output(ids)])).generate(reqs(3))
     (r,) = results
-    assert r.error is None and r.text == '<tool_call>\n{"a": 1}\n</tool_call>'  # prefill in, cut after the stop
+    # prefill in, cut where the call's JSON closes (`PathConfig.value_end`); the tokens vLLM decoded stay counted
+    assert r.error is None and r.text == '<tool_call>\n{"a": 1}'
     assert r.token_ids == ids and r.completion_tokens == len(ids) and r.prompt_tokens == 3
     assert r.margins == [1.5] * len(ids) and r.top2 == [(t, t + 1) for t in ids]
     assert r.finish_reason == "stop" and r.forward_passes == len(ids) and r.drafted_tokens == 0
+    (explicit,) = engine(FakeLLM([output(ids)]), stop=("</tool_call>",)).generate(reqs(3))
+    assert explicit.text == '<tool_call>\n{"a": 1}\n</tool_call>'  # an explicit stop: cut after it only
+
+
+def test_a_call_that_closed_before_max_tokens_stopped_there():
+    closed = [ord(c) for c in '{"a": 1}\n<tool_call>\n{"b": 2']
+    open_ = [ord(c) for c in '{"a": "1}\n</tool']
+    results = engine(FakeLLM([output(closed, finish="length"), output(open_, prompt=4, finish="length")])
+                     ).generate(reqs(3, 4))
+    assert [(r.text, r.finish_reason) for r in results] == [('<tool_call>\n{"a": 1}', "stop"),
+                                                            ('<tool_call>\n{"a": "1}\n</tool', "length")]
 
 
 def test_per_request_spec_metrics():
