@@ -142,6 +142,31 @@ def test_interrupted_replay_resumes_to_the_same_calls(tmp_path, paths_file):
         assert store.run_row(1)["status"] == "complete"
 
 
+def test_a_resume_whose_paths_changed_is_refused_and_the_run_keeps_its_calls(tmp_path, paths_file):
+    """A paths file edited (or a build that decodes otherwise) between the interruption and the resume would
+    decode the rest of the run as another path: refused, naming what changed; the stored calls stay; the
+    restored file resumes the run to the uninterrupted run's calls."""
+    with Store(tmp_path / "full.duckdb") as store:
+        full = stored_calls(store, replay_traces(store, options(paths_file))[0])
+    original = paths_file.read_text()
+    with Store(tmp_path / "cut.duckdb") as store:
+        with pytest.raises(KeyboardInterrupt):
+            replay_traces(store, options(paths_file), engine_factory=_Interrupting(after=3))
+        partial = stored_calls(store, 1)
+        paths_file.write_text(original.replace("max_tokens = 12\n\n[paths.tiny-spec]", "max_tokens = 16\n\n"
+                                               "[paths.tiny-spec]"))
+        result = CliRunner().invoke(cli, ["replay", "--resume", "1", "--db", str(tmp_path / "cut.duckdb")])
+        assert result.exit_code != 0
+        assert "run 1 cannot go on" in result.output and "baseline 'tiny' max_tokens: 12 then, 16 now" in \
+            result.output, result.output
+        assert "candidate" not in result.output.split("cannot go on")[1].split(").")[0]  # only what changed
+    with Store(tmp_path / "cut.duckdb") as store:
+        assert stored_calls(store, 1) == partial and store.run_row(1)["status"] == "interrupted"
+        paths_file.write_text(original)
+        run_id, counts = replay_traces(store, options(paths_file), resume=1)
+        assert run_id == 1 and counts.skipped == len(partial) and stored_calls(store, 1) == full
+
+
 def _kill_after_progress(args: list[str], env: dict, calls: int) -> int:
     """Start a replay, read its progress lines (one per committed chunk when piped) and SIGKILL it as soon as one
     reports at least `calls` calls: the kill is keyed to stored progress, not to elapsed time, so a slow machine

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import orjson
+
+from toolaudit import ConfigError
+from toolaudit.analysis.runs import run_options
 from toolaudit.compare.pairs import Analyzer
 from toolaudit.engines.fingerprint import fingerprint
 from toolaudit.engines.paths import PathConfig
@@ -76,14 +80,38 @@ class RunRows:
                                      matrix_id)
 
     def members(self, run_id: int) -> list[Member]:
-        """The candidates of the run (itself, or each candidate's run of a matrix), sharing one schema registry."""
+        """The candidates of the run (itself, or each candidate's run of a matrix), sharing one schema registry.
+        Each run must decode as it started (`check_same_paths`): a resume never mixes two paths in one run."""
         registry = SchemaRegistry(self.options.schema_dir)
         run = self.store.run_row(run_id)
         if run["kind"] != "matrix":
+            check_same_paths(run, self.baseline, self.candidates[0])
             return [Member(run_id, self.candidates[0], Analyzer(run_id, registry))]
         by_name = {p.name: p for p in self.candidates}
-        return [Member(m["run_id"], by_name[m["candidate_name"]], Analyzer(m["run_id"], registry))
-                for m in self.store.matrix_members(run_id)]
+        rows = self.store.matrix_members(run_id)
+        for row in rows:
+            check_same_paths(row, self.baseline, by_name[row["candidate_name"]])
+        return [Member(m["run_id"], by_name[m["candidate_name"]], Analyzer(m["run_id"], registry)) for m in rows]
+
+
+def check_same_paths(run: dict, baseline: PathConfig, candidate: PathConfig) -> None:
+    """Refuse to go on with a run whose paths, rebuilt now (from its paths file, by this build), are not the ones
+    it recorded (`baseline_config`, `candidate_config`): an edited paths file, or a build that decodes otherwise
+    (e.g. where answers end), would decode the rest of the calls as another path and mix two paths' drift in one
+    figure. Runs that recorded no config are not checked."""
+    options = run_options(run)
+    changed = []
+    for side, path in (("baseline", baseline), ("candidate", candidate)):
+        recorded = options.get(f"{side}_config")
+        if not isinstance(recorded, dict):
+            continue
+        now = orjson.loads(orjson.dumps(path.config_dict(), default=str))
+        changed += [f"{side} {path.name!r} {key}: {recorded.get(key)!r} then, {now.get(key)!r} now"
+                    for key in sorted(set(recorded) | set(now)) if recorded.get(key) != now.get(key)]
+    if changed:
+        raise ConfigError(f"run {run['run_id']} cannot go on: its paths are not the ones it started with ("
+                          + "; ".join(changed) + "). The calls it has were decoded by the earlier paths: start a "
+                          "new run, or restore the earlier paths file or build to resume this one")
 
 
 def same_decoding(a: PathConfig, b: PathConfig) -> bool:
