@@ -18,11 +18,9 @@ def cut_after_stop(text: str, start: int, stops: tuple[str, ...], value_end: boo
     """Drop what a stop token carried past the stop string (e.g. a newline fused into the same token), and with
     `value_end` what follows the JSON value the answer opens with (`ValueEnd`): where its tool call ends."""
     ends = [text.find(s, start) + len(s) for s in stops if text.find(s, start) >= 0]
-    if value_end:
-        scanner = ValueEnd()
-        closed = scanner.feed(text[start:])
-        if closed is not None:
-            ends.append(start + closed)
+    closed = value_end_at(text, start) if value_end else None
+    if closed is not None:
+        ends.append(closed)
     return text[: min(ends)] if ends else text
 
 
@@ -74,16 +72,16 @@ class ValueEnd:
                     return offset + 1
         return None
 
-    @property
-    def closed(self) -> bool:
-        return self.state == "closed"
+
+def value_end_at(text: str, start: int) -> int | None:
+    """Where in `text` the JSON value the answer `text[start:]` opens with closes (just past it), else None."""
+    closed = ValueEnd().feed(text[start:])
+    return None if closed is None else start + closed
 
 
 def value_closed(text: str, start: int) -> bool:
     """Whether the answer `text[start:]` opens with a JSON value that closes (`ValueEnd`)."""
-    scanner = ValueEnd()
-    scanner.feed(text[start:])
-    return scanner.closed
+    return value_end_at(text, start) is not None
 
 
 def use_torch_threads(threads: int) -> None:

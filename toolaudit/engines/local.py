@@ -43,6 +43,7 @@ class LocalEngine(Engine):
         super().__init__(path)
         self._model: Any = None
         self._tokenizer: Any = None
+        self._pieces: dict[int, str] = {}  # token id -> text (`_piece`)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     @property
@@ -158,10 +159,9 @@ class LocalEngine(Engine):
     def _piece(self, token: int) -> str:
         """Token id -> text, memoized: stop strings and a call's end are checked per token without decoding
         whole outputs."""
-        pieces = self.__dict__.setdefault("_pieces", {})
-        piece = pieces.get(token)
+        piece = self._pieces.get(token)
         if piece is None:
-            piece = pieces[token] = self._tokenizer.decode([token])
+            piece = self._pieces[token] = self._tokenizer.decode([token])
         return piece
 
     def _finish(self, text: str, prefill: str, reason: str | None) -> str | None:

@@ -64,7 +64,6 @@ class TorchEngine(LocalEngine):
         super().__init__(path)
         self.options = ENGINE.read(path.options)  # TorchOptions: the path's keys, typed
         self._draft = None
-        self._pieces: dict[int, str] = {}
         self._eos: frozenset[int] = frozenset()
         self._positions: int | None = None
         self._static: dict[int, StaticKV] = {}  # fixed-shape caches (and their graphs) kept between calls, by model
